@@ -1,0 +1,167 @@
+"""One exception tree for everything procledger refuses or fails at.
+
+Callers catch ``ProcledgerError`` to handle all of it, or one branch. Each message names the
+process id, field, key or URL concerned, so a log line is enough to find the culprit::
+
+    ProcledgerError
+    ├── ProcessLifecycleValidationError   (.field; never a ValueError: pydantic must not wrap it)
+    ├── RegistrationError                 (.field)
+    ├── FilterError                       (.key; also ValueError)
+    ├── InvalidTransition                 (.from_state, .kind, .to_state)
+    ├── AlreadyTerminal
+    ├── ReplayConflict
+    ├── RegistrationConflict              (.existing_hash, .new_hash)
+    ├── UndeclaredEventType
+    ├── NotFound                          (also LookupError)
+    ├── LeaseLost
+    ├── AuthorityRejected
+    ├── OwnerMismatch
+    ├── IdempotencyCollision
+    ├── DeliveryError
+    │   ├── LoopNotFound
+    │   ├── UnsupportedLoop
+    │   └── DeliveryStopped
+    ├── ExecutionError
+    │   ├── SpawnError                    (also OSError)
+    │   ├── StdinError                    (__cause__ is the BrokenPipeError)
+    │   └── Interrupted
+    ├── SupervisorClosed
+    └── StoreError
+"""
+
+from __future__ import annotations
+
+
+class ProcledgerError(Exception):
+    """Root of every error procledger raises on purpose."""
+
+
+class ProcessLifecycleValidationError(ProcledgerError):
+    """A lifecycle tuple, notification or field rule was broken; ``field`` names the culprit.
+
+    Deliberately not a ``ValueError``: pydantic wraps ``ValueError`` raised inside validators in
+    its own ``ValidationError``, and the notification contract promises this error unwrapped.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class RegistrationError(ProcledgerError):
+    """A registration that is well-formed but refused by the registry (e.g. env_ref unknown)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class FilterError(ProcledgerError, ValueError):
+    """A list filter with an unknown key or a value of the wrong type."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"filter key {key!r}: {message}")
+        self.key = key
+
+
+class InvalidTransition(ProcledgerError):
+    """The lifecycle table has no transition ``from_state --kind--> to_state``."""
+
+    def __init__(
+        self, from_state: str, kind: str, to_state: str, *, process_id: str | None = None
+    ) -> None:
+        where = f"process {process_id!r}: " if process_id is not None else ""
+        super().__init__(
+            f"{where}no {kind!r} transition from {from_state!r} to {to_state!r} "
+            "(see `procledger table`)"
+        )
+        self.from_state = from_state
+        self.kind = kind
+        self.to_state = to_state
+        self.process_id = process_id
+
+
+class AlreadyTerminal(ProcledgerError):
+    """The process already ended; only an identical repeat of its terminal is accepted."""
+
+
+class ReplayConflict(ProcledgerError):
+    """An idempotency key (event id, replay key, external ref) was reused with other content."""
+
+
+class RegistrationConflict(ProcledgerError):
+    """The id is registered already, with a different registration."""
+
+    def __init__(self, process_id: str, existing_hash: str, new_hash: str) -> None:
+        super().__init__(
+            f"process {process_id!r} is registered with hash {existing_hash}; "
+            f"the new registration hashes to {new_hash}: use another id"
+        )
+        self.process_id = process_id
+        self.existing_hash = existing_hash
+        self.new_hash = new_hash
+
+
+class UndeclaredEventType(ProcledgerError):
+    """A producer event whose type the registration did not declare."""
+
+
+class NotFound(ProcledgerError, LookupError):
+    """No such process, handle, env_ref or loop (or not visible to the asker)."""
+
+
+class LeaseLost(ProcledgerError):
+    """The lease is missing, expired or superseded: this writer no longer owns the process."""
+
+
+class AuthorityRejected(ProcledgerError):
+    """A terminal write without a lease whose authority is missing or not allowed."""
+
+
+class OwnerMismatch(ProcledgerError):
+    """A notification addressed to another session than the notifier's."""
+
+
+class IdempotencyCollision(ProcledgerError):
+    """A command id already journalled with a different payload."""
+
+
+class DeliveryError(ProcledgerError):
+    """Why a notification was not dispatched to a loop (carried in ``Delivery.error``)."""
+
+
+class LoopNotFound(DeliveryError):
+    """No loop with that id is attached to the session."""
+
+
+class UnsupportedLoop(DeliveryError):
+    """The loop does not accept process notifications (a foreign engine)."""
+
+
+class DeliveryStopped(DeliveryError):
+    """The loop's inbox is full; the journal keeps the command for a retry with the same id."""
+
+
+class ExecutionError(ProcledgerError):
+    """Running a child process failed."""
+
+
+class SpawnError(ExecutionError, OSError):
+    """The command could not be started; nothing runs."""
+
+
+class StdinError(ExecutionError):
+    """The input could not be written whole; ``__cause__`` is the ``BrokenPipeError``."""
+
+
+class Interrupted(ExecutionError):
+    """Cancelled: the tree was stopped, the child reaped and every worker joined."""
+
+
+class SupervisorClosed(ProcledgerError):
+    """The supervisor is shutting down and admits no new process."""
+
+
+class StoreError(ProcledgerError):
+    """A store that cannot be opened, or a stored record that cannot be decoded."""
