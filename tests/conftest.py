@@ -1,0 +1,101 @@
+"""Fixtures shared by the whole suite: a real PostgreSQL and the hypothesis profiles.
+
+PostgreSQL tests take ``postgres_schema_url`` (one fresh schema per test) or
+``postgres_schemas`` (a factory, for hypothesis tests and tests that need several ledgers).
+Without ``$PROCLEDGER_TEST_POSTGRES_URL`` they skip locally and fail in CI (``CI=true``);
+``.ci/pg-dev`` starts a throwaway server and prints the export line.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, settings
+from psycopg import sql
+
+IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+POSTGRES_URL_VARIABLE = "PROCLEDGER_TEST_POSTGRES_URL"
+
+settings.register_profile("default", deadline=None)
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=100,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if IN_CI else "default"))
+
+
+def with_schema(url: str, schema: str) -> str:
+    """``url`` with its ``schema`` query parameter set to ``schema`` (others kept)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
+    query.append(("schema", schema))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _conninfo(url: str) -> str:
+    """The URL as libpq understands it: without procledger's own ``schema`` parameter."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    with psycopg.connect(_conninfo(url), autocommit=True, connect_timeout=10) as conn:
+        # A connection left idle in a transaction on the schema must fail the teardown, not
+        # hang it.
+        conn.execute("SET lock_timeout = '10s'")
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def _fresh_schema(url: str) -> Iterator[str]:
+    schema = f"t_{uuid.uuid4().hex}"
+    try:
+        yield with_schema(url, schema)
+    finally:
+        _drop_schema(url, schema)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The test server's URL (no schema); skips locally and fails in CI when unset."""
+    url = os.environ.get(POSTGRES_URL_VARIABLE, "").strip()
+    if not url:
+        message = f"${POSTGRES_URL_VARIABLE} is not set"
+        if IN_CI:
+            pytest.fail(f"{message}: CI must run the PostgreSQL tests (.ci/run starts a server)")
+        pytest.skip(f"{message} (run .ci/pg-dev to start a throwaway server)")
+    try:
+        with psycopg.connect(_conninfo(url), connect_timeout=10) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        pytest.fail(f"${POSTGRES_URL_VARIABLE} names a server that does not answer: {exc}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def postgres_schemas(postgres_url: str) -> Callable[[], AbstractContextManager[str]]:
+    """A factory: ``with postgres_schemas() as url:`` gives a URL with a fresh, unique
+    ``?schema=t_<hex>`` (not created: the store creates it) and drops it, CASCADE, on exit.
+    Session-scoped, so hypothesis tests can take one schema per example."""
+    return lambda: _fresh_schema(postgres_url)
+
+
+@pytest.fixture
+def postgres_schema_url(
+    postgres_schemas: Callable[[], AbstractContextManager[str]],
+) -> Iterator[str]:
+    """A URL with a fresh, unique schema for this test, dropped (CASCADE) afterwards."""
+    with postgres_schemas() as url:
+        yield url

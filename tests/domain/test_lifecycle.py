@@ -1,0 +1,205 @@
+"""The closed lifecycle table (DESIGN.md §2.1) and its transitions (§2.2), exhaustively."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from statemachine import StateMachine
+
+from procledger.domain.errors import InvalidTransition, ProcessLifecycleValidationError
+from procledger.domain.lifecycle import (
+    NOTIFICATION_ROWS,
+    TRANSITIONS,
+    LifecycleRow,
+    ProcessLifecycle,
+    check_row,
+    check_transition,
+    is_allowed,
+    is_valid_row,
+    lifecycle_table,
+)
+from procledger.domain.vocabulary import LifecycleKind, ProcessState, TerminalReason
+
+# §2.1, written out: one (kind, state, reason) per valid triple; None where the table says none.
+EXPECTED_ROWS = [
+    ("started", "running", None),
+    ("backgrounded", "running", None),
+    ("stop_requested", "starting", "interrupted"),
+    ("stop_requested", "starting", "terminated"),
+    ("stop_requested", "starting", "killed"),
+    ("stop_requested", "running", "interrupted"),
+    ("stop_requested", "running", "terminated"),
+    ("stop_requested", "running", "killed"),
+    ("completed", "exited", "exited"),
+    ("completed", "failed", "failed"),
+    ("completed", "timed_out", "timed_out"),
+    ("completed", "interrupted", "interrupted"),
+    ("completed", "terminated", "terminated"),
+    ("completed", "terminated", "runner_shutdown"),
+    ("completed", "terminated", "output_limit"),
+    ("completed", "killed", "killed"),
+    ("completed", "killed", "runner_shutdown"),
+    ("completed", "killed", "output_limit"),
+    ("lost", "lost_on_restore", "lost_on_restore"),
+    ("abandoned", "abandoned", "owner_drain"),
+    ("abandoned", "abandoned", "owner_dead"),
+    ("abandoned", "abandoned", "abandon_requested"),
+]
+
+# §2.2, written out: (from_state, kind, to_state).
+EXPECTED_TRANSITIONS = {
+    ("starting", "started", "running"),
+    ("starting", "backgrounded", "running"),
+    ("running", "backgrounded", "running"),
+    ("starting", "stop_requested", "starting"),
+    ("running", "stop_requested", "running"),
+    ("starting", "completed", "failed"),
+    ("starting", "completed", "terminated"),
+    ("starting", "completed", "killed"),
+    ("starting", "lost", "lost_on_restore"),
+    ("starting", "abandoned", "abandoned"),
+    ("running", "completed", "exited"),
+    ("running", "completed", "failed"),
+    ("running", "completed", "timed_out"),
+    ("running", "completed", "interrupted"),
+    ("running", "completed", "terminated"),
+    ("running", "completed", "killed"),
+    ("running", "lost", "lost_on_restore"),
+    ("running", "abandoned", "abandoned"),
+}
+
+TERMINAL_STATES = [
+    s for s in ProcessState if s not in (ProcessState.starting, ProcessState.running)
+]
+ALL_TRIPLES = list(itertools.product(LifecycleKind, ProcessState, [None, *TerminalReason]))
+ALL_MOVES = list(itertools.product(ProcessState, LifecycleKind, ProcessState))
+
+
+def _plain(row: LifecycleRow) -> tuple[str, str, str | None]:
+    return (row.kind.value, row.state.value, None if row.reason is None else row.reason.value)
+
+
+def _expected_row(kind: LifecycleKind, state: ProcessState, reason: TerminalReason | None) -> bool:
+    return (kind.value, state.value, None if reason is None else reason.value) in EXPECTED_ROWS
+
+
+def _expected_move(from_state: ProcessState, kind: LifecycleKind, to: ProcessState) -> bool:
+    return (from_state.value, kind.value, to.value) in EXPECTED_TRANSITIONS
+
+
+def test_the_table_has_exactly_the_rows_of_the_design() -> None:
+    rows = lifecycle_table()
+    assert len(EXPECTED_ROWS) == 22
+    assert len(rows) == len(set(rows)) == 22
+    assert sorted(map(_plain, rows), key=repr) == sorted(EXPECTED_ROWS, key=repr)
+
+
+def test_rows_are_named_tuples_of_the_vocabulary() -> None:
+    for row in lifecycle_table():
+        assert isinstance(row, LifecycleRow)
+        assert isinstance(row.kind, LifecycleKind)
+        assert isinstance(row.state, ProcessState)
+        assert row.reason is None or isinstance(row.reason, TerminalReason)
+        assert row == (row.kind, row.state, row.reason)
+
+
+def test_the_table_is_a_copy_callers_cannot_corrupt() -> None:
+    lifecycle_table().clear()
+    assert len(lifecycle_table()) == 22
+
+
+@pytest.mark.parametrize(("kind", "state", "reason"), ALL_TRIPLES)
+def test_only_rows_of_the_table_are_valid(
+    kind: LifecycleKind, state: ProcessState, reason: TerminalReason | None
+) -> None:
+    valid = _expected_row(kind, state, reason)
+    assert is_valid_row(kind, state, reason) is valid
+    if valid:
+        check_row(kind, state, reason)
+    else:
+        with pytest.raises(ProcessLifecycleValidationError) as caught:
+            check_row(kind, state, reason)
+        assert caught.value.field == "state_reason"
+
+
+def test_notifications_accept_exactly_the_completed_and_lost_rows() -> None:
+    expected = {
+        (ProcessState(state), TerminalReason(reason))
+        for kind, state, reason in EXPECTED_ROWS
+        if kind in ("completed", "lost") and reason is not None
+    }
+    assert set(NOTIFICATION_ROWS) == expected
+    assert len(expected) == 11
+
+
+def test_the_transitions_are_exactly_those_of_the_design() -> None:
+    plain = {(f.value, k.value, t.value) for f, k, t in TRANSITIONS}
+    assert plain == EXPECTED_TRANSITIONS
+
+
+@pytest.mark.parametrize(("from_state", "kind", "to_state"), ALL_MOVES)
+def test_every_transition_is_allowed_or_refused_as_designed(
+    from_state: ProcessState, kind: LifecycleKind, to_state: ProcessState
+) -> None:
+    allowed = _expected_move(from_state, kind, to_state)
+    assert is_allowed(from_state, kind, to_state) is allowed
+    if allowed:
+        check_transition(from_state, kind, to_state, process_id="p-1")
+        return
+    with pytest.raises(InvalidTransition) as caught:
+        check_transition(from_state, kind, to_state, process_id="p-1")
+    error = caught.value
+    assert (error.from_state, error.kind, error.to_state) == (
+        from_state.value,
+        kind.value,
+        to_state.value,
+    )
+    assert error.process_id == "p-1"
+    message = str(error)
+    assert "p-1" in message
+    assert from_state.value in message
+    assert kind.value in message
+    assert to_state.value in message
+
+
+@pytest.mark.parametrize("state", TERMINAL_STATES)
+def test_terminal_states_accept_nothing(state: ProcessState) -> None:
+    assert state.is_terminal
+    for kind, to_state in itertools.product(LifecycleKind, ProcessState):
+        assert not is_allowed(state, kind, to_state)
+        with pytest.raises(InvalidTransition):
+            check_transition(state, kind, to_state)
+
+
+def test_invalid_transition_without_a_process_id() -> None:
+    with pytest.raises(InvalidTransition) as caught:
+        check_transition(ProcessState.starting, LifecycleKind.completed, ProcessState.exited)
+    assert caught.value.process_id is None
+    assert (caught.value.from_state, caught.value.kind, caught.value.to_state) == (
+        "starting",
+        "completed",
+        "exited",
+    )
+
+
+def test_every_row_has_a_transition_and_every_transition_a_row() -> None:
+    row_targets = {(kind.value, state.value) for kind, state, _ in lifecycle_table()}
+    move_targets = {(kind, to) for _, kind, to in EXPECTED_TRANSITIONS}
+    assert row_targets == move_targets
+
+
+def test_stop_requested_never_changes_the_state() -> None:
+    for from_state, kind, to_state in TRANSITIONS:
+        if kind is LifecycleKind.stop_requested:
+            assert from_state is to_state
+
+
+def test_the_machine_is_a_strict_state_machine_with_the_vocabulary_states() -> None:
+    assert issubclass(ProcessLifecycle, StateMachine)
+    values = {state.value for state in ProcessLifecycle.states_map.values()}
+    assert values == {state.value for state in ProcessState}
+    initial = [s for s in ProcessLifecycle.states_map.values() if s.initial]
+    assert [s.value for s in initial] == ["starting"]
+    finals = {s.value for s in ProcessLifecycle.states_map.values() if s.final}
+    assert finals == {state.value for state in TERMINAL_STATES}

@@ -1,0 +1,207 @@
+"""``procledger table`` (DESIGN.md §8) and the CLI's central error handling."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import procledger
+from procledger import cli
+from procledger.domain.errors import InvalidTransition, NotFound
+from procledger.domain.lifecycle import render_markdown, render_mermaid
+
+# DESIGN.md §2.1 as `procledger table` prints it: "none" where there is no reason.
+EXPECTED_MARKDOWN_ROWS = [
+    ("started", "running", "none"),
+    ("backgrounded", "running", "none"),
+    ("stop_requested", "starting", "interrupted"),
+    ("stop_requested", "starting", "terminated"),
+    ("stop_requested", "starting", "killed"),
+    ("stop_requested", "running", "interrupted"),
+    ("stop_requested", "running", "terminated"),
+    ("stop_requested", "running", "killed"),
+    ("completed", "exited", "exited"),
+    ("completed", "failed", "failed"),
+    ("completed", "timed_out", "timed_out"),
+    ("completed", "interrupted", "interrupted"),
+    ("completed", "terminated", "terminated"),
+    ("completed", "terminated", "runner_shutdown"),
+    ("completed", "terminated", "output_limit"),
+    ("completed", "killed", "killed"),
+    ("completed", "killed", "runner_shutdown"),
+    ("completed", "killed", "output_limit"),
+    ("lost", "lost_on_restore", "lost_on_restore"),
+    ("abandoned", "abandoned", "owner_drain"),
+    ("abandoned", "abandoned", "owner_dead"),
+    ("abandoned", "abandoned", "abandon_requested"),
+]
+
+# DESIGN.md §2.2: (from, to, kind), as Mermaid edges `from --> to: kind`.
+EXPECTED_EDGES = {
+    ("starting", "running", "started"),
+    ("starting", "running", "backgrounded"),
+    ("running", "running", "backgrounded"),
+    ("starting", "starting", "stop_requested"),
+    ("running", "running", "stop_requested"),
+    ("starting", "failed", "completed"),
+    ("starting", "terminated", "completed"),
+    ("starting", "killed", "completed"),
+    ("starting", "lost_on_restore", "lost"),
+    ("starting", "abandoned", "abandoned"),
+    ("running", "exited", "completed"),
+    ("running", "failed", "completed"),
+    ("running", "timed_out", "completed"),
+    ("running", "interrupted", "completed"),
+    ("running", "terminated", "completed"),
+    ("running", "killed", "completed"),
+    ("running", "lost_on_restore", "lost"),
+    ("running", "abandoned", "abandoned"),
+}
+
+SRC_DIR = Path(procledger.__file__).resolve().parents[1]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m procledger ARGS`` in a child, importing the procledger under test."""
+    path = os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": path}
+    env.pop("PROCLEDGER_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "procledger", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+
+
+def markdown_rows(text: str) -> list[tuple[str, ...]]:
+    lines = text.splitlines()
+    assert lines[0] == "| kind | state | reason |"
+    assert re.fullmatch(r"\|(-{3,}\|){3}", lines[1])
+    rows = []
+    for line in lines[2:]:
+        assert line.startswith("| ")
+        assert line.endswith(" |")
+        rows.append(tuple(cell.strip() for cell in line.strip("|").split("|")))
+    return rows
+
+
+def test_table_prints_exactly_the_rows_of_the_design() -> None:
+    result = run_cli("table", "--format", "markdown")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    rows = markdown_rows(result.stdout)
+    assert len(rows) == len(set(rows)) == 22
+    assert sorted(rows) == sorted(EXPECTED_MARKDOWN_ROWS)
+    assert result.stdout == render_markdown()
+
+
+def test_markdown_is_the_default_format() -> None:
+    result = run_cli("table")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == render_markdown()
+
+
+def test_mermaid_draws_every_transition_of_the_design() -> None:
+    result = run_cli("table", "--format", "mermaid")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == render_mermaid()
+    lines = result.stdout.splitlines()
+    assert lines[0] == "stateDiagram-v2"
+    edges = {
+        (m["src"], m["dst"], m["kind"])
+        for line in lines
+        if (m := re.fullmatch(r"\s*(?P<src>\w+) --> (?P<dst>\w+): (?P<kind>\w+)", line))
+    }
+    assert edges == EXPECTED_EDGES
+    assert "    [*] --> starting" in lines
+
+
+def test_table_opens_no_store() -> None:
+    result = run_cli("--url", "nosuchscheme://nowhere", "table")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == render_markdown()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("table", "--format", "yaml"),
+        ("table", "--bogus"),
+        ("no-such-command",),
+        ("--url",),
+    ],
+)
+def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_format_is_named() -> None:
+    result = run_cli("table", "--format", "yaml")
+    assert result.returncode == 2
+    assert "--format" in result.stderr
+
+
+# The central error handler, in-process: any ProcledgerError or OSError raised by a command
+# becomes one line on stderr naming the command and the cause, and exit code 1.
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (NotFound("no process 'p-7'"), "procledger table: NotFound: no process 'p-7'"),
+        (
+            InvalidTransition("exited", "completed", "failed", process_id="p-7"),
+            "procledger table: InvalidTransition: process 'p-7': no 'completed' transition",
+        ),
+        (
+            FileNotFoundError(2, "No such file or directory", "/nowhere/ledger.db"),
+            "procledger table: FileNotFoundError: [Errno 2] No such file or directory: "
+            "'/nowhere/ledger.db'",
+        ),
+        (NotFound("first line\nsecond line"), "procledger table: NotFound: first line second"),
+    ],
+)
+def test_errors_become_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    error: Exception,
+    expected: str,
+) -> None:
+    def fail() -> str:
+        raise error
+
+    monkeypatch.setattr(cli, "render_markdown", fail)
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["table"])
+    assert caught.value.code == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.endswith("\n")
+    assert err.count("\n") == 1
+    assert err.startswith(expected)
+    assert "Traceback" not in err
+
+
+def test_main_exits_0_on_success(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["table", "--format", "mermaid"])
+    assert caught.value.code in (0, None)
+    assert capsys.readouterr().out == render_mermaid()
+
+
+def test_global_options_are_kept_for_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    state = cli.CliState()
+    with pytest.raises(SystemExit) as caught:
+        cli.app(args=["--url", "memory://", "table"], obj=state, prog_name="procledger")
+    assert caught.value.code in (0, None)
+    assert (state.url, state.command) == ("memory://", "table")
+    assert capsys.readouterr().out == render_markdown()
