@@ -8,7 +8,7 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     ├── RegistrationError                 (.field)
     ├── FilterError                       (.key; also ValueError)
     ├── InvalidTransition                 (.from_state, .kind, .to_state)
-    ├── AlreadyTerminal
+    │   └── AlreadyTerminal
     ├── ReplayConflict
     ├── RegistrationConflict              (.existing_hash, .new_hash)
     ├── UndeclaredEventType
@@ -82,8 +82,12 @@ class InvalidTransition(ProcledgerError):
         self.process_id = process_id
 
 
-class AlreadyTerminal(ProcledgerError):
-    """The process already ended; only an identical repeat of its terminal is accepted."""
+class AlreadyTerminal(InvalidTransition):
+    """The process already ended; only an identical repeat of its terminal is accepted.
+
+    A subclass of ``InvalidTransition``: a terminal state accepts no transition at all, and a
+    caller that only handles the general case still catches this one.
+    """
 
 
 class ReplayConflict(ProcledgerError):

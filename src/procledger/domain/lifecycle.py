@@ -110,7 +110,7 @@ def _read_transitions() -> frozenset[tuple[ProcessState, LifecycleKind, ProcessS
 TRANSITIONS = _read_transitions()
 
 _TARGETS = frozenset((kind, to) for _, kind, to in TRANSITIONS)
-if _TARGETS != frozenset(_REASONS):  # pragma: no cover - a broken edit of this module
+if frozenset(_REASONS) != _TARGETS:  # pragma: no cover - a broken edit of this module
     raise RuntimeError(f"reasons and transitions disagree: {_TARGETS ^ frozenset(_REASONS)}")
 
 _ROWS: tuple[LifecycleRow, ...] = tuple(
@@ -160,9 +160,7 @@ def check_transition(
     process_id: str | None = None,
 ) -> None:
     if not is_allowed(from_state, kind, to_state):
-        raise InvalidTransition(
-            from_state.value, kind.value, to_state.value, process_id=process_id
-        )
+        raise InvalidTransition(from_state.value, kind.value, to_state.value, process_id=process_id)
 
 
 def render_markdown() -> str:

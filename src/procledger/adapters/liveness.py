@@ -1,0 +1,82 @@
+"""The /proc liveness probe: can a claimant *prove* that a lease holder is dead?
+
+Only ``local_process`` owners in the same PID namespace (``host_id``) and the same boot can be
+judged, and only a missing PID or a PID whose start time differs counts as proof. Any read
+error means "not provably dead": a lease is never stolen on a guess.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from procledger.domain.leases import LeaseOwner, Liveness, install_local_identity_source
+
+_PROC = Path("/proc")
+
+
+def read_process_start(pid: int, proc: Path = _PROC) -> str | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks); None if the pid is gone.
+
+    Raises ``OSError`` when the file exists but cannot be read or parsed.
+    """
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except FileNotFoundError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[19]
+
+
+def _machine_id(proc: Path) -> str:
+    for candidate in (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id")):
+        try:
+            return candidate.read_text().strip()
+        except OSError:
+            continue
+    return (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+
+
+def local_identity(proc: Path = _PROC) -> Liveness | None:
+    """This process's liveness facts, or None where /proc is unreadable (then: opaque)."""
+    try:
+        pid_namespace = os.stat(proc / "self" / "ns" / "pid").st_ino
+        boot_id = (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+        pid = os.getpid()
+        start = read_process_start(pid, proc)
+        host_id = f"{_machine_id(proc)}:{pid_namespace}"
+    except (OSError, ValueError, IndexError):
+        return None
+    if start is None:
+        return None
+    return Liveness(
+        kind="local_process", host_id=host_id, boot_id=boot_id, pid=pid, process_start=start
+    )
+
+
+StartReader = Callable[[int], str | None]
+
+
+class ProcProbe:
+    """Decides "provably dead" for a holder, as seen by a claimant on this host."""
+
+    def __init__(self, read_start: StartReader = read_process_start) -> None:
+        self._read_start = read_start
+
+    def provably_dead(self, holder: LeaseOwner, claimant: LeaseOwner) -> bool:
+        mine, theirs = claimant.liveness, holder.liveness
+        if not (mine.is_local_process and theirs.is_local_process):
+            return False
+        if mine.host_id != theirs.host_id or mine.boot_id != theirs.boot_id:
+            return False
+        assert theirs.pid is not None
+        try:
+            start = self._read_start(theirs.pid)
+        except (OSError, ValueError, IndexError):
+            return False
+        return start is None or start != theirs.process_start
+
+
+install_local_identity_source(local_identity)

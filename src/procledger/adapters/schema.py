@@ -1,0 +1,82 @@
+"""The side tables beside the event log.
+
+``records`` and ``grants`` are read models (projections of the log, rebuildable); ``tracking``
+holds the position they reflect. ``leases``, ``envs``, ``journal`` and ``handles`` are not
+events: leases change on every renewal (keeping them out of the log keeps loading a process
+cheap), environments hold values that must never reach the log, and the journal is the
+notification command store.
+"""
+
+from __future__ import annotations
+
+from procledger.adapters.store import Store
+
+
+def create_tables(store: Store) -> None:
+    big = "BIGINT" if store.dialect == "postgresql" else "INTEGER"
+    serial = (
+        "BIGSERIAL PRIMARY KEY"
+        if store.dialect == "postgresql"
+        else "INTEGER PRIMARY KEY AUTOINCREMENT"
+    )
+    t = store.table
+    statements = [
+        f"""CREATE TABLE IF NOT EXISTS {t("records")} (
+            process_id TEXT PRIMARY KEY,
+            change_seq {big} NOT NULL,
+            status TEXT NOT NULL,
+            terminal INTEGER NOT NULL,
+            waiting INTEGER NOT NULL,
+            originator_scope_id TEXT NOT NULL,
+            identity_kind TEXT NOT NULL,
+            identity_label TEXT,
+            definition TEXT,
+            created_at_ms {big} NOT NULL,
+            updated_at_ms {big} NOT NULL,
+            record TEXT NOT NULL)""",
+        f"CREATE INDEX IF NOT EXISTS procledger_records_feed ON {t('records')} "
+        "(change_seq, process_id)",
+        f"""CREATE TABLE IF NOT EXISTS {t("tracking")} (
+            name TEXT PRIMARY KEY,
+            position {big} NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {t("leases")} (
+            process_id TEXT PRIMARY KEY,
+            owner TEXT NOT NULL,
+            lease_token TEXT NOT NULL,
+            fencing_token {big} NOT NULL,
+            claimed_at_ms {big} NOT NULL,
+            expires_at_ms {big} NOT NULL,
+            released INTEGER NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {t("grants")} (
+            session_id TEXT NOT NULL,
+            process_id TEXT NOT NULL,
+            descriptor TEXT,
+            PRIMARY KEY (session_id, process_id))""",
+        f"CREATE INDEX IF NOT EXISTS procledger_grants_process ON {t('grants')} (process_id)",
+        f"""CREATE TABLE IF NOT EXISTS {t("envs")} (
+            env_ref TEXT PRIMARY KEY,
+            env TEXT NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {t("journal")} (
+            seq {serial},
+            command_id TEXT NOT NULL UNIQUE,
+            session_id TEXT NOT NULL,
+            loop_id TEXT NOT NULL,
+            process_handle TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            consumed INTEGER NOT NULL DEFAULT 0)""",
+        f"""CREATE TABLE IF NOT EXISTS {t("handles")} (
+            handle TEXT PRIMARY KEY,
+            process_id TEXT NOT NULL,
+            owner_id TEXT NOT NULL,
+            session_id TEXT,
+            loop_id TEXT,
+            command_id TEXT NOT NULL)""",
+        f"CREATE INDEX IF NOT EXISTS procledger_handles_process ON {t('handles')} (process_id)",
+    ]
+    with store.write() as tx:
+        for statement in statements:
+            tx.execute(statement)
+        tx.execute(
+            f"INSERT INTO {t('tracking')} (name, position) VALUES ('records', 0) "
+            "ON CONFLICT (name) DO NOTHING"
+        )

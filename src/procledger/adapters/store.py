@@ -1,0 +1,343 @@
+"""Where the ledger lives: store URLs, transactions, and recorders that write side effects
+in the same transaction as the events.
+
+Every store is SQL underneath: a SQLite file (the embedded default), a private in-memory SQLite
+database (``memory://``, for tests), or a PostgreSQL schema. That lets one set of statements
+serve all three, and lets an event append, its lease check, its lease release and its read-model
+update commit or roll back together — the atomicity the contract asks for.
+
+Statements are written with ``?`` placeholders; ``Tx`` rewrites them for psycopg.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import psycopg
+from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+from psycopg import sql as pgsql
+
+from procledger.domain.errors import StoreError
+
+Dialect = Literal["sqlite", "postgresql"]
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+APPLICATION_NAME = "procledger"
+
+
+# -- URLs ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A parsed store URL. ``masked`` is what messages show (never the password)."""
+
+    dialect: Dialect
+    masked: str
+    sqlite_path: str = ""
+    in_memory: bool = False
+    pg: dict[str, str] = field(default_factory=dict)
+    schema: str = "public"
+
+
+def default_url() -> str:
+    configured = os.environ.get("PROCLEDGER_URL")
+    if configured:
+        return configured
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return f"sqlite:///{data_home}/procledger/ledger.db"
+
+
+def mask_url(url: str) -> str:
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def parse_store_url(url: str) -> StoreLocation:
+    masked = mask_url(url)
+    if url == "memory://" or url.startswith("memory:"):
+        return StoreLocation("sqlite", masked, in_memory=True)
+    if url.startswith("sqlite:"):
+        return _parse_sqlite(url, masked)
+    if url.startswith(("postgresql://", "postgres://")):
+        return _parse_postgres(url, masked)
+    raise StoreError(
+        f"store URL {masked!r}: unknown scheme (use memory://, sqlite:///path.db "
+        "or postgresql://user:password@host:port/dbname)"
+    )
+
+
+def _parse_sqlite(url: str, masked: str) -> StoreLocation:
+    rest = url[len("sqlite:") :]
+    path = rest[2:] if rest.startswith("//") else rest
+    if not path or path == "/":
+        raise StoreError(f"store URL {masked!r}: no database path")
+    return StoreLocation("sqlite", masked, sqlite_path=unquote(path))
+
+
+def _parse_postgres(url: str, masked: str) -> StoreLocation:
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    schema = query.get("schema", ["public"])[0]
+    if not _SCHEMA_NAME.match(schema):
+        raise StoreError(f"store URL {masked!r}: schema {schema!r} is not a plain identifier")
+    dbname = parts.path.lstrip("/")
+    if not dbname or not parts.hostname:
+        raise StoreError(f"store URL {masked!r}: needs a host and a database name")
+    pg = {
+        "dbname": unquote(dbname),
+        "host": parts.hostname,
+        "port": str(parts.port or 5432),
+        "user": unquote(parts.username or os.environ.get("USER", "postgres")),
+        "password": unquote(parts.password or ""),
+    }
+    return StoreLocation("postgresql", masked, pg=pg, schema=schema)
+
+
+# -- transactions --------------------------------------------------------------------------------
+
+
+class Tx:
+    """One open transaction: ``?``-style statements on either dialect."""
+
+    _converted: dict[str, str] = {}
+
+    def __init__(self, cursor: Any, dialect: Dialect) -> None:
+        self.cursor = cursor
+        self.dialect = dialect
+
+    def execute(self, statement: str, params: Sequence[Any] = ()) -> Tx:
+        if self.dialect == "postgresql":
+            converted = self._converted.get(statement)
+            if converted is None:
+                converted = self._converted[statement] = statement.replace("?", "%s")
+            statement = converted
+        self.cursor.execute(statement, params)
+        return self
+
+    def one(self) -> Any:
+        return self.cursor.fetchone()
+
+    def all(self) -> list[Any]:
+        return list(self.cursor.fetchall())
+
+    @property
+    def rowcount(self) -> int:
+        return int(self.cursor.rowcount)
+
+
+class WriteUnit(Protocol):
+    """Side effects that must commit with an event append, or not at all."""
+
+    def before(self, tx: Tx) -> None: ...
+
+    def after(self, tx: Tx, notification_ids: Sequence[int]) -> None: ...
+
+
+class Store:
+    """Transactions and table names for one opened location."""
+
+    def __init__(self, location: StoreLocation) -> None:
+        self.location = location
+        self.dialect: Dialect = location.dialect
+        self.sqlite: SQLiteDatastore | None = None
+        self.postgres: PostgresDatastore | None = None
+
+    def table(self, name: str) -> str:
+        """A side table's qualified name (events live in eventsourcing's own table)."""
+        if self.dialect == "postgresql":
+            return f'"{self.location.schema}"."procledger_{name}"'
+        return f"procledger_{name}"
+
+    @property
+    def events_table(self) -> str:
+        if self.dialect == "postgresql":
+            return f'"{self.location.schema}"."{APPLICATION_NAME}_events"'
+        return "stored_events"
+
+    @property
+    def notification_id_column(self) -> str:
+        return "notification_id" if self.dialect == "postgresql" else "rowid"
+
+    @contextmanager
+    def write(self) -> Iterator[Tx]:
+        """A serialised write transaction (SQLite: BEGIN IMMEDIATE, so no upgrade deadlock)."""
+        with self._transaction(write=True) as tx:
+            yield tx
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        with self._transaction(write=False) as tx:
+            yield tx
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[Tx]:
+        try:
+            if self.sqlite is not None:
+                with _sqlite_transaction(self.sqlite, write=write) as cursor:
+                    yield Tx(cursor, "sqlite")
+            else:
+                assert self.postgres is not None
+                with self.postgres.transaction(commit=write) as cursor:
+                    yield Tx(cursor, "postgresql")
+        except (sqlite3.IntegrityError, psycopg.IntegrityError) as error:
+            raise IntegrityError(str(error)) from error
+
+
+@contextmanager
+def _sqlite_transaction(datastore: SQLiteDatastore, *, write: bool) -> Iterator[Any]:
+    with datastore.get_connection(commit=write) as connection:
+        raw: sqlite3.Connection = connection._sqlite_conn  # eventsourcing keeps it private
+        cursor = raw.cursor()
+        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            yield cursor
+        except BaseException:
+            raw.rollback()
+            raise
+        else:
+            if write:
+                raw.commit()
+            else:
+                raw.rollback()
+        finally:
+            cursor.close()
+
+
+# -- recorders -------------------------------------------------------------------------------------
+
+
+InsertHook = Callable[[Tx, Sequence[StoredEvent]], list[int]]
+
+
+class SQLiteRecorder(SQLiteApplicationRecorder):  # type: ignore[misc]
+    """Appends events and runs the write unit's side effects in one transaction."""
+
+    store: Store
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        unit: WriteUnit | None = kwargs.get("unit")
+        with self.store.write() as tx:
+            if unit is not None:
+                unit.before(tx)
+            ids = []
+            for stored in stored_events:
+                tx.execute(
+                    self.insert_events_statement,
+                    (
+                        stored.originator_id.hex
+                        if isinstance(stored.originator_id, uuid.UUID)
+                        else stored.originator_id,
+                        stored.originator_version,
+                        stored.topic,
+                        stored.state,
+                    ),
+                )
+                ids.append(int(tx.cursor.lastrowid))
+            if unit is not None:
+                unit.after(tx, ids)
+        return ids
+
+
+class PostgresRecorder(PostgresApplicationRecorder):  # type: ignore[misc]
+    """Like eventsourcing's, with the table lock first so commit order equals id order."""
+
+    store: Store
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.insert_one_statement = pgsql.SQL(
+            "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
+            "VALUES (%s, %s, %s, %s) RETURNING notification_id"
+        ).format(pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name))
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        unit: WriteUnit | None = kwargs.get("unit")
+        with self.store.write() as tx:
+            for statement in self.lock_table_statements:
+                tx.cursor.execute(statement)
+            if unit is not None:
+                unit.before(tx)
+            ids = []
+            for stored in stored_events:
+                tx.cursor.execute(
+                    self.insert_one_statement,
+                    (stored.originator_id, stored.originator_version, stored.topic, stored.state),
+                )
+                ids.append(int(tx.cursor.fetchone()["notification_id"]))
+            tx.cursor.execute(pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name)))
+            if unit is not None:
+                unit.after(tx, ids)
+        return ids
+
+
+# -- opening -----------------------------------------------------------------------------------------
+
+
+def application_env(location: StoreLocation) -> dict[str, str]:
+    """The eventsourcing environment for a location; never merged with ``os.environ``."""
+    if location.dialect == "sqlite":
+        name = (
+            f"file:procledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            if location.in_memory
+            else location.sqlite_path
+        )
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": name,
+            "SQLITE_LOCK_TIMEOUT": "60",
+            "APPLICATION_RECORDER_TOPIC": f"{__name__}:SQLiteRecorder",
+        }
+    pg = location.pg
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": pg["dbname"],
+        "POSTGRES_HOST": pg["host"],
+        "POSTGRES_PORT": pg["port"],
+        "POSTGRES_USER": pg["user"],
+        "POSTGRES_PASSWORD": pg["password"],
+        "POSTGRES_SCHEMA": location.schema,
+        "POSTGRES_POOL_SIZE": "2",
+        "POSTGRES_MAX_OVERFLOW": "8",
+        "POSTGRES_CONNECT_TIMEOUT": "5",
+        "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
+        "APPLICATION_RECORDER_TOPIC": f"{__name__}:PostgresRecorder",
+    }
+
+
+def prepare_location(location: StoreLocation) -> None:
+    """Fail early, with the URL named, where eventsourcing would fail obscurely."""
+    if location.dialect == "sqlite" and not location.in_memory:
+        path = Path(location.sqlite_path)
+        if not path.parent.is_dir():
+            raise StoreError(f"store URL {location.masked!r}: folder {path.parent} does not exist")
+        try:
+            sqlite3.connect(location.sqlite_path).close()
+        except sqlite3.Error as error:
+            raise StoreError(f"store URL {location.masked!r}: cannot open: {error}") from None
+    if location.dialect == "postgresql":
+        _create_schema(location)
+
+
+def _create_schema(location: StoreLocation) -> None:
+    try:
+        with psycopg.connect(connect_timeout=5, autocommit=True, **location.pg) as conn:
+            conn.execute(
+                pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(
+                    pgsql.Identifier(location.schema)
+                )
+            )
+    except psycopg.errors.UniqueViolation:
+        pass  # another process created it at the same moment
+    except psycopg.Error as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        raise StoreError(f"store URL {location.masked!r}: cannot connect: {first_line}") from None

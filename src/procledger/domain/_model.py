@@ -1,0 +1,67 @@
+"""Shared pydantic plumbing: frozen strict models and single-class tagged unions.
+
+A tagged union is one class whose tag field picks which other fields exist. One class (rather
+than a union of subclasses) lets callers write ``ProcessInput(type="command", argv=[...])`` or
+pass the JSON dict, and still get an error naming the field when a key does not belong to the
+chosen variant. Its JSON carries only the variant's own keys, so hashes stay canonical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, SerializationInfo, model_serializer, model_validator
+from pydantic.functional_serializers import SerializerFunctionWrapHandler
+
+
+class Frozen(BaseModel):
+    """Immutable, closed to unknown keys: what a stored fact should be."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Tagged(Frozen):
+    """Base of single-class tagged unions.
+
+    Subclasses set ``TAG`` (the discriminating key), ``DEFAULT_TAG`` (or ``None`` when the tag is
+    required) and ``VARIANTS`` (tag → (required keys, optional keys)).
+    """
+
+    TAG: ClassVar[str]
+    DEFAULT_TAG: ClassVar[str | None] = None
+    VARIANTS: ClassVar[Mapping[str, tuple[frozenset[str], frozenset[str]]]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_variant(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        tag = data.get(cls.TAG, cls.DEFAULT_TAG)
+        if tag not in cls.VARIANTS:
+            allowed = ", ".join(sorted(cls.VARIANTS))
+            raise ValueError(f"{cls.TAG} must be one of {allowed}, not {tag!r}")
+        required, optional = cls.VARIANTS[tag]
+        for key in data:
+            if key != cls.TAG and key not in required | optional:
+                raise ValueError(f"key {key!r} does not belong to {cls.TAG}={tag!r}")
+        for key in sorted(required):
+            if key not in data:
+                raise ValueError(f"{cls.TAG}={tag!r} requires {key!r}")
+        return {**data, cls.TAG: tag}
+
+    @model_serializer(mode="wrap")
+    def _variant_keys_only(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> dict[str, Any]:
+        full: dict[str, Any] = handler(self)
+        tag = getattr(self, self.TAG)
+        required, optional = self.VARIANTS[tag]
+        keep = {self.TAG} | required | optional
+        return {key: value for key, value in full.items() if key in keep}
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted-key compact JSON: the byte form that hashes are taken of."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)

@@ -1,0 +1,117 @@
+"""The completion notification: metadata-only hand-off to the loop that owns a process.
+
+It never carries the command, output, stdin, environment, host path or PID. Validation runs
+in a fixed order and raises ``ProcessLifecycleValidationError`` itself (not wrapped by pydantic,
+which only wraps ``ValueError``/``AssertionError``), so callers can branch on ``.field``.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from pydantic import model_validator
+
+from procledger.domain._model import Frozen
+from procledger.domain.errors import ProcessLifecycleValidationError
+from procledger.domain.lifecycle import NOTIFICATION_ROWS
+from procledger.domain.records import MAX_PROCESS_HANDLE_BYTES
+from procledger.domain.vocabulary import ProcessState, TerminalReason
+
+_HANDLE = re.compile(r"^[A-Za-z0-9_-]+$")
+_FIELDS = ("command_id", "session_id", "loop_id", "process_handle", "state", "reason")
+_UUID_FIELDS = ("command_id", "session_id", "loop_id")
+
+
+def _as_uuid(field: str, value: Any) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = uuid.UUID(value)
+        except ValueError:
+            raise ProcessLifecycleValidationError(field, f"not a UUID: {value!r}") from None
+    else:
+        raise ProcessLifecycleValidationError(field, "must be a UUID")
+    if parsed.int == 0:
+        raise ProcessLifecycleValidationError(field, "must not be the zero UUID")
+    return parsed
+
+
+def check_process_handle(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ProcessLifecycleValidationError("process_handle", "must be a string")
+    size = len(value.encode())
+    if not 1 <= size <= MAX_PROCESS_HANDLE_BYTES or not _HANDLE.match(value):
+        raise ProcessLifecycleValidationError(
+            "process_handle",
+            f"must be 1-{MAX_PROCESS_HANDLE_BYTES} bytes of [A-Za-z0-9_-]",
+        )
+    return value
+
+
+def _check_state_reason(state: Any, reason: Any) -> tuple[ProcessState, TerminalReason]:
+    try:
+        pair = (ProcessState(state), TerminalReason(reason))
+    except ValueError:
+        pair = None
+    if pair is None or pair not in NOTIFICATION_ROWS:
+        raise ProcessLifecycleValidationError(
+            "state_reason",
+            f"({state!r}, {reason!r}) is not a completed or lost row of the lifecycle table",
+        )
+    return pair
+
+
+def validate_notification_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The ordered checks: extra key, ids, handle, then the (state, reason) row."""
+    for key in data:
+        if key not in _FIELDS:
+            raise ProcessLifecycleValidationError(str(key), "unknown key")
+    checked: dict[str, Any] = {field: _as_uuid(field, data.get(field)) for field in _UUID_FIELDS}
+    checked["process_handle"] = check_process_handle(data.get("process_handle"))
+    checked["state"], checked["reason"] = _check_state_reason(data.get("state"), data.get("reason"))
+    return checked
+
+
+class ProcessCompletionNotification(Frozen):
+    command_id: uuid.UUID
+    session_id: uuid.UUID
+    loop_id: uuid.UUID
+    process_handle: str
+    state: ProcessState
+    reason: TerminalReason
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ordered_checks(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            raise ProcessLifecycleValidationError("command_id", "a notification is a JSON object")
+        return validate_notification_fields(data)
+
+    @classmethod
+    def model_validate_json(
+        cls,
+        json_data: str | bytes | bytearray,
+        *,
+        strict: bool | None = None,
+        extra: Any = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> ProcessCompletionNotification:
+        """Parse first, so malformed JSON is our typed error too, then run the same checks."""
+        try:
+            data = orjson.loads(json_data)
+        except orjson.JSONDecodeError as error:
+            raise ProcessLifecycleValidationError("command_id", f"not JSON: {error}") from None
+        return cls.model_validate(data, strict=strict, context=context)
+
+    def revalidated(self) -> ProcessCompletionNotification:
+        """A checked copy; ``model_construct`` can build one that skipped every check."""
+        return ProcessCompletionNotification.model_validate(
+            {field: getattr(self, field, None) for field in _FIELDS}
+        )

@@ -1,0 +1,739 @@
+"""The Process aggregate: every fact about one process, decided here and kept as events.
+
+Commands (public methods) validate and decide; event ``apply`` bodies only assign, because they
+run again on every replay. Events carry JSON-native values only, so an orjson round trip
+restores them exactly, and each lifecycle event stores the state it results in, so replaying
+old events never consults today's table. Topics are pinned: renaming a class must not orphan
+stored data.
+
+Error order for every write: validation, identical replay (a no-op), state, then authority
+(the lease, which needs the store, is the registry's last check).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from eventsourcing.domain import Aggregate
+
+from procledger.domain._model import canonical_json
+from procledger.domain.errors import (
+    AlreadyTerminal,
+    AuthorityRejected,
+    InvalidTransition,
+    ProcessLifecycleValidationError,
+    ReplayConflict,
+    UndeclaredEventType,
+)
+from procledger.domain.leases import CompletionAuthority, LeaseOwner
+from procledger.domain.lifecycle import check_row, check_transition
+from procledger.domain.records import (
+    MAX_DIAGNOSTIC_BYTES,
+    AbandonRequest,
+    ExternalRef,
+    Identity,
+    OwnerStamp,
+    ProcessEvent,
+    ProcessRecord,
+    WaitState,
+)
+from procledger.domain.registration import ProcessRegistration
+from procledger.domain.vocabulary import (
+    LifecycleKind,
+    ProcessState,
+    RecoveryDisposition,
+    TerminalReason,
+    coarse_status,
+)
+
+_NAMESPACE = uuid.UUID("6f1c2d7e-5b0a-4c1e-9a53-0d4c6e1f7a21")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+TERMINAL_KINDS = frozenset({LifecycleKind.completed, LifecycleKind.lost, LifecycleKind.abandoned})
+
+
+def process_uuid(process_id: str) -> uuid.UUID:
+    """Deterministic aggregate id: registering one id twice collides in the store."""
+    return uuid.uuid5(_NAMESPACE, process_id)
+
+
+def timestamp_of(at_ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=at_ms)
+
+
+def _fingerprint(*parts: Any) -> str:
+    return canonical_json(list(parts)).decode()
+
+
+def check_diagnostic(diagnostic: str | None) -> None:
+    if diagnostic is not None and len(diagnostic.encode()) > MAX_DIAGNOSTIC_BYTES:
+        raise ProcessLifecycleValidationError(
+            "diagnostic", f"must be at most {MAX_DIAGNOSTIC_BYTES} UTF-8 bytes"
+        )
+
+
+def _as_state(value: ProcessState | str) -> ProcessState:
+    try:
+        return ProcessState(value)
+    except ValueError:
+        raise ProcessLifecycleValidationError("state_reason", f"unknown state {value!r}") from None
+
+
+def _as_reason(value: TerminalReason | str | None) -> TerminalReason | None:
+    if value is None:
+        return None
+    try:
+        return TerminalReason(value)
+    except ValueError:
+        raise ProcessLifecycleValidationError("state_reason", f"unknown reason {value!r}") from None
+
+
+def check_completion_fields(
+    state: ProcessState, exit_code: int | None, diagnostic: str | None, value: Any
+) -> None:
+    """Field rules of a completion: which state may carry which detail."""
+    if (exit_code is None) == (state is ProcessState.exited):
+        raise ProcessLifecycleValidationError(
+            "exit_code", "is required for 'exited' and only allowed there"
+        )
+    if diagnostic is not None and state is not ProcessState.failed:
+        raise ProcessLifecycleValidationError(
+            "diagnostic", "is only allowed on failed completions, lost and abandoned"
+        )
+    if value is not None and state is not ProcessState.exited:
+        raise ProcessLifecycleValidationError("value", "is only allowed for 'exited'")
+    check_diagnostic(diagnostic)
+
+
+class Process(Aggregate):  # type: ignore[misc]
+    TOPIC = "procledger:Process"
+
+    class Event(Aggregate.Event):  # type: ignore[misc]
+        TOPIC = "procledger:Process.Event"
+        at_ms: int
+
+        def apply(self, aggregate: Any) -> None:
+            process = cast(Process, aggregate)
+            process.updated_at_ms = self.at_ms
+            self.evolve(process)
+
+        def evolve(self, process: Process) -> None:
+            """Assign this event's facts to the aggregate (runs on every replay)."""
+
+    class Registered(Event, Aggregate.Created):  # type: ignore[misc]
+        TOPIC = "procledger:Process.Registered"
+        registration: dict[str, Any]
+        registration_hash: str
+
+    class Started(Event):
+        TOPIC = "procledger:Process.Started"
+        state: str
+        started_at_ms: int
+        event_id: str | None
+
+        def evolve(self, process: Process) -> None:
+            process.state = ProcessState(self.state)
+            process.started_at_ms = self.started_at_ms
+            process.remember(self.event_id, self.fingerprint())
+
+        def fingerprint(self) -> str:
+            return _fingerprint("started", self.started_at_ms)
+
+    class Backgrounded(Event):
+        TOPIC = "procledger:Process.Backgrounded"
+        state: str
+        backgrounded_at_ms: int
+        event_id: str | None
+
+        def evolve(self, process: Process) -> None:
+            if process.started_at_ms is None:
+                process.started_at_ms = self.backgrounded_at_ms
+            process.state = ProcessState(self.state)
+            process.backgrounded = True
+            process.remember(self.event_id, self.fingerprint())
+
+        def fingerprint(self) -> str:
+            return _fingerprint("backgrounded", self.backgrounded_at_ms)
+
+    class StopRequested(Event):
+        TOPIC = "procledger:Process.StopRequested"
+        state: str
+        reason: str
+        event_id: str | None
+
+        def evolve(self, process: Process) -> None:
+            process.stop_requested.append(TerminalReason(self.reason))
+            process.remember(self.event_id, self.fingerprint())
+
+        def fingerprint(self) -> str:
+            return _fingerprint("stop_requested", self.reason)
+
+    class Terminal(Event):
+        """Base of the three terminal events; the fields compared for identical replays."""
+
+        TOPIC = "procledger:Process.Terminal"
+        state: str
+        reason: str
+        event_id: str | None
+        authority: dict[str, Any] | None
+
+        def evolve(self, process: Process) -> None:
+            process.state = ProcessState(self.state)
+            process.reason = TerminalReason(self.reason)
+            process.finished_at_ms = self.at_ms
+            process.wait = None
+            process.terminal_fingerprint = self.fingerprint()
+            process.remember(self.event_id, self.fingerprint())
+
+        def fingerprint(self) -> str:
+            raise NotImplementedError
+
+    class Completed(Terminal):
+        TOPIC = "procledger:Process.Completed"
+        exit_code: int | None
+        diagnostic: str | None
+        value: Any
+
+        def evolve(self, process: Process) -> None:
+            super().evolve(process)
+            process.exit_code = self.exit_code
+            process.diagnostic = self.diagnostic
+            process.value = self.value
+
+        def fingerprint(self) -> str:
+            return _completed_fingerprint(
+                self.state, self.reason, self.exit_code, self.diagnostic, self.value
+            )
+
+    class Lost(Terminal):
+        TOPIC = "procledger:Process.Lost"
+        diagnostic: str | None
+
+        def evolve(self, process: Process) -> None:
+            super().evolve(process)
+            process.diagnostic = self.diagnostic
+
+        def fingerprint(self) -> str:
+            return _fingerprint("lost", self.diagnostic)
+
+    class Abandoned(Terminal):
+        TOPIC = "procledger:Process.Abandoned"
+        diagnostic: str | None
+        owner: dict[str, Any] | None
+        evidence_at_ms: int | None
+
+        def evolve(self, process: Process) -> None:
+            super().evolve(process)
+            process.diagnostic = self.diagnostic
+            if self.owner is not None and self.evidence_at_ms is not None:
+                process.abandon_evidence = OwnerStamp(
+                    owner=LeaseOwner.model_validate(self.owner), at_ms=self.evidence_at_ms
+                )
+
+        def fingerprint(self) -> str:
+            return _fingerprint("abandoned", self.reason, self.diagnostic, self.owner)
+
+    class ProducerEvent(Event):
+        TOPIC = "procledger:Process.ProducerEvent"
+        event_type: str
+        payload: Any
+        replay_key: str
+
+        def evolve(self, process: Process) -> None:
+            process.replay_keys[self.replay_key] = (
+                _fingerprint(self.event_type, self.payload),
+                self.originator_version,
+            )
+
+    class FirstStarted(Event):
+        TOPIC = "procledger:Process.FirstStarted"
+        owner: dict[str, Any]
+        first_started_at_ms: int
+
+        def evolve(self, process: Process) -> None:
+            process.first_started = OwnerStamp(
+                owner=LeaseOwner.model_validate(self.owner), at_ms=self.first_started_at_ms
+            )
+
+    class AbandonRequested(Event):
+        TOPIC = "procledger:Process.AbandonRequested"
+        requested_by: str
+        reason: str | None
+
+        def evolve(self, process: Process) -> None:
+            process.abandon_request = AbandonRequest(
+                requested_by=self.requested_by, requested_at_ms=self.at_ms, reason=self.reason
+            )
+
+    class WaitSet(Event):
+        TOPIC = "procledger:Process.WaitSet"
+        wait: dict[str, Any]
+
+        def evolve(self, process: Process) -> None:
+            process.wait = WaitState.model_validate(self.wait)
+
+    class WaitCleared(Event):
+        TOPIC = "procledger:Process.WaitCleared"
+
+        def evolve(self, process: Process) -> None:
+            process.wait = None
+
+    class ExternalRefSet(Event):
+        TOPIC = "procledger:Process.ExternalRefSet"
+        ref: dict[str, Any]
+
+        def evolve(self, process: Process) -> None:
+            process.external_ref = ExternalRef.model_validate(self.ref)
+
+    class WakeTargetCleared(Event):
+        TOPIC = "procledger:Process.WakeTargetCleared"
+        session_id: str
+
+        def evolve(self, process: Process) -> None:
+            process.wake_target_cleared = True
+
+    # -- creation -------------------------------------------------------------------------
+
+    def __init__(self, registration: dict[str, Any], registration_hash: str, at_ms: int) -> None:
+        self.registration = ProcessRegistration.model_validate(registration)
+        self.registration_hash = registration_hash
+        self.created_at_ms = at_ms
+        self.updated_at_ms = at_ms
+        self.state = ProcessState.starting
+        self.reason: TerminalReason | None = None
+        self.exit_code: int | None = None
+        self.diagnostic: str | None = None
+        self.value: Any = None
+        self.stop_requested: list[TerminalReason] = []
+        self.backgrounded = False
+        self.started_at_ms: int | None = None
+        self.finished_at_ms: int | None = None
+        self.first_started: OwnerStamp | None = None
+        self.abandon_request: AbandonRequest | None = None
+        self.abandon_evidence: OwnerStamp | None = None
+        self.wait: WaitState | None = None
+        self.external_ref: ExternalRef | None = None
+        self.wake_target_cleared = False
+        self.terminal_fingerprint: str | None = None
+        self.event_ids: dict[str, str] = {}
+        self.replay_keys: dict[str, tuple[str, int]] = {}
+
+    @classmethod
+    def register(cls, registration: ProcessRegistration, *, at_ms: int) -> Process:
+        return cast(
+            Process,
+            cls._create(
+                cls.Registered,
+                id=process_uuid(registration.id),
+                registration=registration.model_dump(mode="json"),
+                registration_hash=registration.registration_hash(),
+                at_ms=at_ms,
+                timestamp=timestamp_of(at_ms),
+            ),
+        )
+
+    # -- helpers used by events -------------------------------------------------------------
+
+    @property
+    def process_id(self) -> str:
+        return self.registration.id
+
+    @property
+    def disposition(self) -> RecoveryDisposition:
+        return self.registration.disposition
+
+    def remember(self, event_id: str | None, fingerprint: str) -> None:
+        if event_id is not None:
+            self.event_ids[event_id] = fingerprint
+
+    def _emit(self, event_class: type[Process.Event], at_ms: int, **fields: Any) -> None:
+        self.trigger_event(event_class, at_ms=at_ms, timestamp=timestamp_of(at_ms), **fields)
+
+    def _is_replay(self, event_id: str | None, fingerprint: str) -> bool:
+        """True for an identical retry; ``ReplayConflict`` for a reused id with other content."""
+        if event_id is None or event_id not in self.event_ids:
+            return False
+        if self.event_ids[event_id] != fingerprint:
+            raise ReplayConflict(
+                f"process {self.process_id!r}: event_id {event_id} was used for another write"
+            )
+        return True
+
+    def _refuse_if_terminal(self, what: str) -> None:
+        if self.state.is_terminal:
+            raise AlreadyTerminal(
+                self.state.value,
+                what,
+                self.state.value,
+                process_id=self.process_id,
+            )
+
+    # -- non-terminal lifecycle ---------------------------------------------------------------
+
+    def record_started(self, started_at_ms: int, *, at_ms: int, event_id: str | None) -> bool:
+        if self._is_replay(event_id, _fingerprint("started", started_at_ms)):
+            return False
+        check_transition(
+            self.state, LifecycleKind.started, ProcessState.running, process_id=self.process_id
+        )
+        self._emit(
+            self.Started,
+            at_ms,
+            state=ProcessState.running.value,
+            started_at_ms=started_at_ms,
+            event_id=event_id,
+        )
+        return True
+
+    def record_backgrounded(
+        self, backgrounded_at_ms: int, *, at_ms: int, event_id: str | None
+    ) -> bool:
+        if self._is_replay(event_id, _fingerprint("backgrounded", backgrounded_at_ms)):
+            return False
+        kind, target = LifecycleKind.backgrounded, ProcessState.running
+        check_transition(self.state, kind, target, process_id=self.process_id)
+        if self.backgrounded:
+            raise InvalidTransition(
+                self.state.value, kind.value, target.value, process_id=self.process_id
+            )
+        self._emit(
+            self.Backgrounded,
+            at_ms,
+            state=target.value,
+            backgrounded_at_ms=backgrounded_at_ms,
+            event_id=event_id,
+        )
+        return True
+
+    def request_stop(
+        self, reason: TerminalReason | str, *, at_ms: int, event_id: str | None
+    ) -> bool:
+        stop_reason = _as_reason(reason)
+        check_row(LifecycleKind.stop_requested, ProcessState.running, stop_reason)
+        assert stop_reason is not None
+        if self._is_replay(event_id, _fingerprint("stop_requested", stop_reason.value)):
+            return False
+        check_transition(
+            self.state, LifecycleKind.stop_requested, self.state, process_id=self.process_id
+        )
+        if stop_reason in self.stop_requested:
+            return False
+        self._emit(
+            self.StopRequested,
+            at_ms,
+            state=self.state.value,
+            reason=stop_reason.value,
+            event_id=event_id,
+        )
+        return True
+
+    # -- terminals ------------------------------------------------------------------------------
+
+    def _decide_terminal(
+        self,
+        kind: LifecycleKind,
+        state: ProcessState,
+        event_id: str | None,
+        fingerprint: str,
+    ) -> bool:
+        """Replay, then state: True when the terminal must be appended."""
+        if self._is_replay(event_id, fingerprint):
+            return False
+        if self.state.is_terminal:
+            if self.terminal_fingerprint == fingerprint:
+                return False
+            raise AlreadyTerminal(
+                self.state.value, kind.value, state.value, process_id=self.process_id
+            )
+        check_transition(self.state, kind, state, process_id=self.process_id)
+        return True
+
+    def check_authority(
+        self, authority: CompletionAuthority, *, reason: TerminalReason | None
+    ) -> None:
+        allowed = authority.allows(
+            self.disposition,
+            abandon_requested_reason=reason is TerminalReason.abandon_requested,
+            abandon_pending=self.abandon_request is not None,
+        )
+        if not allowed:
+            raise AuthorityRejected(
+                f"process {self.process_id!r} ({self.disposition.value}): authority "
+                f"{authority.authority!r} may not record this terminal"
+            )
+
+    def complete(
+        self,
+        state: ProcessState | str,
+        reason: TerminalReason | str,
+        *,
+        exit_code: int | None,
+        diagnostic: str | None,
+        value: Any,
+        event_id: str | None,
+        authority: CompletionAuthority | None,
+        at_ms: int,
+    ) -> bool:
+        to_state, terminal_reason = _as_state(state), _as_reason(reason)
+        check_row(LifecycleKind.completed, to_state, terminal_reason)
+        assert terminal_reason is not None
+        check_completion_fields(to_state, exit_code, diagnostic, value)
+        fingerprint = _completed_fingerprint(
+            to_state.value, terminal_reason.value, exit_code, diagnostic, value
+        )
+        if not self._decide_terminal(LifecycleKind.completed, to_state, event_id, fingerprint):
+            return False
+        if authority is not None:
+            self.check_authority(authority, reason=terminal_reason)
+        self._emit(
+            self.Completed,
+            at_ms,
+            state=to_state.value,
+            reason=terminal_reason.value,
+            exit_code=exit_code,
+            diagnostic=diagnostic,
+            value=value,
+            event_id=event_id,
+            authority=_dump(authority),
+        )
+        return True
+
+    def lose(
+        self,
+        *,
+        diagnostic: str | None,
+        event_id: str | None,
+        authority: CompletionAuthority | None,
+        at_ms: int,
+    ) -> bool:
+        check_diagnostic(diagnostic)
+        state = ProcessState.lost_on_restore
+        if not self._decide_terminal(
+            LifecycleKind.lost, state, event_id, _fingerprint("lost", diagnostic)
+        ):
+            return False
+        if authority is not None:
+            self.check_authority(authority, reason=TerminalReason.lost_on_restore)
+        self._emit(
+            self.Lost,
+            at_ms,
+            state=state.value,
+            reason=TerminalReason.lost_on_restore.value,
+            diagnostic=diagnostic,
+            event_id=event_id,
+            authority=_dump(authority),
+        )
+        return True
+
+    def abandon(
+        self,
+        reason: TerminalReason | str,
+        *,
+        owner: LeaseOwner | None,
+        evidence_at_ms: int | None,
+        diagnostic: str | None,
+        event_id: str | None,
+        authority: CompletionAuthority | None,
+        at_ms: int,
+    ) -> bool:
+        abandon_reason = _as_reason(reason)
+        check_row(LifecycleKind.abandoned, ProcessState.abandoned, abandon_reason)
+        assert abandon_reason is not None
+        check_diagnostic(diagnostic)
+        owner_json = owner.model_dump(mode="json") if owner is not None else None
+        fingerprint = _fingerprint("abandoned", abandon_reason.value, diagnostic, owner_json)
+        if not self._decide_terminal(
+            LifecycleKind.abandoned, ProcessState.abandoned, event_id, fingerprint
+        ):
+            return False
+        if authority is not None:
+            self.check_authority(authority, reason=abandon_reason)
+        self._emit(
+            self.Abandoned,
+            at_ms,
+            state=ProcessState.abandoned.value,
+            reason=abandon_reason.value,
+            diagnostic=diagnostic,
+            owner=owner_json,
+            evidence_at_ms=(evidence_at_ms if evidence_at_ms is not None else at_ms)
+            if owner is not None
+            else None,
+            event_id=event_id,
+            authority=_dump(authority),
+        )
+        return True
+
+    # -- other facts ------------------------------------------------------------------------------
+
+    def append_producer_event(
+        self, event_type: str, payload: Any, *, replay_key: str, at_ms: int
+    ) -> int:
+        """Append a declared producer event; returns its sequence (the original one on replay)."""
+        if not self.registration.declares(event_type):
+            raise UndeclaredEventType(
+                f"process {self.process_id!r} did not declare event type {event_type!r}"
+            )
+        fingerprint = _fingerprint(event_type, payload)
+        if replay_key in self.replay_keys:
+            recorded, sequence = self.replay_keys[replay_key]
+            if recorded != fingerprint:
+                raise ReplayConflict(
+                    f"process {self.process_id!r}: replay_key {replay_key!r} was used "
+                    "with another payload"
+                )
+            return sequence
+        self._refuse_if_terminal(event_type)
+        self._emit(
+            self.ProducerEvent,
+            at_ms,
+            event_type=event_type,
+            payload=payload,
+            replay_key=replay_key,
+        )
+        return cast(int, self.version)
+
+    def record_first_started(
+        self, owner: LeaseOwner, first_started_at_ms: int, *, at_ms: int
+    ) -> bool:
+        if self.first_started is not None or self.state.is_terminal:
+            return False
+        self._emit(
+            self.FirstStarted,
+            at_ms,
+            owner=owner.model_dump(mode="json"),
+            first_started_at_ms=first_started_at_ms,
+        )
+        return True
+
+    def request_abandon(self, requested_by: str, reason: str | None, *, at_ms: int) -> bool:
+        self._refuse_if_terminal("abandon_requested")
+        if self.abandon_request is not None:
+            return False
+        self._emit(self.AbandonRequested, at_ms, requested_by=requested_by, reason=reason)
+        return True
+
+    def set_wait(self, wait: WaitState, *, at_ms: int) -> bool:
+        self._refuse_if_terminal("wait_set")
+        if self.wait == wait:
+            return False
+        self._emit(self.WaitSet, at_ms, wait=wait.model_dump(mode="json"))
+        return True
+
+    def clear_wait(self, *, at_ms: int) -> bool:
+        if self.wait is None:
+            return False
+        self._emit(self.WaitCleared, at_ms)
+        return True
+
+    def set_external_ref(self, ref: ExternalRef, *, at_ms: int) -> bool:
+        if self.external_ref is not None:
+            if self.external_ref == ref:
+                return False
+            raise ReplayConflict(
+                f"process {self.process_id!r} already has external ref "
+                f"{self.external_ref.backend}:{self.external_ref.id}"
+            )
+        self._emit(self.ExternalRefSet, at_ms, ref=ref.model_dump(mode="json"))
+        return True
+
+    def clear_wake_target(self, session_id: str, *, at_ms: int) -> bool:
+        target = self.wake_target
+        if target is None or target.session_id != session_id:
+            return False
+        self._emit(self.WakeTargetCleared, at_ms, session_id=session_id)
+        return True
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    @property
+    def wake_target(self) -> Any:
+        return None if self.wake_target_cleared else self.registration.wake_target
+
+    def to_record(self, change_seq: int) -> ProcessRecord:
+        registration = self.registration
+        kind, label = registration.input.identity()
+        return ProcessRecord(
+            id=registration.id,
+            registration_hash=self.registration_hash,
+            input=registration.input,
+            disposition=registration.disposition,
+            identity=Identity(kind=kind, label=label, definition=registration.definition),
+            originator=registration.originator,
+            wake_target=self.wake_target,
+            env_ref=registration.env_ref,
+            event_types=registration.event_types,
+            descriptor=registration.descriptor,
+            state=self.state,
+            reason=self.reason,
+            exit_code=self.exit_code,
+            diagnostic=self.diagnostic,
+            value=self.value,
+            status=coarse_status(self.state, self.reason, self.exit_code),
+            stop_requested=list(self.stop_requested),
+            backgrounded=self.backgrounded,
+            created_at_ms=self.created_at_ms,
+            updated_at_ms=self.updated_at_ms,
+            started_at_ms=self.started_at_ms,
+            finished_at_ms=self.finished_at_ms,
+            first_started=self.first_started,
+            abandon_request=self.abandon_request,
+            abandon_evidence=self.abandon_evidence,
+            wait=self.wait,
+            external_ref=self.external_ref,
+            change_seq=change_seq,
+        )
+
+
+def _completed_fingerprint(
+    state: str, reason: str, exit_code: int | None, diagnostic: str | None, value: Any
+) -> str:
+    return _fingerprint("completed", state, reason, exit_code, diagnostic, value)
+
+
+def _dump(authority: CompletionAuthority | None) -> dict[str, Any] | None:
+    return None if authority is None else authority.model_dump(mode="json")
+
+
+_EVENT_KINDS: dict[type[Process.Event], str] = {
+    Process.Registered: "registered",
+    Process.Started: LifecycleKind.started.value,
+    Process.Backgrounded: LifecycleKind.backgrounded.value,
+    Process.StopRequested: LifecycleKind.stop_requested.value,
+    Process.Completed: LifecycleKind.completed.value,
+    Process.Lost: LifecycleKind.lost.value,
+    Process.Abandoned: LifecycleKind.abandoned.value,
+    Process.FirstStarted: "first_started",
+    Process.AbandonRequested: "abandon_requested",
+    Process.WaitSet: "wait_set",
+    Process.WaitCleared: "wait_cleared",
+    Process.ExternalRefSet: "external_ref_set",
+    Process.WakeTargetCleared: "wake_target_cleared",
+}
+
+_BOOKKEEPING = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})
+
+
+def event_kind(event: Process.Event) -> str:
+    if isinstance(event, Process.ProducerEvent):
+        return event.event_type
+    return _EVENT_KINDS[type(event)]
+
+
+def to_process_event(process_id: str, event: Process.Event) -> ProcessEvent:
+    """The log entry a caller sees: kind, payload (no bookkeeping), event id, time."""
+    fields = {k: v for k, v in vars(event).items() if k not in _BOOKKEEPING}
+    at_ms = fields.pop("at_ms")
+    event_id = fields.pop("event_id", None)
+    if isinstance(event, Process.ProducerEvent):
+        event_id = None
+        fields = {"payload": event.payload, "replay_key": event.replay_key}
+    return ProcessEvent(
+        process_id=process_id,
+        sequence=event.originator_version,
+        kind=event_kind(event),
+        payload=fields,
+        event_id=event_id,
+        occurred_at_ms=at_ms,
+    )

@@ -1,0 +1,229 @@
+"""What a caller declares about a process before anything runs (DESIGN.md §3.1).
+
+These rules belong to the model, so an invalid registration cannot even be constructed:
+pydantic's ``ValidationError`` names the field. Environment values never appear here; a
+command's environment is referred to by the hash of its content (``env_ref``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, JsonValue, field_validator, model_validator
+
+from procledger.domain._model import Frozen, Tagged, canonical_json
+from procledger.domain.vocabulary import RecoveryDisposition
+
+MAX_PROCESS_ID_CHARS = 256
+ENV_REF_PREFIX = "process-env:sha256:"
+_ENV_REF = re.compile(r"^process-env:sha256:[0-9a-f]{64}$")
+_SIGNAL_TYPE = re.compile(r"^signal\.[A-Za-z0-9_-]+$")
+_NONE: frozenset[str] = frozenset()
+
+
+class ProcessInput(Tagged):
+    """What the work is: an OS ``command``, ``engine`` work, or ``external`` work."""
+
+    TAG: ClassVar[str] = "type"
+    VARIANTS: ClassVar[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+        "command": (frozenset({"argv"}), frozenset({"cwd"})),
+        "engine": (frozenset({"kind"}), frozenset({"payload"})),
+        "external": (_NONE, frozenset({"metadata"})),
+    }
+
+    type: Literal["command", "engine", "external"]
+    argv: list[str] | None = None
+    cwd: str | None = None
+    kind: str | None = None
+    payload: JsonValue = None
+    metadata: JsonValue = None
+
+    @classmethod
+    def command(cls, argv: list[str], cwd: str | None = None) -> ProcessInput:
+        return cls(type="command", argv=argv, cwd=cwd)
+
+    @classmethod
+    def engine(cls, kind: str, payload: JsonValue = None) -> ProcessInput:
+        return cls(type="engine", kind=kind, payload=payload)
+
+    @classmethod
+    def external(cls, metadata: JsonValue = None) -> ProcessInput:
+        return cls(type="external", metadata=metadata)
+
+    @model_validator(mode="after")
+    def _check_content(self) -> ProcessInput:
+        if self.type == "command" and (not self.argv or not self.argv[0]):
+            raise ValueError("argv must name a program (a non-empty first element)")
+        if self.type == "engine" and not (self.kind or "").strip():
+            raise ValueError("kind must be a non-empty engine name")
+        if self.type == "external" and self.metadata is not None:
+            if not isinstance(self.metadata, dict):
+                raise ValueError("metadata must be a JSON object")
+        return self
+
+    def identity(self) -> tuple[str, str | None]:
+        """The derived (kind, label) that lists and handles show."""
+        if self.type == "command":
+            assert self.argv is not None
+            return "command", posixpath.basename(self.argv[0]) or self.argv[0]
+        if self.type == "engine":
+            assert self.kind is not None
+            return self.kind, None
+        return "external", _external_label(self.metadata)
+
+
+def _external_label(metadata: JsonValue) -> str | None:
+    if isinstance(metadata, dict):
+        for key in ("label", "name", "title"):
+            value = metadata.get(key)
+            if isinstance(value, str):
+                return value
+    return None
+
+
+class SessionScope(Frozen):
+    """A session, optionally narrowed to one agent frame of it."""
+
+    session_id: str = Field(min_length=1)
+    agent_frame_id: str | None = None
+
+    @property
+    def scope_id(self) -> str:
+        base = f"session:{self.session_id}"
+        return base if self.agent_frame_id is None else f"{base}/frame:{self.agent_frame_id}"
+
+
+class Originator(Tagged):
+    """Who asked for the process: the ``host`` (optionally scoped) or a ``session``."""
+
+    TAG: ClassVar[str] = "type"
+    VARIANTS: ClassVar[dict[str, tuple[frozenset[str], frozenset[str]]]] = {
+        "host": (_NONE, frozenset({"scope"})),
+        "session": (frozenset({"scope"}), _NONE),
+    }
+
+    type: Literal["host", "session"]
+    scope: SessionScope | str | None = None
+
+    @classmethod
+    def host(cls, scope: str | None = None) -> Originator:
+        return cls(type="host", scope=scope)
+
+    @classmethod
+    def session(cls, scope: SessionScope) -> Originator:
+        return cls(type="session", scope=scope)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _coerce_scope(cls, data: Any) -> Any:
+        # Decide the scope's shape from the tag, so a dict never becomes a host scope string.
+        if isinstance(data, dict) and data.get("type") == "session":
+            scope = data.get("scope")
+            if isinstance(scope, dict):
+                return {**data, "scope": SessionScope.model_validate(scope)}
+            if scope is not None and not isinstance(scope, SessionScope):
+                raise ValueError("a session originator's scope must be a SessionScope")
+        if isinstance(data, dict) and data.get("type", "host") == "host":
+            if data.get("scope") is not None and not isinstance(data.get("scope"), str):
+                raise ValueError("a host originator's scope must be a string or null")
+        return data
+
+    @property
+    def scope_id(self) -> str:
+        if isinstance(self.scope, SessionScope):
+            return self.scope.scope_id
+        return "host" if self.scope is None else f"host:{self.scope}"
+
+
+class EventType(Frozen):
+    """A producer event type declared at registration, e.g. ``signal.ready``."""
+
+    name: str
+    payload_schema: JsonValue = None
+
+    @field_validator("name")
+    @classmethod
+    def _signal_name(cls, name: str) -> str:
+        if not _SIGNAL_TYPE.match(name):
+            raise ValueError(f"event type {name!r} must look like 'signal.<name>' ([A-Za-z0-9_-])")
+        return name
+
+
+class HandleDescriptor(Frozen):
+    """How a handle presents itself to a session: a kind and an optional label."""
+
+    kind: str = Field(min_length=1)
+    label: str | None = None
+
+
+def is_env_ref(value: str) -> bool:
+    return bool(_ENV_REF.match(value))
+
+
+class ProcessRegistration(Frozen):
+    """Everything declared about a process; hashed to make registration idempotent."""
+
+    id: str
+    input: ProcessInput
+    disposition: RecoveryDisposition
+    originator: Originator
+    wake_target: SessionScope | None = None
+    env_ref: str | None = None
+    event_types: list[EventType] = Field(default_factory=list)
+    descriptor: HandleDescriptor | None = None
+    definition: JsonValue = None
+
+    @field_validator("id")
+    @classmethod
+    def _process_id(cls, value: str) -> str:
+        check_process_id(value)
+        return value
+
+    @field_validator("env_ref")
+    @classmethod
+    def _env_ref_shape(cls, value: str | None) -> str | None:
+        if value is not None and not is_env_ref(value):
+            raise ValueError(f"env_ref must be '{ENV_REF_PREFIX}<64 hex digits>', not {value!r}")
+        return value
+
+    @field_validator("event_types")
+    @classmethod
+    def _distinct_event_types(cls, value: list[EventType]) -> list[EventType]:
+        names = [event_type.name for event_type in value]
+        if len(names) != len(set(names)):
+            raise ValueError("event_types declares the same name twice")
+        return value
+
+    @model_validator(mode="after")
+    def _env_ref_presence(self) -> ProcessRegistration:
+        if self.input.type == "external" and self.env_ref is not None:
+            raise ValueError("env_ref: an external process has no environment here")
+        if self.input.type != "external" and self.env_ref is None:
+            raise ValueError(f"env_ref: a {self.input.type} process requires env_ref")
+        return self
+
+    def registration_hash(self) -> str:
+        digest = hashlib.sha256(canonical_json(self.model_dump(mode="json"))).hexdigest()
+        return f"sha256:{digest}"
+
+    def declares(self, event_type: str) -> bool:
+        return any(declared.name == event_type for declared in self.event_types)
+
+
+def check_process_id(value: str) -> None:
+    """The id rules, shared by registration and every lookup that takes an id."""
+    if not value.strip():
+        raise ValueError("id must not be empty or blank")
+    if len(value) > MAX_PROCESS_ID_CHARS:
+        raise ValueError(f"id must be at most {MAX_PROCESS_ID_CHARS} characters")
+    if "#" in value:
+        raise ValueError("id must not contain '#'")
+
+
+def env_ref_for(env: dict[str, str]) -> str:
+    """The content hash of an environment; independent of the variables' order."""
+    digest = hashlib.sha256(canonical_json(env)).hexdigest()
+    return f"{ENV_REF_PREFIX}{digest}"

@@ -1,0 +1,1 @@
+"""Completion notifications: journalled before dispatch, deduplicated by command id."""

@@ -1,0 +1,90 @@
+"""The ``records`` read model: one row per process at its latest state.
+
+Besides the whole record (JSON), a row keeps the columns that filters and the change feed
+query, so listing never decodes records it does not return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import orjson
+
+from procledger.adapters.store import Store, Tx
+from procledger.domain._model import canonical_json
+from procledger.domain.errors import StoreError
+from procledger.domain.records import ProcessRecord
+
+_COLUMNS = (
+    "process_id, change_seq, status, terminal, waiting, originator_scope_id, identity_kind, "
+    "identity_label, definition, created_at_ms, updated_at_ms, record"
+)
+
+
+def record_row(record: ProcessRecord) -> tuple[object, ...]:
+    definition = record.identity.definition
+    return (
+        record.id,
+        record.change_seq,
+        record.status.value,
+        int(record.state.is_terminal),
+        int(record.wait is not None),
+        record.originator.scope_id,
+        record.identity.kind,
+        record.identity.label,
+        None if definition is None else canonical_json(definition).decode(),
+        record.created_at_ms,
+        record.updated_at_ms,
+        record.model_dump_json(),
+    )
+
+
+def upsert_records(tx: Tx, store: Store, records: Iterable[ProcessRecord]) -> None:
+    statement = (
+        f"INSERT INTO {store.table('records')} ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT (process_id) DO UPDATE SET change_seq=excluded.change_seq, "
+        "status=excluded.status, terminal=excluded.terminal, waiting=excluded.waiting, "
+        "originator_scope_id=excluded.originator_scope_id, "
+        "identity_kind=excluded.identity_kind, identity_label=excluded.identity_label, "
+        "definition=excluded.definition, created_at_ms=excluded.created_at_ms, "
+        "updated_at_ms=excluded.updated_at_ms, record=excluded.record"
+    )
+    rows = [record_row(record) for record in records]
+    if store.dialect == "postgresql":
+        tx.cursor.executemany(statement.replace("?", "%s"), rows)
+    else:
+        tx.cursor.executemany(statement, rows)
+
+
+def advance_tracking(tx: Tx, store: Store, position: int) -> None:
+    tx.execute(
+        f"UPDATE {store.table('tracking')} SET position=? WHERE name='records' AND position<?",
+        (position, position),
+    )
+
+
+def tracking_position(tx: Tx, store: Store) -> int:
+    row = tx.execute(f"SELECT position FROM {store.table('tracking')} WHERE name='records'").one()
+    return int(row["position"]) if row else 0
+
+
+def decode_record(process_id: str, payload: str | bytes) -> ProcessRecord:
+    """A stored record; a corrupt one is a ``StoreError`` naming it, not a crash."""
+    try:
+        return ProcessRecord.model_validate(orjson.loads(payload))
+    except Exception as error:
+        raise StoreError(f"stored record of process {process_id!r} is corrupt: {error}") from None
+
+
+def read_record(tx: Tx, store: Store, process_id: str) -> ProcessRecord | None:
+    row = tx.execute(
+        f"SELECT record FROM {store.table('records')} WHERE process_id=?", (process_id,)
+    ).one()
+    return None if row is None else decode_record(process_id, row["record"])
+
+
+def read_records(tx: Tx, store: Store, where: str, params: Sequence[object]) -> list[ProcessRecord]:
+    rows = tx.execute(
+        f"SELECT process_id, record FROM {store.table('records')} {where}", params
+    ).all()
+    return [decode_record(row["process_id"], row["record"]) for row in rows]
