@@ -44,10 +44,10 @@ pg_ensure_installed() {
 }
 
 # Run a server binary as the cluster's owner: "postgres" when we are root (initdb refuses
-# root), ourselves otherwise.
+# root), ourselves otherwise. From / so that postgres need not be able to enter our cwd.
 pg_as_owner() {
   if [ "$(id -u)" -eq 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
