@@ -13,7 +13,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, TypeVar, cast
+from uuid import UUID
 
 import orjson
 from eventsourcing.application import Application
@@ -34,6 +36,7 @@ from procledger.adapters.store import (
     prepare_location,
 )
 from procledger.domain.errors import (
+    AuthorityRejected,
     LeaseLost,
     NotFound,
     ProcledgerError,
@@ -49,7 +52,7 @@ from procledger.domain.leases import (
 )
 from procledger.domain.process import Process, process_uuid, to_process_event
 from procledger.domain.records import ExternalRef, ProcessEvent, ProcessRecord, WaitState
-from procledger.domain.registration import ProcessRegistration, env_ref_for
+from procledger.domain.registration import HandleDescriptor, ProcessRegistration, env_ref_for
 from procledger.domain.session import Session, session_uuid
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.notifications.journal import JournalMixin
@@ -155,7 +158,7 @@ def release_lease_row(tx: Tx, store: Store, lease: Lease) -> None:
     )
 
 
-class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ignore[misc]
+class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
     """One ledger of processes; open it with ``open_registry``."""
 
     name = APPLICATION_NAME
@@ -172,7 +175,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
         self.event_store = self.__dict__.pop("events")
         create_tables(self.store)
 
-    # -- eventsourcing wiring ------------------------------------------------------------------
+    # -- eventsourcing wiring -------------------------------------------------------------------
 
     def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
         return Environment(name, dict(env or {}))
@@ -181,12 +184,13 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
         return OrjsonMapper()
 
     def construct_recorder(self) -> Any:
-        recorder = self.factory.application_recorder()
+        recorder: Any = self.factory.application_recorder()
         recorder.store = self.store
+        datastore = cast(Any, self.factory).datastore
         if self.store.dialect == "postgresql":
-            self.store.postgres = self.factory.datastore
+            self.store.postgres = datastore
         else:
-            self.store.sqlite = self.factory.datastore
+            self.store.sqlite = datastore
         return recorder
 
     def close(self) -> None:
@@ -195,7 +199,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
     def now_ms(self) -> int:
         return int(self._clock())
 
-    # -- loading and saving --------------------------------------------------------------------
+    # -- loading and saving ---------------------------------------------------------------------
 
     def _load(self, process_id: str) -> Process:
         stored = self.recorder.select_events(process_uuid(process_id))
@@ -203,14 +207,17 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
             raise NotFound(f"process {process_id!r} not found")
         aggregate: Any = None
         for item in stored:
-            aggregate = self.mapper.to_domain_event(item).mutate(aggregate)
+            aggregate = self._decode(item).mutate(aggregate)
         return aggregate  # type: ignore[no-any-return]
+
+    def _decode(self, stored: Any) -> Any:
+        return self.mapper.to_domain_event(stored)
 
     def _load_session(self, session_id: str) -> Session | None:
         stored = self.recorder.select_events(session_uuid(session_id))
         aggregate: Any = None
         for item in stored:
-            aggregate = self.mapper.to_domain_event(item).mutate(aggregate)
+            aggregate = self._decode(item).mutate(aggregate)
         return aggregate  # type: ignore[no-any-return]
 
     def _save(
@@ -258,7 +265,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
                 continue
         raise StoreError(f"process {process_id!r}: gave up after {_CONFLICT_RETRIES} conflicts")
 
-    # -- registration and reads ----------------------------------------------------------------
+    # -- registration and reads -----------------------------------------------------------------
 
     def register(self, registration: ProcessRegistration) -> ProcessRecord:
         new_hash = registration.registration_hash()
@@ -284,15 +291,17 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
             raise NotFound(f"process {process_id!r} not found")
         return record
 
-    def events(self, process_id: str, after: int = 0) -> list[ProcessEvent]:
+    def events(  # type: ignore[override]  # Application.events is moved to event_store
+        self, process_id: str, after: int = 0
+    ) -> list[ProcessEvent]:
         stored = self.recorder.select_events(process_uuid(process_id), gt=after or None)
         if not stored and after == 0:
             raise NotFound(f"process {process_id!r} not found")
         if not stored:
             self.get(process_id)
-        return [to_process_event(process_id, self.mapper.to_domain_event(s)) for s in stored]
+        return [to_process_event(process_id, self._decode(s)) for s in stored]
 
-    # -- environments ----------------------------------------------------------------------------
+    # -- environments ---------------------------------------------------------------------------
 
     def store_env(self, env: Mapping[str, str]) -> str:
         values = {str(k): str(v) for k, v in env.items()}
@@ -314,7 +323,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
             raise NotFound(f"environment {env_ref!r} was never stored")
         return dict(orjson.loads(row["env"]))
 
-    # -- lifecycle -----------------------------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------------
 
     def record_started(
         self, process_id: str, started_at_ms: int, *, event_id: str | None = None
@@ -416,8 +425,6 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
     ) -> None:
         """The last check of a terminal write (the aggregate already checked the authority)."""
         if lease is None and authority is None:
-            from procledger.domain.errors import AuthorityRejected
-
             raise AuthorityRejected(
                 f"process {process.process_id!r}: a terminal write needs a live lease "
                 "or a completion authority"
@@ -427,7 +434,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
                 f"process {process.process_id!r}: the lease is for {lease.process_id!r}"
             )
 
-    # -- producer events and other facts -----------------------------------------------------------
+    # -- producer events and other facts --------------------------------------------------------
 
     def append_event(
         self, process_id: str, event_type: str, payload: Any, *, replay_key: str
@@ -464,7 +471,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
     def set_external_ref(self, process_id: str, ref: ExternalRef) -> ProcessRecord:
         return self._write(process_id, lambda p, now: p.set_external_ref(ref, at_ms=now))
 
-    # -- waiting -------------------------------------------------------------------------------------
+    # -- waiting --------------------------------------------------------------------------------
 
     def await_event(
         self,
@@ -504,7 +511,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
                 self._changed.wait(pause if remaining is None else min(pause, remaining))
             pause = min(pause * 2, 0.1)
 
-    # -- leases ------------------------------------------------------------------------------------
+    # -- leases ---------------------------------------------------------------------------------
 
     def claim_lease(self, process_id: str, owner: LeaseOwner, ttl_ms: int) -> Acquired | Busy:
         return self._take_lease(process_id, owner, ttl_ms, observed=None)
@@ -588,7 +595,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application):  # type: ig
         with self.store.write() as tx:
             release_lease_row(tx, self.store, lease)
 
-    # -- grants ----------------------------------------------------------------------------------
+    # -- grants ---------------------------------------------------------------------------------
 
     def _save_sessions(
         self, sessions: Sequence[Session], processes: Sequence[Process] = ()
@@ -654,15 +661,14 @@ def _not_granted(process_id: str) -> NotFound:
 
 
 def _descriptor_json(descriptor: Any, record: ProcessRecord) -> dict[str, Any]:
-    from procledger.domain.registration import HandleDescriptor
-
     if descriptor is None:
         descriptor = record.descriptor or HandleDescriptor(
             kind=record.identity.kind, label=record.identity.label
         )
     if not isinstance(descriptor, HandleDescriptor):
         descriptor = HandleDescriptor.model_validate(descriptor)
-    return descriptor.model_dump(mode="json")
+    dumped: dict[str, Any] = descriptor.model_dump(mode="json")
+    return dumped
 
 
 def _check_ttl(ttl_ms: int) -> None:
@@ -678,8 +684,6 @@ def open_registry(url: str | None = None, *, clock: Clock | None = None) -> Proc
     """Open (creating if needed) the ledger at ``url``; ``StoreError`` names a bad URL."""
     location = parse_store_url(url or default_url())
     if url is None and location.dialect == "sqlite" and not location.in_memory:
-        from pathlib import Path
-
         Path(location.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     prepare_location(location)
     last_error: Exception | None = None

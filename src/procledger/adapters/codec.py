@@ -20,7 +20,7 @@ from procledger.domain.errors import StoreError
 _BOOKKEEPING = ("originator_id", "originator_version")
 
 
-class OrjsonTranscoder(Transcoder):  # type: ignore[misc]
+class OrjsonTranscoder(Transcoder):
     """Unused by our mapper but required by eventsourcing's factory signature."""
 
     def encode(self, obj: Any) -> bytes:
@@ -30,7 +30,7 @@ class OrjsonTranscoder(Transcoder):  # type: ignore[misc]
         return orjson.loads(data)
 
 
-class OrjsonMapper(Mapper):  # type: ignore[misc]
+class OrjsonMapper(Mapper[UUID]):
     def __init__(self) -> None:
         super().__init__(transcoder=OrjsonTranscoder())
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg
@@ -27,6 +27,7 @@ from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
 
 from procledger.domain.errors import StoreError
 
@@ -103,13 +104,13 @@ def _parse_postgres(url: str, masked: str) -> StoreLocation:
     return StoreLocation("postgresql", masked, pg=pg, schema=schema)
 
 
-# -- transactions --------------------------------------------------------------------------------
+# -- transactions -------------------------------------------------------------------------------
 
 
 class Tx:
     """One open transaction: ``?``-style statements on either dialect."""
 
-    _converted: dict[str, str] = {}
+    _converted: ClassVar[dict[str, str]] = {}
 
     def __init__(self, cursor: Any, dialect: Dialect) -> None:
         self.cursor = cursor
@@ -213,13 +214,13 @@ def _sqlite_transaction(datastore: SQLiteDatastore, *, write: bool) -> Iterator[
             cursor.close()
 
 
-# -- recorders -------------------------------------------------------------------------------------
+# -- recorders ----------------------------------------------------------------------------------
 
 
 InsertHook = Callable[[Tx, Sequence[StoredEvent]], list[int]]
 
 
-class SQLiteRecorder(SQLiteApplicationRecorder):  # type: ignore[misc]
+class SQLiteRecorder(SQLiteApplicationRecorder):
     """Appends events and runs the write unit's side effects in one transaction."""
 
     store: Store
@@ -248,7 +249,7 @@ class SQLiteRecorder(SQLiteApplicationRecorder):  # type: ignore[misc]
         return ids
 
 
-class PostgresRecorder(PostgresApplicationRecorder):  # type: ignore[misc]
+class PostgresRecorder(PostgresApplicationRecorder):
     """Like eventsourcing's, with the table lock first so commit order equals id order."""
 
     store: Store
@@ -280,7 +281,7 @@ class PostgresRecorder(PostgresApplicationRecorder):  # type: ignore[misc]
         return ids
 
 
-# -- opening -----------------------------------------------------------------------------------------
+# -- opening ------------------------------------------------------------------------------------
 
 
 def application_env(location: StoreLocation) -> dict[str, str]:
@@ -330,7 +331,8 @@ def prepare_location(location: StoreLocation) -> None:
 
 def _create_schema(location: StoreLocation) -> None:
     try:
-        with psycopg.connect(connect_timeout=5, autocommit=True, **location.pg) as conn:
+        conninfo = make_conninfo(connect_timeout=5, **location.pg)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(
                 pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(
                     pgsql.Identifier(location.schema)

@@ -12,8 +12,14 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, SerializationInfo, model_serializer, model_validator
-from pydantic.functional_serializers import SerializerFunctionWrapHandler
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 
 class Frozen(BaseModel):

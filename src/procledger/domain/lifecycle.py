@@ -24,7 +24,7 @@ _K = LifecycleKind
 _R = TerminalReason
 
 
-class ProcessLifecycle(StateMachine):  # type: ignore[misc]
+class ProcessLifecycle(StateMachine):
     """States and transitions of one process. Introspected, never run per aggregate."""
 
     starting = State(initial=True, value=_S.starting.value)
@@ -39,8 +39,8 @@ class ProcessLifecycle(StateMachine):  # type: ignore[misc]
     abandoned = State(final=True, value=_S.abandoned.value)
 
     started = starting.to(running)
-    backgrounded = starting.to(running) | running.to.itself()
-    stop_requested = starting.to.itself() | running.to.itself()
+    backgrounded = starting.to(running) | running.to.itself()  # type: ignore[no-untyped-call]
+    stop_requested = starting.to.itself() | running.to.itself()  # type: ignore[no-untyped-call]
     completed = starting.to(failed, terminated, killed) | running.to(
         exited, failed, timed_out, interrupted, terminated, killed
     )

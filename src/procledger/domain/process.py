@@ -107,10 +107,10 @@ def check_completion_fields(
     check_diagnostic(diagnostic)
 
 
-class Process(Aggregate):  # type: ignore[misc]
+class Process(Aggregate):
     TOPIC = "procledger:Process"
 
-    class Event(Aggregate.Event):  # type: ignore[misc]
+    class Event(Aggregate.Event):
         TOPIC = "procledger:Process.Event"
         at_ms: int
 
@@ -122,7 +122,7 @@ class Process(Aggregate):  # type: ignore[misc]
         def evolve(self, process: Process) -> None:
             """Assign this event's facts to the aggregate (runs on every replay)."""
 
-    class Registered(Event, Aggregate.Created):  # type: ignore[misc]
+    class Registered(Event, Aggregate.Created):
         TOPIC = "procledger:Process.Registered"
         registration: dict[str, Any]
         registration_hash: str
@@ -322,16 +322,13 @@ class Process(Aggregate):  # type: ignore[misc]
 
     @classmethod
     def register(cls, registration: ProcessRegistration, *, at_ms: int) -> Process:
-        return cast(
-            Process,
-            cls._create(
-                cls.Registered,
-                id=process_uuid(registration.id),
-                registration=registration.model_dump(mode="json"),
-                registration_hash=registration.registration_hash(),
-                at_ms=at_ms,
-                timestamp=timestamp_of(at_ms),
-            ),
+        return cls._create(
+            cls.Registered,
+            id=process_uuid(registration.id),
+            registration=registration.model_dump(mode="json"),
+            registration_hash=registration.registration_hash(),
+            at_ms=at_ms,
+            timestamp=timestamp_of(at_ms),
         )
 
     # -- helpers used by events -------------------------------------------------------------
@@ -592,7 +589,7 @@ class Process(Aggregate):  # type: ignore[misc]
             payload=payload,
             replay_key=replay_key,
         )
-        return cast(int, self.version)
+        return self.version
 
     def record_first_started(
         self, owner: LeaseOwner, first_started_at_ms: int, *, at_ms: int

@@ -59,9 +59,8 @@ class ProcessInput(Tagged):
             raise ValueError("argv must name a program (a non-empty first element)")
         if self.type == "engine" and not (self.kind or "").strip():
             raise ValueError("kind must be a non-empty engine name")
-        if self.type == "external" and self.metadata is not None:
-            if not isinstance(self.metadata, dict):
-                raise ValueError("metadata must be a JSON object")
+        if self.type == "external" and not isinstance(self.metadata, dict | None):
+            raise ValueError("metadata must be a JSON object")
         return self
 
     def identity(self) -> tuple[str, str | None]:
@@ -126,9 +125,9 @@ class Originator(Tagged):
                 return {**data, "scope": SessionScope.model_validate(scope)}
             if scope is not None and not isinstance(scope, SessionScope):
                 raise ValueError("a session originator's scope must be a SessionScope")
-        if isinstance(data, dict) and data.get("type", "host") == "host":
-            if data.get("scope") is not None and not isinstance(data.get("scope"), str):
-                raise ValueError("a host originator's scope must be a string or null")
+        host = isinstance(data, dict) and data.get("type", "host") == "host"
+        if host and not isinstance(data.get("scope"), str | None):
+            raise ValueError("a host originator's scope must be a string or null")
         return data
 
     @property

@@ -21,14 +21,14 @@ def session_uuid(session_id: str) -> uuid.UUID:
     return uuid.uuid5(_NAMESPACE, session_id)
 
 
-class Session(Aggregate):  # type: ignore[misc]
+class Session(Aggregate):
     TOPIC = "procledger:Session"
 
-    class Event(Aggregate.Event):  # type: ignore[misc]
+    class Event(Aggregate.Event):
         TOPIC = "procledger:Session.Event"
         at_ms: int
 
-    class Opened(Event, Aggregate.Created):  # type: ignore[misc]
+    class Opened(Event, Aggregate.Created):
         TOPIC = "procledger:Session.Opened"
         session_id: str
 
@@ -53,15 +53,12 @@ class Session(Aggregate):  # type: ignore[misc]
 
     @classmethod
     def open(cls, session_id: str, *, at_ms: int) -> Session:
-        return cast(
-            Session,
-            cls._create(
-                cls.Opened,
-                id=session_uuid(session_id),
-                session_id=session_id,
-                at_ms=at_ms,
-                timestamp=timestamp_of(at_ms),
-            ),
+        return cls._create(
+            cls.Opened,
+            id=session_uuid(session_id),
+            session_id=session_id,
+            at_ms=at_ms,
+            timestamp=timestamp_of(at_ms),
         )
 
     def grant(self, process_id: str, descriptor: dict[str, Any] | None, *, at_ms: int) -> bool:
