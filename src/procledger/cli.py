@@ -223,14 +223,20 @@ def _print_report(report: SweepReport, as_json: bool) -> None:
 
 
 def _run_worker_thread(worker: RecoveryWorker, body: Callable[[], None]) -> int:
-    """Run ``body`` on a thread; on SIGINT/SIGTERM stop ``worker`` and wait. The exit code."""
+    """Run ``body`` on a thread; on SIGINT/SIGTERM stop ``worker`` and wait. The exit code.
+
+    The main thread waits on an ``Event``, not on ``Thread.join(timeout)``: before Python 3.13
+    an interrupted ``join`` can leave the thread looking finished while it still runs."""
     failure: list[BaseException] = []
+    finished = threading.Event()
 
     def target() -> None:
         try:
             body()
         except BaseException as exc:
             failure.append(exc)
+        finally:
+            finished.set()
 
     thread = threading.Thread(target=target, name="procledger-recovery")
     previous = signal.signal(signal.SIGTERM, _raise_stop_signal)
@@ -238,15 +244,16 @@ def _run_worker_thread(worker: RecoveryWorker, body: Callable[[], None]) -> int:
     try:
         thread.start()
         try:
-            while thread.is_alive():
-                thread.join(0.2)
+            while not finished.wait(0.2):
+                pass
         except KeyboardInterrupt:
             exit_code = 128 + signal.SIGINT
         except _StopSignal as stop:
             exit_code = 128 + stop.signum
-        worker.stop()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the first request is being carried out
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        worker.stop()
+        finished.wait()
         thread.join()
     finally:
         signal.signal(signal.SIGTERM, previous)
