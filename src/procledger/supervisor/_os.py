@@ -1,0 +1,352 @@
+"""The one seam between a child's lifetime and the operating system (Linux and macOS).
+
+``execution`` decides *what* to do with a child; this module is *how*, one system call or
+psutil query per function, so that policy can be read without knowing the platform:
+
+- ``spawn`` starts argv in a new process group (``process_group=0``) but in the caller's
+  session, so the whole group can be signalled while terminal job control stays the host's.
+- ``ExitSignal`` is a descriptor that becomes readable when the child exits, **without reaping
+  it**. An unreaped child keeps its pid, and so its process-group id, reserved: that is what
+  makes ``killpg(child.pid)`` safe until the very end. Linux uses a pidfd, macOS a kqueue
+  ``NOTE_EXIT``; where neither exists a thread blocked in ``waitid(WNOWAIT)`` closes a pipe.
+- ``Tree`` is what we have seen of the child's descendants. It keeps ``psutil.Process`` objects
+  (which remember each process's start time) and only signals a group that a live process we
+  discovered still belongs to, so a reused pid is never mistaken for ours.
+- Reaping is ``Popen.wait`` on our own child: no ``waitpid(-1)``, no SIGCHLD handler, so the
+  host application's own subprocesses are never disturbed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import selectors
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import IO, Final
+
+import psutil  # type: ignore[import-untyped, unused-ignore]  # typed by this facade
+
+from procledger.domain.errors import SpawnError
+
+READ_CHUNK: Final = 65536
+"""Bytes asked of a pipe per read: one default Linux pipe buffer."""
+
+StrPath = str | os.PathLike[str]
+
+
+def describe(argv: Sequence[str]) -> str:
+    """The command as a shell would spell it, for error messages."""
+    return shlex.join(argv)
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: StrPath | None,
+    env: Mapping[str, str] | None,
+    stdin_pipe: bool,
+    stdout_pipe: bool,
+    stderr_pipe: bool,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` as the leader of a new process group; ``SpawnError`` if it cannot start.
+
+    Pipes are unbuffered and non-blocking on our side: the caller multiplexes them and must
+    never block in a read or write it cannot interrupt. Absent stdin is ``/dev/null``; absent
+    stdout/stderr are inherited.
+    """
+    try:
+        child = subprocess.Popen(
+            list(argv),
+            bufsize=0,
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout_pipe else None,
+            stderr=subprocess.PIPE if stderr_pipe else None,
+            close_fds=True,
+            process_group=0,
+        )
+    except (OSError, ValueError) as exc:
+        raise _spawn_error(argv, cwd, exc) from exc
+    for pipe in (child.stdin, child.stdout, child.stderr):
+        if pipe is not None:
+            os.set_blocking(pipe.fileno(), False)
+    return child
+
+
+def _spawn_error(argv: Sequence[str], cwd: StrPath | None, exc: Exception) -> SpawnError:
+    """``SpawnError`` naming the command (and the directory), keeping the errno if any."""
+    where = "" if cwd is None else f" in directory {os.fspath(cwd)!r}"
+    if not isinstance(exc, OSError) or exc.errno is None:
+        return SpawnError(f"cannot start command {describe(argv)!r}{where}: {exc}")
+    reason = exc.strerror if exc.filename is None else f"{exc.strerror}: {exc.filename!r}"
+    return SpawnError(exc.errno, f"cannot start command {describe(argv)!r}{where}: {reason}")
+
+
+def discard(child: subprocess.Popen[bytes]) -> None:
+    """Kill the group of a child we could not finish setting up, reap it, close its pipes.
+
+    Only for the instant after ``spawn``: nothing else of its tree can be known yet.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    close_pipes(child)
+
+
+def close_pipes(child: subprocess.Popen[bytes]) -> None:
+    """Close our ends of the child's pipes (idempotent)."""
+    for pipe in (child.stdin, child.stdout, child.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def reap(child: subprocess.Popen[bytes]) -> int:
+    """Wait for our own child only (``waitpid(child.pid)``) and return its return code."""
+    return child.wait()
+
+
+# --- pipes ---------------------------------------------------------------------------------
+
+
+def new_selector() -> selectors.BaseSelector:
+    """A selector for a handful of descriptors of one child.
+
+    ``poll`` needs no descriptor of its own (200 concurrent runs must not cost 200 epoll fds)
+    and has no FD_SETSIZE limit. macOS's ``poll`` is unreliable for some descriptor kinds, so
+    there the default (kqueue) is used.
+    """
+    if sys.platform == "linux":
+        return selectors.PollSelector()
+    return selectors.DefaultSelector()
+
+
+def read_available(pipe: IO[bytes]) -> bytes | None:
+    """What the pipe holds now (at most ``READ_CHUNK``): ``b""`` at EOF, ``None`` if empty."""
+    try:
+        return os.read(pipe.fileno(), READ_CHUNK)
+    except BlockingIOError:
+        return None
+
+
+def write_available(pipe: IO[bytes], data: memoryview) -> int:
+    """Write as much of ``data`` as the pipe takes now; ``BrokenPipeError`` if nobody reads."""
+    try:
+        return os.write(pipe.fileno(), data)
+    except BlockingIOError:
+        return 0
+
+
+# --- exit without reaping --------------------------------------------------------------------
+
+
+class ExitSignal:
+    """A descriptor that becomes (and stays) readable once the child has exited.
+
+    Level-triggered, so the owner's selector and a stopping thread may both watch it. It
+    never reaps: the child stays a zombie, its pid and group id reserved, until ``reap``.
+    """
+
+    def __init__(self, fd: int, closers: Iterable[Callable[[], None]]) -> None:
+        self._fd = fd
+        self._closers = list(closers)
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def wait(self, timeout: float | None) -> bool:
+        """True once the child has exited; False if ``timeout`` seconds pass first.
+
+        Safe from any thread, even while the owner closes the signal: it waits on a duplicate,
+        so a descriptor number closed (and reused) under it is never polled.
+        """
+        with self._lock:
+            if not self._closers:  # closed: only ever after the child was reaped
+                return True
+            fd = os.dup(self._fd)
+        try:
+            with new_selector() as sel:
+                sel.register(fd, selectors.EVENT_READ)
+                return bool(sel.select(timeout))
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Release the descriptor; only once the child has exited (a watcher thread joins)."""
+        with self._lock:
+            closers, self._closers = self._closers, []
+        for close in closers:
+            close()
+
+
+def watch_exit(pid: int) -> ExitSignal:
+    """An ``ExitSignal`` for our unreaped child ``pid``, by the best means the platform has."""
+    if sys.platform == "linux":
+        return _pidfd_exit(pid) or _thread_exit(pid)
+    else:
+        return _kqueue_exit(pid)
+
+
+if sys.platform == "linux":
+
+    def _pidfd_exit(pid: int) -> ExitSignal | None:
+        """Linux >= 5.3: a pidfd polls readable once the process has exited."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # ENOSYS before Linux 5.3, EPERM under some seccomp profiles
+            return None
+        return ExitSignal(fd, [lambda: os.close(fd)])
+
+    def _thread_exit(pid: int) -> ExitSignal:
+        """Fallback: a thread blocked in a non-reaping ``waitid`` closes a pipe on exit."""
+        read_fd, write_fd = os.pipe()
+
+        def watch() -> None:
+            try:
+                os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:  # someone reaped it already: it has exited all the same
+                pass
+            finally:
+                os.close(write_fd)
+
+        watcher = threading.Thread(target=watch, name=f"procledger-exit-{pid}", daemon=True)
+        watcher.start()
+        return ExitSignal(read_fd, [watcher.join, lambda: os.close(read_fd)])
+
+else:
+
+    def _exited_already() -> ExitSignal:
+        """A pipe whose write end is closed: readable (EOF) from the start."""
+        read_fd, write_fd = os.pipe()
+        os.close(write_fd)
+        return ExitSignal(read_fd, [lambda: os.close(read_fd)])
+
+    def _kqueue_exit(pid: int) -> ExitSignal:
+        """macOS/BSD: a kqueue holding an undelivered NOTE_EXIT event is readable, and stays
+        so (we never collect the event)."""
+        kq = select.kqueue()
+        event = select.kevent(
+            pid, filter=select.KQ_FILTER_PROC, flags=select.KQ_EV_ADD, fflags=select.KQ_NOTE_EXIT
+        )
+        try:
+            kq.control([event], 0)
+        except ProcessLookupError:  # it exited before we could register: say so at once
+            kq.close()
+            return _exited_already()
+        return ExitSignal(kq.fileno(), [kq.close])
+
+
+# --- the tree --------------------------------------------------------------------------------
+
+
+def _pgid(process: psutil.Process) -> int | None:
+    """The group of a process we discovered, or None if it is gone (or its pid reused)."""
+    try:
+        if not process.is_running():  # compares the start time: a reused pid is not ours
+            return None
+        return os.getpgid(process.pid)
+    except (psutil.Error, OSError):
+        return None
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running and not a zombie (a killed orphan may wait a while for init to reap it)."""
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Pids now in group ``pgid``: members whose parent died are no longer descendants."""
+    members = []
+    for pid in psutil.pids():
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pgid:
+                members.append(pid)
+    return members
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_process(process: psutil.Process, sig: int) -> None:
+    with contextlib.suppress(psutil.Error):  # psutil refuses a reused pid (NoSuchProcess)
+        process.send_signal(sig)
+
+
+class Tree:
+    """The processes of one child's tree that we have seen, and how to signal them.
+
+    The tree is the child's process group plus every descendant of the child or of a group
+    member, including descendants that made their own group or session. It only grows:
+    a process seen once stays a target until it is gone.
+    """
+
+    def __init__(self, child_pid: int) -> None:
+        self._child_pid = child_pid  # also the group id: the child leads its group
+        self._known: set[psutil.Process] = set()
+
+    def discover(self) -> None:
+        """Add what is in the tree now. Only while the child is unreaped: its pid is ours."""
+        seen: set[int] = set()
+        for pid in (self._child_pid, *_group_members(self._child_pid)):
+            if pid in seen:  # already found below an earlier root
+                continue
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(pid)
+                found = [root, *root.children(recursive=True)]
+                seen.update(p.pid for p in found)
+                self._known.update(found)
+
+    def signal(self, sig: int, *, child_unreaped: bool) -> None:
+        """Send ``sig`` to every group of the tree, and to members of groups not its own."""
+        groups, strays = self._targets(child_unreaped)
+        for pgid in sorted(groups):
+            _signal_group(pgid, sig)
+        for process in strays:
+            _signal_process(process, sig)
+
+    def _targets(self, child_unreaped: bool) -> tuple[set[int], list[psutil.Process]]:
+        """Groups we may signal whole, and processes to signal one by one.
+
+        A group is ours if a process of the tree created it (its id is that process's pid)
+        and a live process of the tree still belongs to it: a group id stays reserved while
+        the group has a member, so it cannot have been reused. A descendant that joined a
+        foreign group (e.g. the host's own) is signalled alone, never its group.
+        """
+        own_group = os.getpgrp()
+        creators = {p.pid for p in self._known} | {self._child_pid}
+        groups = {self._child_pid} if child_unreaped else set()
+        strays = []
+        for process in self._known:
+            pgid = _pgid(process)
+            if pgid is None:
+                continue
+            if pgid in creators and pgid != own_group:
+                groups.add(pgid)
+            else:
+                strays.append(process)
+        return groups, strays
+
+    def await_gone(self, timeout: float) -> bool:
+        """Wait (briefly polling: nothing notifies us about non-children) until every known
+        process is dead; True if they all are."""
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while any(_alive(p) for p in self._known):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        return True
