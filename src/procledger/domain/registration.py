@@ -19,8 +19,9 @@ from procledger.domain.vocabulary import RecoveryDisposition
 
 MAX_PROCESS_ID_CHARS = 256
 ENV_REF_PREFIX = "process-env:sha256:"
-_ENV_REF = re.compile(r"^process-env:sha256:[0-9a-f]{64}$")
-_SIGNAL_TYPE = re.compile(r"^signal\.[A-Za-z0-9_-]+$")
+# fullmatch, not match with ``$``: ``$`` lets a trailing newline through.
+_ENV_REF = re.compile(r"process-env:sha256:[0-9a-f]{64}")
+_SIGNAL_TYPE = re.compile(r"signal\.[A-Za-z0-9_-]+")
 _NONE: frozenset[str] = frozenset()
 
 
@@ -146,7 +147,7 @@ class EventType(Frozen):
     @field_validator("name")
     @classmethod
     def _signal_name(cls, name: str) -> str:
-        if not _SIGNAL_TYPE.match(name):
+        if not _SIGNAL_TYPE.fullmatch(name):
             raise ValueError(f"event type {name!r} must look like 'signal.<name>' ([A-Za-z0-9_-])")
         return name
 
@@ -159,7 +160,7 @@ class HandleDescriptor(Frozen):
 
 
 def is_env_ref(value: str) -> bool:
-    return bool(_ENV_REF.match(value))
+    return bool(_ENV_REF.fullmatch(value))
 
 
 class ProcessRegistration(Frozen):
