@@ -124,7 +124,7 @@ class Originator(Tagged):
             scope = data.get("scope")
             if isinstance(scope, dict):
                 return {**data, "scope": SessionScope.model_validate(scope)}
-            if scope is not None and not isinstance(scope, SessionScope):
+            if not isinstance(scope, SessionScope):  # None too: a session names one
                 raise ValueError("a session originator's scope must be a SessionScope")
         host = isinstance(data, dict) and data.get("type", "host") == "host"
         if host and not isinstance(data.get("scope"), str | None):
