@@ -10,23 +10,40 @@ to stdout as plain text; nothing here opens a store unless the command needs one
 from __future__ import annotations
 
 import importlib
+import os
+import shlex
 import signal
 import socket
+import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
+import orjson
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
 from procledger.adapters.liveness import local_identity
 from procledger.domain.errors import ProcledgerError
 from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.domain.lifecycle import render_markdown, render_mermaid
+from procledger.domain.records import ProcessEvent, ProcessRecord
+from procledger.domain.vocabulary import ProcessState, TerminalReason
+from procledger.notifications import Notifier
+from procledger.projections.feed import ChangeCursor
+from procledger.projections.filters import ProcessListFilter
 from procledger.recovery import Engine, RecoveryWorker, SweepReport
 from procledger.registry import ProcessRegistry, open_registry
+from procledger.supervisor.execution import StopPolicy
+from procledger.supervisor.supervisor import ProcessHandle, StopMode, Supervisor
 
 PROG = "procledger"
 EXIT_FAILURE = 1
@@ -365,3 +382,510 @@ def rebuild(ctx: typer.Context) -> None:
     finally:
         registry.close()
     sys.stdout.write(f"rebuilt the read models from {applied} events\n")
+
+
+# -- supervising: `run`, `ps`, `show`, `feed`, `stop`, `restore` (DESIGN.md §8) ----------------
+# Self-contained: the supervisor issue owns these functions. `run` supervises one command as the
+# host's CLI owner (`procledger-cli@<host id>`, a fresh incarnation per run) and publishes its
+# completion into the CLI's own notification session, so `restore` can republish it -- same
+# command id -- for a run whose `procledger` died.
+
+_CLI_NAMESPACE = uuid.UUID("0b7c5d2e-8a41-4c3f-9e6a-2f1d7b9c4a10")
+_FEED_PAGE = 500
+_FEED_POLL_S = 0.25
+EXIT_STOPPED = 130
+_StatusJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _cli_owner() -> LeaseOwner:
+    """This host's CLI owner, as a fresh incarnation (so `restore` can tell runs apart)."""
+    identity = local_identity()
+    host = identity.host_id if identity and identity.host_id else socket.gethostname()
+    return LeaseOwner.local_process(f"procledger-cli@{host}")
+
+
+def _cli_notifier(registry: ProcessRegistry, owner: LeaseOwner) -> tuple[Notifier, uuid.UUID]:
+    """The CLI owner's notification session and its one loop (both derived from the owner id)."""
+    session_id = uuid.uuid5(_CLI_NAMESPACE, f"session:{owner.owner_id}")
+    loop_id = uuid.uuid5(_CLI_NAMESPACE, f"loop:{owner.owner_id}")
+    notifier = Notifier(registry, session_id)
+    notifier.add_loop(loop_id)
+    return notifier, loop_id
+
+
+def _parse_signal(value: str) -> signal.Signals:
+    name = value.strip().upper()
+    try:
+        if name.isdigit():
+            return signal.Signals(int(name))
+        return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+    except (KeyError, ValueError):
+        raise typer.BadParameter(f"{value!r} is not a signal name or number") from None
+
+
+def _dump(model: Any) -> Any:
+    return model.model_dump(mode="json")
+
+
+def _write_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _console() -> Console:
+    """Rich output for people; into a pipe, wide enough that ids are never folded."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
+def _table(*columns: str) -> Table:
+    """A plain table whose columns never wrap, except the last (a command line) folds."""
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in columns[:-1]:
+        table.add_column(column, no_wrap=True)
+    table.add_column(columns[-1], overflow="fold")
+    return table
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _outcome(record: ProcessRecord) -> str:
+    if record.state is ProcessState.exited:
+        return f"exit {record.exit_code}"
+    return record.reason.value if record.reason else ""
+
+
+def _command_text(record: ProcessRecord) -> str:
+    argv = record.input.argv
+    return shlex.join(argv) if argv else (record.identity.label or record.identity.kind)
+
+
+class _RunSignals:
+    """What Ctrl-C, SIGTERM and SIGHUP do to a supervised run, from the main thread's handlers.
+
+    Handlers only start threads: a registry write inside a handler could re-enter a write the
+    main thread was in the middle of. First Ctrl-C: stop with the run's policy (SIGINT, then
+    --stop-signal after the grace, then SIGKILL). Second: kill now. SIGTERM/SIGHUP: shut the
+    supervisor down (terminal `runner_shutdown`)."""
+
+    def __init__(self, supervisor: Supervisor, grace_s: float) -> None:
+        self._supervisor = supervisor
+        self._grace_s = grace_s
+        self._handle: ProcessHandle | None = None
+        self._presses = 0
+        self._threads: list[threading.Thread] = []
+        self.shutdown_signal: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_interrupt)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            self._previous[signum] = signal.signal(signum, self._on_shutdown)
+
+    def restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        for thread in self._threads:
+            thread.join()
+
+    def attach(self, handle: ProcessHandle) -> None:
+        """The run started: carry out the presses that came while it was starting."""
+        self._handle = handle
+        for press in range(min(self._presses, 2)):
+            self._request(press)
+        if self.shutdown_signal is not None:
+            self._background(self._supervisor.shutdown, self._grace_s)
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        self._presses += 1
+        if self._handle is not None and self._presses <= 2:
+            self._request(self._presses - 1)
+
+    def _on_shutdown(self, signum: int, frame: Any) -> None:
+        first = self.shutdown_signal is None
+        self.shutdown_signal = signum
+        if first and self._handle is not None:
+            self._background(self._supervisor.shutdown, self._grace_s)
+
+    def _request(self, press: int) -> None:
+        reason = TerminalReason.interrupted if press == 0 else TerminalReason.killed
+        self._background(self._supervisor.request_stop, self._handle, reason)
+
+    def _background(self, target: Callable[..., object], *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name="procledger-cli-stop")
+        self._threads.append(thread)
+        thread.start()
+
+
+def _run_exit_code(record: ProcessRecord, returncode: int | None, shutdown: int | None) -> int:
+    """`run`'s exit status: the child's own code, 130 when stopped on request, 128 + signal
+    when a signal nobody asked for ended it (DESIGN.md §8)."""
+    if record.state is ProcessState.exited:
+        return record.exit_code or 0
+    if record.reason is TerminalReason.runner_shutdown:
+        return 128 + (shutdown or signal.SIGTERM)
+    stopped = (ProcessState.interrupted, ProcessState.terminated, ProcessState.killed)
+    if record.state in stopped and record.stop_requested:
+        return EXIT_STOPPED
+    if returncode is not None and returncode < 0:
+        return 128 - returncode
+    return EXIT_FAILURE
+
+
+def _supervise(
+    registry: ProcessRegistry,
+    command: list[str],
+    *,
+    policy: StopPolicy,
+    background: bool,
+    as_json: bool,
+    process_id: str | None = None,
+    started: Callable[[ProcessHandle], None] | None = None,
+) -> tuple[ProcessRecord, int]:
+    """Run ``command`` under a fresh CLI supervisor until its terminal is recorded."""
+    owner = _cli_owner()
+    notifier, loop_id = _cli_notifier(registry, owner)
+    supervisor = Supervisor(registry, owner=owner, notifier=notifier, stop=policy)
+    signals = _RunSignals(supervisor, policy.grace_s)
+    signals.install()
+    try:
+        handle = supervisor.start(
+            command,
+            process_id=process_id,
+            stdout=_to_stderr if as_json else None,
+            background=background,
+            session_id=notifier.session_id,
+            loop_id=loop_id,
+        )
+        if started is not None:
+            started(handle)
+        signals.attach(handle)
+        record = supervisor.wait(handle)
+        returncode = supervisor.returncode(handle)
+    finally:
+        signals.restore()
+        supervisor.shutdown(policy.grace_s)
+    return record, _run_exit_code(record, returncode, signals.shutdown_signal)
+
+
+def _to_stderr(chunk: bytes) -> None:
+    """With --json, stdout carries only the final record: the child's output goes to stderr."""
+    view = memoryview(chunk)
+    while view:
+        view = view[os.write(2, view) :]
+
+
+def _run_detached(
+    ctx: typer.Context, command: list[str], *, grace: float, stop_signal: str, as_json: bool
+) -> None:
+    """`run --background`: a detached `procledger` (own session, no terminal) supervises the
+    command; this one waits until it is recorded `backgrounded`, prints it and returns 0."""
+    url = cli_state(ctx).url
+    process_id = f"{int(time.time() * 1000):011x}-{uuid.uuid4().hex[:8]}"
+    read_fd, write_fd = os.pipe()
+    argv = [sys.executable, "-m", "procledger", *(["--url", url] if url else [])]
+    argv += ["run", "--background", "--grace", str(grace), "--stop-signal", stop_signal]
+    argv += ["--detached-fd", str(write_fd), "--process-id", process_id, "--", *command]
+    try:
+        with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
+            subprocess.Popen(
+                argv,
+                stdin=null_in,
+                stdout=null_out,
+                stderr=null_out,
+                pass_fds=(write_fd,),
+                start_new_session=True,
+            )
+    finally:
+        os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as report:
+        answer = report.read().decode(errors="replace").strip()
+    if not answer.startswith("ok"):
+        raise BackgroundStartError(answer or "the detached supervisor exited without a word")
+    registry = open_registry(url)
+    try:
+        record = registry.get(process_id)
+    finally:
+        registry.close()
+    if as_json:
+        _write_json(_dump(record))
+    else:
+        sys.stdout.write(f"{record.id}\n")
+
+
+class BackgroundStartError(ProcledgerError):
+    """`run --background` could not start its detached supervisor or its command."""
+
+
+def _detached_main(
+    ctx: typer.Context, command: list[str], policy: StopPolicy, fd: int, process_id: str
+) -> NoReturn:
+    """The detached side of `run --background`: report on ``fd`` once the command runs."""
+    report = os.fdopen(fd, "wb")
+
+    def started(_handle: ProcessHandle) -> None:
+        report.write(b"ok\n")
+        report.close()
+
+    try:
+        registry = open_registry(cli_state(ctx).url)
+        try:
+            _, exit_code = _supervise(
+                registry,
+                command,
+                policy=policy,
+                background=True,
+                as_json=False,
+                process_id=process_id,
+                started=started,
+            )
+        finally:
+            registry.close()
+    except BaseException as exc:
+        if not report.closed:
+            report.write(f"{type(exc).__name__}: {_one_line(str(exc))}\n".encode())
+            report.close()
+        raise
+    raise typer.Exit(exit_code)
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    command: Annotated[list[str], typer.Argument(metavar="-- CMD...", show_default=False)],
+    *,
+    background: Annotated[
+        bool,
+        typer.Option(
+            "--background",
+            help="Supervise it from a detached procledger (its output is discarded); print "
+            "the process id once it runs and return 0.",
+        ),
+    ] = False,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", min=0.0, metavar="S", help="Seconds between stop signals."),
+    ] = 10.0,
+    stop_signal: Annotated[
+        str,
+        typer.Option(
+            "--stop-signal",
+            metavar="SIG",
+            help="Sent after SIGINT's grace on Ctrl-C (then SIGKILL after another grace).",
+        ),
+    ] = "TERM",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the final record as JSON (the command's stdout goes to stderr)."
+        ),
+    ] = False,
+    detached_fd: Annotated[int | None, typer.Option("--detached-fd", hidden=True)] = None,
+    process_id: Annotated[str | None, typer.Option("--process-id", hidden=True)] = None,
+) -> None:
+    """Supervise a command: its output streams through, everything is recorded. First Ctrl-C
+    stops its whole tree (SIGINT, --stop-signal, SIGKILL), a second kills it at once. Exits
+    with the command's code, 130 if it was stopped on request, 128+N if signal N ended it."""
+    policy = StopPolicy((signal.SIGINT, _parse_signal(stop_signal)), grace)
+    if detached_fd is not None and process_id is not None:
+        _detached_main(ctx, command, policy, detached_fd, process_id)
+    if background:
+        _run_detached(ctx, command, grace=grace, stop_signal=stop_signal, as_json=as_json)
+        return
+    registry = open_registry(cli_state(ctx).url)
+    try:
+        record, exit_code = _supervise(
+            registry, command, policy=policy, background=False, as_json=as_json
+        )
+    finally:
+        registry.close()
+    if as_json:
+        _write_json(_dump(record))
+    elif exit_code and sys.stderr.isatty():
+        sys.stderr.write(f"{PROG}: process {record.id} {record.state.value} ({_outcome(record)})\n")
+    raise typer.Exit(exit_code)
+
+
+@app.command()
+def ps(
+    ctx: typer.Context,
+    *,
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="Every process, not only running ones.")
+    ] = False,
+    as_json: _StatusJson = False,
+) -> None:
+    """List processes (running ones unless --all), by id."""
+    registry = open_registry(cli_state(ctx).url)
+    try:
+        records = registry.list_processes(
+            ProcessListFilter(status="any" if show_all else "running")
+        )
+    finally:
+        registry.close()
+    if as_json:
+        _write_json([_dump(record) for record in records])
+        return
+    table = _table("ID", "STATE", "STATUS", "OUTCOME", "UPDATED", "COMMAND")
+    for record in records:
+        table.add_row(
+            record.id,
+            record.state.value,
+            record.status.value,
+            _outcome(record),
+            _when(record.updated_at_ms),
+            _command_text(record),
+        )
+    _console().print(table)
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    process_id: Annotated[str, typer.Argument(metavar="ID")],
+    *,
+    as_json: _StatusJson = False,
+) -> None:
+    """Show one process: its record and its whole event history."""
+    registry = open_registry(cli_state(ctx).url)
+    try:
+        record = registry.get(process_id)
+        events = registry.events(process_id)
+    finally:
+        registry.close()
+    if as_json:
+        _write_json({"record": _dump(record), "events": [_dump(e) for e in events]})
+        return
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column(overflow="fold")
+    summary.add_row("id", record.id)
+    summary.add_row("command", _command_text(record))
+    summary.add_row("state", f"{record.state.value} ({record.status.value})")
+    summary.add_row("outcome", _outcome(record))
+    summary.add_row("disposition", record.disposition.value)
+    if record.stop_requested:
+        summary.add_row("stop requested", ", ".join(r.value for r in record.stop_requested))
+    if record.first_started is not None:
+        summary.add_row("first started by", record.first_started.owner.owner_id)
+    if record.diagnostic:
+        summary.add_row("diagnostic", record.diagnostic)
+    history = _table("SEQ", "AT", "KIND", "DETAILS")
+    for event in events:
+        history.add_row(
+            str(event.sequence), _when(event.occurred_at_ms), event.kind, _details(event)
+        )
+    console = _console()
+    console.print(summary)
+    console.print(history)
+
+
+def _details(event: ProcessEvent) -> str:
+    payload = event.payload if isinstance(event.payload, dict) else {}
+    keys = ("state", "reason", "exit_code", "diagnostic")
+    parts = [f"{k}={payload[k]}" for k in keys if payload.get(k) is not None]
+    owner = payload.get("owner")
+    if isinstance(owner, dict) and owner.get("owner_id"):
+        parts.append(f"owner={owner['owner_id']}")
+    return " ".join(parts)
+
+
+@app.command()
+def feed(
+    ctx: typer.Context,
+    *,
+    since: Annotated[
+        int, typer.Option("--since", min=0, metavar="N", help="Print changes after cursor N.")
+    ] = 0,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=0, metavar="N", help="Print at most N changes, then exit."),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing changes as they happen.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='JSON lines: {"record": ..., "cursor": N}.')
+    ] = False,
+) -> None:
+    """Print what changed after a cursor: one line per changed process, with its cursor."""
+    registry = open_registry(cli_state(ctx).url)
+    try:
+        _print_feed(registry, since, limit, follow=follow, as_json=as_json)
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_STOPPED) from None
+    finally:
+        registry.close()
+
+
+def _print_feed(
+    registry: ProcessRegistry, since: int, limit: int | None, *, follow: bool, as_json: bool
+) -> None:
+    cursor = ChangeCursor(since)
+    left = limit
+    while left is None or left > 0:
+        page_size = _FEED_PAGE if left is None else min(left, _FEED_PAGE)
+        records, cursor = registry.changes_since(cursor, page_size)
+        for record in records:
+            if as_json:
+                _write_json({"record": _dump(record), "cursor": record.change_seq})
+            else:
+                line = f"{record.change_seq}\t{record.id}\t{record.state.value}\t{_outcome(record)}"
+                sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        if left is not None:
+            left -= len(records)
+        if not records:
+            if not follow:
+                return
+            time.sleep(_FEED_POLL_S)
+
+
+@app.command()
+def stop(
+    ctx: typer.Context,
+    process_id: Annotated[str, typer.Argument(metavar="ID")],
+    *,
+    mode: Annotated[
+        StopMode,
+        typer.Option(
+            "--mode", help="interrupt: SIGINT first; terminate: SIGTERM first; kill: SIGKILL now."
+        ),
+    ] = StopMode.interrupt,
+) -> None:
+    """Record a stop request and return: the `procledger run` supervising the process carries
+    it out with its own grace."""
+    registry = open_registry(cli_state(ctx).url)
+    try:
+        record = registry.get(process_id)
+        if not record.state.is_terminal:
+            record = registry.request_stop(process_id, mode.reason)
+    finally:
+        registry.close()
+    if record.state.is_terminal:
+        sys.stdout.write(f"process {record.id} already ended: {record.state.value}\n")
+    else:
+        sys.stdout.write(f"stop requested ({mode.reason.value}) for process {record.id}\n")
+
+
+@app.command()
+def restore(ctx: typer.Context, *, as_json: _StatusJson = False) -> None:
+    """Record as lost every running process whose `procledger run` on this host is gone (its
+    recorded pid is never signalled), and republish its completion notification."""
+    registry = open_registry(cli_state(ctx).url)
+    try:
+        owner = _cli_owner()
+        notifier, _ = _cli_notifier(registry, owner)
+        with Supervisor(registry, owner=owner, notifier=notifier) as supervisor:
+            lost = supervisor.restore()
+    finally:
+        registry.close()
+    if as_json:
+        _write_json([_dump(record) for record in lost])
+        return
+    for record in lost:
+        sys.stdout.write(f"{record.id}\t{record.state.value}\t{_command_text(record)}\n")
+    sys.stdout.write(f"restored {len(lost)} process{'es' if len(lost) != 1 else ''}\n")

@@ -1,0 +1,167 @@
+"""The Supervisor's decisions, as pure functions: no I/O, no clock, no threads.
+
+- ``event_ids``: the stable id of every lifecycle write and of the completion command, derived
+  from the process id and its registration hash, so every retry (a re-sent write, a restarted
+  ``start``, a ``restore``) reuses them.
+- ``outcome``: which terminal a finished child gets, from how it ended and what was asked of it.
+- ``stop_policy``: which signals carry out a stop of a given reason.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from procledger.domain.records import MAX_DIAGNOSTIC_BYTES
+from procledger.domain.vocabulary import ProcessState, TerminalReason
+from procledger.supervisor.execution import StopPolicy
+
+ID_NAMESPACE: Final = uuid.UUID("6b0f8e46-3f2c-4f69-9a0e-5d1c2b7a9e41")
+"""The uuid5 namespace of the ids the Supervisor derives (never change it: stored ids use it)."""
+
+STOP_REASONS: Final = (
+    TerminalReason.interrupted,
+    TerminalReason.terminated,
+    TerminalReason.killed,
+)
+"""The reasons a stop may be requested with, weakest first."""
+
+
+class StopMode(StrEnum):
+    """How ``Supervisor.stop`` ends a process (DESIGN.md §6.2)."""
+
+    interrupt = "interrupt"
+    """SIGINT to the tree, wait the grace, never escalate."""
+    terminate = "terminate"
+    """SIGTERM to the tree, wait the grace, then SIGKILL once."""
+    kill = "kill"
+    """SIGKILL to the tree at once."""
+
+    @property
+    def reason(self) -> TerminalReason:
+        """The ``stop_requested`` reason this mode records."""
+        return _MODE_REASONS[self]
+
+
+_MODE_REASONS: Final = {
+    StopMode.interrupt: TerminalReason.interrupted,
+    StopMode.terminate: TerminalReason.terminated,
+    StopMode.kill: TerminalReason.killed,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EventIds:
+    """The ids one process's writes use; the same for every attempt at the same registration."""
+
+    started: str
+    backgrounded: str
+    stop: dict[TerminalReason, str]
+    completed: str
+    lost: str
+    command_id: uuid.UUID
+    """The completion notification's command id."""
+
+
+def event_ids(process_id: str, registration_hash: str) -> EventIds:
+    def derive(kind: str) -> uuid.UUID:
+        return uuid.uuid5(ID_NAMESPACE, f"{process_id}\x00{registration_hash}\x00{kind}")
+
+    return EventIds(
+        started=str(derive("started")),
+        backgrounded=str(derive("backgrounded")),
+        stop={reason: str(derive(f"stop_requested:{reason.value}")) for reason in STOP_REASONS},
+        completed=str(derive("completed")),
+        lost=str(derive("lost")),
+        command_id=derive("completion-command"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A terminal write: ``completed`` with these fields."""
+
+    state: ProcessState
+    reason: TerminalReason
+    exit_code: int | None = None
+    diagnostic: str | None = None
+
+
+_SIGNAL_STATES: Final[dict[int, ProcessState]] = {
+    signal.SIGINT: ProcessState.interrupted,
+    signal.SIGKILL: ProcessState.killed,
+}
+
+
+def outcome(
+    returncode: int,
+    *,
+    requested: tuple[TerminalReason, ...] = (),
+    shutdown: bool = False,
+    failure: str | None = None,
+) -> Outcome:
+    """The terminal of a child that ended with ``returncode`` (negative: killed by a signal).
+
+    - ``failure`` (the output consumer or a read failed, and the tree was stopped for it) →
+      ``failed`` with that diagnostic.
+    - Exit code 0, or any exit code nobody asked to stop → ``exited`` with the code.
+    - A signal → ``interrupted`` (SIGINT), ``killed`` (SIGKILL), ``terminated`` (any other).
+    - During a shutdown, a signal or a non-zero exit is ``terminated``/``killed`` with reason
+      ``runner_shutdown``.
+    - After a requested stop, a non-zero exit code is the program's way of saying it was
+      stopped (a shell trapping INT, a runtime turning SIGTERM into exit 143): the strongest
+      requested stop is the terminal, so the coarse status is ``cancelled`` unless it exited 0.
+    """
+    if failure is not None:
+        return Outcome(ProcessState.failed, TerminalReason.failed, diagnostic=clip(failure))
+    if returncode == 0 or (returncode > 0 and not requested and not shutdown):
+        return Outcome(ProcessState.exited, TerminalReason.exited, exit_code=returncode)
+    if shutdown:
+        killed = returncode == -signal.SIGKILL
+        state = ProcessState.killed if killed else ProcessState.terminated
+        return Outcome(state, TerminalReason.runner_shutdown)
+    if returncode > 0:
+        strongest = max(requested, key=STOP_REASONS.index)
+        return Outcome(ProcessState(strongest.value), strongest)
+    state = _SIGNAL_STATES.get(-returncode, ProcessState.terminated)
+    return Outcome(state, TerminalReason(state.value))
+
+
+def spawn_failure(message: str) -> Outcome:
+    return Outcome(ProcessState.failed, TerminalReason.failed, diagnostic=clip(message))
+
+
+def clip(text: str, limit: int = MAX_DIAGNOSTIC_BYTES) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (on a character boundary)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode(errors="ignore") + "..."
+
+
+def mode_policy(mode: StopMode, grace_s: float) -> tuple[StopPolicy, bool]:
+    """``Supervisor.stop``'s exact semantics: (policy, escalate to SIGKILL afterwards)."""
+    if mode is StopMode.interrupt:
+        return StopPolicy((signal.SIGINT,), grace_s), False
+    if mode is StopMode.terminate:
+        return StopPolicy((signal.SIGTERM,), grace_s), True
+    return StopPolicy((signal.SIGKILL,), 0.0), True
+
+
+def request_policy(reason: TerminalReason, policy: StopPolicy) -> StopPolicy:
+    """How a supervisor carries out a stop requested with ``reason`` using its own ``policy``
+    (always escalating to SIGKILL after the last signal's grace).
+
+    - ``killed``: SIGKILL now.
+    - ``interrupted``: SIGINT first, then the policy's other signals.
+    - ``terminated``: the policy's signals without SIGINT (SIGTERM if none remain).
+    """
+    if reason is TerminalReason.killed:
+        return StopPolicy((signal.SIGKILL,), 0.0)
+    others = tuple(s for s in policy.signals if s != signal.SIGINT)
+    if reason is TerminalReason.interrupted:
+        return StopPolicy((signal.SIGINT, *others), policy.grace_s)
+    return StopPolicy(others or (signal.SIGTERM,), policy.grace_s)

@@ -1,0 +1,105 @@
+"""Process handles and the ``handles`` side table.
+
+A handle is what ``Supervisor.start`` gives its caller and what a completion notification names:
+16 random bytes, URL-safe base64 without padding (22 characters). It encodes nothing (no pid,
+path, owner or time). The table maps it to its process, the owner that started it and where
+its completion notification goes, so that ``restore`` — in another OS process, after a crash —
+can publish that notification with the same handle and command id.
+
+The table is not an event stream: a handle is an address, not a fact about the process.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from procledger.registry import ProcessRegistry
+
+HANDLE_BYTES = 16
+
+
+def new_handle() -> str:
+    """16 random bytes as URL-safe base64 without padding: 22 characters of [A-Za-z0-9_-]."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(HANDLE_BYTES)).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True, slots=True)
+class HandleRow:
+    handle: str
+    process_id: str
+    owner_id: str
+    session_id: uuid.UUID | None
+    loop_id: uuid.UUID | None
+    command_id: uuid.UUID
+
+
+def _row(row: Any) -> HandleRow:
+    return HandleRow(
+        handle=row["handle"],
+        process_id=row["process_id"],
+        owner_id=row["owner_id"],
+        session_id=_uuid(row["session_id"]),
+        loop_id=_uuid(row["loop_id"]),
+        command_id=uuid.UUID(row["command_id"]),
+    )
+
+
+def _uuid(value: str | None) -> uuid.UUID | None:
+    return None if value is None else uuid.UUID(value)
+
+
+def save_handle(registry: ProcessRegistry, row: HandleRow) -> None:
+    """Insert the row, or update where its notification goes (a retried ``start``)."""
+    store = registry.store
+    with store.write() as tx:
+        tx.execute(
+            f"INSERT INTO {store.table('handles')} "
+            "(handle, process_id, owner_id, session_id, loop_id, command_id) "
+            "VALUES (?,?,?,?,?,?) ON CONFLICT (handle) DO UPDATE SET "
+            "owner_id=excluded.owner_id, session_id=excluded.session_id, "
+            "loop_id=excluded.loop_id, command_id=excluded.command_id",
+            (
+                row.handle,
+                row.process_id,
+                row.owner_id,
+                None if row.session_id is None else str(row.session_id),
+                None if row.loop_id is None else str(row.loop_id),
+                str(row.command_id),
+            ),
+        )
+
+
+def handle_for_process(registry: ProcessRegistry, process_id: str) -> HandleRow | None:
+    """The process's handle (the first minted, if a retried start minted more)."""
+    store = registry.store
+    with store.read() as tx:
+        row = tx.execute(
+            f"SELECT * FROM {store.table('handles')} WHERE process_id=? ORDER BY handle LIMIT 1",
+            (process_id,),
+        ).one()
+    return None if row is None else _row(row)
+
+
+def change_seqs(registry: ProcessRegistry, process_ids: Sequence[str]) -> dict[str, int]:
+    """The change-feed position of each process's record: one query for a whole batch, so a
+    supervisor can notice stop requests made elsewhere without decoding every record."""
+    if not process_ids:
+        return {}
+    store = registry.store
+    found: dict[str, int] = {}
+    for start in range(0, len(process_ids), 500):
+        batch = process_ids[start : start + 500]
+        marks = ",".join("?" * len(batch))
+        with store.read() as tx:
+            rows = tx.execute(
+                f"SELECT process_id, change_seq FROM {store.table('records')} "
+                f"WHERE process_id IN ({marks})",
+                tuple(batch),
+            ).all()
+        found.update((row["process_id"], int(row["change_seq"])) for row in rows)
+    return found

@@ -1,0 +1,210 @@
+"""Fixtures for end-to-end tests of the ``procledger`` command.
+
+- ``ledger``: a fresh SQLite ledger URL (``postgres_ledger`` for PostgreSQL).
+- ``pids``: every process a test creates is recorded and killed *by exact pid* at teardown
+  (children write their pid to a file the test names; a pid read only at teardown is killed only
+  if that process started after the test did, so a reused pid is never hit).
+- ``Terminal``: ``procledger`` running in a pseudo-terminal that is its controlling terminal, so
+  writing ``\\x03`` is a real Ctrl-C (the line discipline sends SIGINT to the foreground group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+CLI = [sys.executable, "-m", "procledger"]
+TAKE_TTY = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+    """Synchronise on a state another process reaches (polls briefly; fails after timeout)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(0.01)
+
+
+def sleeper(pidfile: Path, seconds: int = 60) -> list[str]:
+    """A shell that records its pid, says ``ready`` and becomes ``sleep`` (same pid)."""
+    return [
+        "sh",
+        "-c",
+        f'echo $$ > "{pidfile}.tmp" && mv "{pidfile}.tmp" "{pidfile}" && echo ready && '
+        f"exec sleep {seconds}",
+    ]
+
+
+IGNORING = """
+import os, signal, sys, time
+for name in sys.argv[2:]:
+    signal.signal(getattr(signal, name), signal.SIG_IGN)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def ignoring(pidfile: Path, *signals: str) -> list[str]:
+    """A python child that ignores ``signals``, records its pid and says ``ready``."""
+    return [sys.executable, "-c", IGNORING, str(pidfile), *signals]
+
+
+class Pids:
+    """The processes one test created, killed by exact pid at teardown."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._started = time.time()
+        self._files: list[Path] = []
+        self._known: set[psutil.Process] = set()
+
+    def pidfile(self, name: str) -> Path:
+        path = self._directory / f"{name}.pid"
+        self._files.append(path)
+        return path
+
+    def await_pid(self, path: Path, timeout: float = 30.0) -> psutil.Process:
+        wait_until(path.exists, timeout, f"{path.name} to be written")
+        return self.add(int(path.read_text()))
+
+    def add(self, pid: int) -> psutil.Process:
+        process = psutil.Process(pid)
+        self._known.add(process)
+        return process
+
+    def kill_all(self) -> None:
+        for path in self._files:
+            if path.exists() and path.read_text().strip():
+                try:
+                    process = psutil.Process(int(path.read_text()))
+                    if process.create_time() >= self._started - 1:
+                        self._known.add(process)
+                except psutil.NoSuchProcess:
+                    pass
+        for process in self._known:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()  # psutil refuses a pid reused since we looked it up
+
+
+@pytest.fixture
+def pids(tmp_path: Path) -> Iterator[Pids]:
+    processes = Pids(tmp_path)
+    yield processes
+    processes.kill_all()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/ledger.db"
+
+
+@pytest.fixture
+def postgres_ledger(postgres_schema_url: str) -> str:
+    return postgres_schema_url
+
+
+def cli(
+    *args: str, url: str | None = None, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``procledger [--url URL] ARGS...`` to completion, capturing its output."""
+    argv = [*CLI, *(["--url", url] if url else []), *args]
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+class Terminal:
+    """``procledger ARGS...`` with a pseudo-terminal as its controlling terminal."""
+
+    def __init__(self, args: list[str], pids: Pids) -> None:
+        self._master, slave = os.openpty()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", TAKE_TTY, "-m", "procledger", *args],
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                start_new_session=True,
+            )
+        finally:
+            os.close(slave)
+        pids.add(self.process.pid)
+        self._output = bytearray()
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name="test-pty-reader")
+        self._reader.start()
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return self._output.decode(errors="replace")
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._master, 4096)
+            except OSError:  # EIO: every holder of the slave side has closed it
+                chunk = b""
+            with self._changed:
+                self._output.extend(chunk)
+                self._changed.notify_all()
+            if not chunk:
+                return
+
+    def expect(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = re.search(pattern, self._output.decode(errors="replace"))
+                if found:
+                    return found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._reader.is_alive():
+                    raise AssertionError(f"no {pattern!r} in the terminal: {self.output!r}")
+                self._changed.wait(min(remaining, 0.1))
+
+    def ctrl_c(self) -> None:
+        """Type Ctrl-C: the terminal sends SIGINT to its foreground process group."""
+        os.write(self._master, b"\x03")
+
+    def wait(self, timeout: float = 60.0) -> int:
+        """The command's exit status (its output may still be read: see ``expect``)."""
+        return self.process.wait(timeout)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+        self._reader.join(30)
+        os.close(self._master)
+
+
+@pytest.fixture
+def terminal(pids: Pids) -> Iterator[Callable[..., Terminal]]:
+    opened: list[Terminal] = []
+
+    def open_terminal(*args: str) -> Terminal:
+        opened.append(Terminal(list(args), pids))
+        return opened[-1]
+
+    yield open_terminal
+    pids.kill_all()
+    for term in opened:
+        term.close()

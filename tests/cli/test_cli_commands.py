@@ -1,0 +1,250 @@
+"""``ps``, ``show``, ``feed``, ``stop`` and ``restore`` end to end (DESIGN.md §8), and bad input
+giving exactly one line on stderr (no traceback) and exit code 1."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from procledger import ProcessState, open_registry
+from procledger.notifications import Notifier
+from procledger.supervisor.decide import event_ids
+from procledger.supervisor.handles import handle_for_process
+
+from .conftest import CLI, Pids, Terminal, cli, sleeper, wait_until
+
+
+def ok(*args: str, url: str) -> str:
+    ran = cli(*args, url=url)
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout
+
+
+def one_line_error(ran: subprocess.CompletedProcess[str], *names: str) -> None:
+    assert ran.returncode == 1
+    assert ran.stderr.endswith("\n")
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert "Traceback" not in ran.stderr
+    for name in names:
+        assert name in ran.stderr
+
+
+# -- ps and show --------------------------------------------------------------------------------
+
+
+def test_ps_lists_running_processes_and_all_with_all(
+    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+) -> None:
+    ok("run", "--", "true", url=ledger)
+    pidfile = pids.pidfile("sleep")
+    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
+    term.expect("ready")
+    pids.await_pid(pidfile)
+    running = orjson.loads(ok("ps", "--json", url=ledger))
+    everything = orjson.loads(ok("ps", "--all", "--json", url=ledger))
+    assert [r["state"] for r in running] == ["running"]
+    assert sorted(r["state"] for r in everything) == ["exited", "running"]
+    assert [r["id"] for r in everything] == sorted(r["id"] for r in everything)
+    table = ok("ps", url=ledger)
+    assert running[0]["id"] in table
+    assert "running" in table
+    term.ctrl_c()
+    assert term.wait() == 130
+
+
+def test_show_prints_the_record_and_the_whole_history(ledger: str) -> None:
+    ran = cli("run", "--json", "--", "sh", "-c", "exit 4", url=ledger)
+    assert ran.returncode == 4
+    record = orjson.loads(ran.stdout)
+    shown = orjson.loads(ok("show", record["id"], "--json", url=ledger))
+    assert set(shown) == {"record", "events"}
+    assert shown["record"] == record
+    assert [e["kind"] for e in shown["events"]] == [
+        "registered",
+        "first_started",
+        "started",
+        "completed",
+    ]
+    assert [e["sequence"] for e in shown["events"]] == [1, 2, 3, 4]
+    human = ok("show", record["id"], url=ledger)
+    for word in (record["id"], "exit 4", "first_started", "completed"):
+        assert word in human
+
+
+# -- feed ----------------------------------------------------------------------------------------
+
+
+def test_feed_prints_changes_after_a_cursor(ledger: str) -> None:
+    first = orjson.loads(ok("run", "--json", "--", "true", url=ledger))
+    second = orjson.loads(ok("run", "--json", "--", "true", url=ledger))
+    lines = [orjson.loads(line) for line in ok("feed", "--json", url=ledger).splitlines()]
+    assert [(line["record"]["id"], line["cursor"]) for line in lines] == [
+        (first["id"], first["change_seq"]),
+        (second["id"], second["change_seq"]),
+    ]
+    after = ok("feed", "--json", "--since", str(lines[0]["cursor"]), url=ledger).splitlines()
+    assert [orjson.loads(line)["record"]["id"] for line in after] == [second["id"]]
+    assert ok("feed", "--json", "--since", str(lines[1]["cursor"]), url=ledger) == ""
+    limited = ok("feed", "--json", "--limit", "1", url=ledger).splitlines()
+    assert [orjson.loads(line)["record"]["id"] for line in limited] == [first["id"]]
+    human = ok("feed", url=ledger)
+    assert first["id"] in human
+    assert second["id"] in human
+
+
+def test_feed_follow_prints_changes_as_they_happen(ledger: str, pids: Pids) -> None:
+    follower = subprocess.Popen(
+        [*CLI, "--url", ledger, "feed", "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pids.add(follower.pid)
+    try:
+        record = orjson.loads(ok("run", "--json", "--", "true", url=ledger))
+        assert follower.stdout is not None
+        seen: list[dict] = []
+        while not seen or seen[-1]["record"]["state"] != "exited":
+            seen.append(orjson.loads(follower.stdout.readline()))
+        assert {line["record"]["id"] for line in seen} == {record["id"]}
+        assert [line["cursor"] for line in seen] == sorted(line["cursor"] for line in seen)
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=30)
+
+
+# -- stop ----------------------------------------------------------------------------------------
+
+
+def test_stop_of_a_finished_process_says_so(ledger: str) -> None:
+    record = orjson.loads(ok("run", "--json", "--", "true", url=ledger))
+    out = ok("stop", record["id"], url=ledger)
+    assert "already ended" in out
+    shown = orjson.loads(ok("show", record["id"], "--json", url=ledger))
+    assert "stop_requested" not in [e["kind"] for e in shown["events"]]
+
+
+# -- restore ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_restore_after_run_was_killed(
+    request: pytest.FixtureRequest,
+    terminal: Callable[..., Terminal],
+    pids: Pids,
+    store: str,
+) -> None:
+    url = request.getfixturevalue("ledger" if store == "sqlite" else "postgres_ledger")
+    pidfile = pids.pidfile("orphan")
+    term = terminal("--url", url, "run", "--", *sleeper(pidfile))
+    term.expect("ready")
+    orphan = pids.await_pid(pidfile)
+    (process_id,) = [r["id"] for r in orjson.loads(ok("ps", "--json", url=url))]
+
+    term.process.send_signal(signal.SIGKILL)  # mid-run: nothing records the end
+    assert term.wait() == -signal.SIGKILL
+    restored = orjson.loads(ok("restore", "--json", url=url))
+    assert [r["id"] for r in restored] == [process_id]
+    assert (restored[0]["state"], restored[0]["reason"]) == ("lost_on_restore", "lost_on_restore")
+    assert orphan.is_running()  # its recorded pid was never signalled
+    assert orjson.loads(ok("restore", "--json", url=url)) == []  # nothing left to restore
+
+    shown = orjson.loads(ok("show", process_id, "--json", url=url))
+    assert [e["kind"] for e in shown["events"]] == [
+        "registered",
+        "first_started",
+        "started",
+        "lost",
+    ]
+    registry = open_registry(url)
+    try:
+        record = registry.get(process_id)
+        row = handle_for_process(registry, process_id)
+        assert row is not None
+        assert row.session_id is not None
+        assert row.loop_id is not None
+        journalled = Notifier(registry, row.session_id).undelivered(row.loop_id)
+    finally:
+        registry.close()
+    assert record.state is ProcessState.lost_on_restore
+    commands = [n for n in journalled if n.process_handle == row.handle]
+    assert [(n.command_id, n.state.value) for n in commands] == [
+        (event_ids(process_id, record.registration_hash).command_id, "lost_on_restore")
+    ]
+    assert row.command_id == commands[0].command_id
+
+
+def test_restore_leaves_a_live_run_alone(
+    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+) -> None:
+    pidfile = pids.pidfile("alive")
+    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
+    term.expect("ready")
+    pids.await_pid(pidfile)
+    assert orjson.loads(ok("restore", "--json", url=ledger)) == []
+    assert "restored 0 processes" in ok("restore", url=ledger)
+    term.ctrl_c()
+    assert term.wait() == 130
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+def test_unknown_ids_are_one_line_errors(ledger: str) -> None:
+    one_line_error(cli("show", "no-such-id", url=ledger), "NotFound", "no-such-id")
+    one_line_error(cli("stop", "no-such-id", url=ledger), "NotFound", "no-such-id")
+
+
+def test_a_bad_url_is_a_one_line_error() -> None:
+    one_line_error(cli("ps", url="nosuchscheme://x"), "StoreError", "nosuchscheme")
+    one_line_error(
+        cli("run", "--", "true", url="postgresql://u:hunter2@127.0.0.1:1/db"), "StoreError"
+    )
+    assert "hunter2" not in cli("ps", url="postgresql://u:hunter2@127.0.0.1:1/db").stderr
+
+
+def test_an_unreadable_store_is_a_one_line_error(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 100)
+    one_line_error(cli("ps", url=f"sqlite:///{garbage}"), "StoreError", "garbage.db")
+    missing = tmp_path / "no" / "such" / "folder" / "ledger.db"
+    one_line_error(cli("show", "x", url=f"sqlite:///{missing}"), "StoreError")
+
+
+def test_the_environment_names_the_store(ledger: str) -> None:
+    import os
+
+    env = {**os.environ, "PROCLEDGER_URL": ledger}
+    ran = subprocess.run(
+        [*CLI, "run", "--json", "--", "true"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert (
+        orjson.loads(ok("ps", "--all", "--json", url=ledger))[0]["id"]
+        == (orjson.loads(ran.stdout)["id"])
+    )
+
+
+def test_python_dash_m_works(ledger: str) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "procledger", "--url", ledger, "ps", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, orjson.loads(ran.stdout)) == (0, [])
+
+
+def test_wait_until_is_usable() -> None:
+    wait_until(lambda: True)

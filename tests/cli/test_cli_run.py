@@ -1,0 +1,204 @@
+"""``procledger run`` end to end in a pseudo-terminal (DESIGN.md §8): output streams through,
+Ctrl-C stops the tree, a second Ctrl-C kills it, ``procledger stop`` from another process is
+carried out, exit codes follow how the command ended, ``--json`` prints the final record."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+
+from procledger import ProcessState, TerminalReason, open_registry
+
+from .conftest import Pids, Terminal, cli, ignoring, sleeper, wait_until
+
+
+def running_ids(url: str) -> list[str]:
+    listed = cli("ps", "--json", url=url)
+    assert listed.returncode == 0, listed.stderr
+    return [record["id"] for record in orjson.loads(listed.stdout)]
+
+
+def only_process(url: str) -> dict:
+    listed = cli("ps", "--all", "--json", url=url)
+    assert listed.returncode == 0, listed.stderr
+    (record,) = orjson.loads(listed.stdout)
+    return record
+
+
+def test_output_streams_through_and_the_exit_code_is_the_commands(
+    ledger: str, terminal: Callable[..., Terminal]
+) -> None:
+    term = terminal("--url", ledger, "run", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert term.wait() == 7
+    term.expect(r"out\r?\n")
+    term.expect(r"err\r?\n")
+    record = only_process(ledger)
+    assert (record["state"], record["exit_code"], record["status"]) == ("exited", 7, "failed")
+
+
+def test_first_ctrl_c_interrupts_the_tree(
+    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+) -> None:
+    pidfile = pids.pidfile("sleep")
+    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
+    term.expect("ready")
+    child = pids.await_pid(pidfile)
+    term.ctrl_c()
+    assert term.wait() == 130
+    wait_until(lambda: not child.is_running() or child.status() == "zombie", what="child gone")
+    record = only_process(ledger)
+    assert (record["state"], record["reason"]) == ("interrupted", "interrupted")
+    assert record["stop_requested"] == ["interrupted"]
+    assert record["status"] == "cancelled"
+
+
+def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
+    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+) -> None:
+    term_ignorer = pids.pidfile("ignores-int")
+    term = terminal(
+        "--url", ledger, "run", "--grace", "0.3", "--", *ignoring(term_ignorer, "SIGINT")
+    )
+    term.expect("ready")
+    pids.await_pid(term_ignorer)
+    term.ctrl_c()
+    assert term.wait() == 130
+    record = only_process(ledger)
+    assert (record["state"], record["reason"]) == ("terminated", "terminated")  # SIGTERM did it
+
+    stubborn = pids.pidfile("ignores-int-and-term")
+    term = terminal(
+        "--url",
+        ledger,
+        "run",
+        "--grace",
+        "0.3",
+        "--stop-signal",
+        "USR2",
+        "--",
+        *ignoring(stubborn, "SIGINT", "SIGTERM", "SIGUSR2"),
+    )
+    term.expect("ready")
+    pids.await_pid(stubborn)
+    started = time.monotonic()
+    term.ctrl_c()
+    assert term.wait() == 130
+    assert time.monotonic() - started >= 0.5  # two graces before the SIGKILL
+    records = orjson.loads(cli("ps", "--all", "--json", url=ledger).stdout)
+    killed = [r for r in records if r["state"] == "killed"]
+    assert [(r["reason"], r["stop_requested"]) for r in killed] == [("killed", ["interrupted"])]
+
+
+def test_second_ctrl_c_kills_at_once(
+    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+) -> None:
+    ready = pids.pidfile("ignores-everything")
+    term = terminal(
+        "--url", ledger, "run", "--grace", "60", "--", *ignoring(ready, "SIGINT", "SIGTERM")
+    )
+    term.expect("ready")
+    child = pids.await_pid(ready)
+    term.ctrl_c()
+    wait_until(
+        lambda: only_process(ledger)["stop_requested"] == ["interrupted"],
+        what="the first Ctrl-C to be recorded",
+    )
+    assert child.is_running()  # it ignores SIGINT, and the grace is a minute
+    started = time.monotonic()
+    term.ctrl_c()
+    assert term.wait() == 130
+    assert time.monotonic() - started < 30  # well inside the minute of grace
+    record = only_process(ledger)
+    assert (record["state"], record["reason"]) == ("killed", "killed")
+    assert record["stop_requested"] == ["interrupted", "killed"]
+
+
+@pytest.mark.parametrize("mode", ["interrupt", "terminate", "kill"])
+def test_stop_from_another_process_is_carried_out(
+    ledger: str, terminal: Callable[..., Terminal], pids: Pids, mode: str
+) -> None:
+    pidfile = pids.pidfile("sleep")
+    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
+    term.expect("ready")
+    pids.await_pid(pidfile)
+    (process_id,) = running_ids(ledger)
+    stopped = cli("stop", process_id, "--mode", mode, url=ledger)
+    assert stopped.returncode == 0, stopped.stderr
+    assert process_id in stopped.stdout
+    assert term.wait() == 130
+    record = only_process(ledger)
+    reason = {"interrupt": "interrupted", "terminate": "terminated", "kill": "killed"}[mode]
+    assert record["stop_requested"] == [reason]
+    assert record["state"] == reason
+    assert record["status"] == "cancelled"
+
+
+def test_an_unrequested_signal_exits_128_plus_its_number(
+    ledger: str, terminal: Callable[..., Terminal]
+) -> None:
+    term = terminal("--url", ledger, "run", "--", "sh", "-c", "kill -TERM $$")
+    assert term.wait() == 128 + signal.SIGTERM
+    record = only_process(ledger)
+    assert (record["state"], record["stop_requested"]) == ("terminated", [])
+
+
+def test_json_prints_the_final_record_on_stdout(ledger: str) -> None:
+    ran = cli("run", "--json", "--", "sh", "-c", "echo from-the-child", url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    record = orjson.loads(ran.stdout)  # stdout is the record alone
+    assert (record["state"], record["exit_code"], record["status"]) == ("exited", 0, "completed")
+    assert record["input"]["argv"] == ["sh", "-c", "echo from-the-child"]
+    assert "from-the-child" in ran.stderr  # the command's stdout went to stderr
+
+
+def test_spawn_failure_is_one_line_and_recorded(ledger: str) -> None:
+    ran = cli("run", "--", "/no/such/program", url=ledger)
+    assert ran.returncode == 1
+    assert ran.stderr.count("\n") == 1
+    assert "SpawnError" in ran.stderr
+    assert "/no/such/program" in ran.stderr
+    assert "Traceback" not in ran.stderr
+    record = only_process(ledger)
+    assert (record["state"], record["reason"]) == ("failed", "failed")
+
+
+def test_background_returns_once_running_and_stops_on_request(
+    ledger: str, pids: Pids, tmp_path: Path
+) -> None:
+    pidfile = pids.pidfile("background")
+    ran = cli("run", "--background", "--json", "--", *sleeper(pidfile), url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    record = orjson.loads(ran.stdout)
+    assert (record["state"], record["backgrounded"]) == ("running", True)
+    supervisor_pid = record["first_started"]["owner"]["liveness"]["pid"]
+    pids.add(supervisor_pid)  # the detached procledger that supervises it
+    pids.await_pid(pidfile)
+    registry = open_registry(ledger)
+    try:
+        events = [event.kind for event in registry.events(record["id"])]
+        assert "backgrounded" in events
+        assert "started" not in events
+        assert cli("stop", record["id"], "--mode", "kill", url=ledger).returncode == 0
+        final = registry.await_terminal(record["id"], timeout=30)
+    finally:
+        registry.close()
+    assert (final.state, final.reason) == (ProcessState.killed, TerminalReason.killed)
+
+
+def test_run_usage_errors_exit_2(ledger: str) -> None:
+    assert cli("run", url=ledger).returncode == 2
+    bad_signal = cli("run", "--stop-signal", "NOPE", "--", "true", url=ledger)
+    assert bad_signal.returncode == 2
+    assert "NOPE" in bad_signal.stderr
+
+
+def test_command_options_after_the_separator_belong_to_the_command(ledger: str) -> None:
+    ran = cli("run", "--json", "--", sys.executable, "-c", "print('x')", "--json", url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    assert orjson.loads(ran.stdout)["input"]["argv"][-1] == "--json"
