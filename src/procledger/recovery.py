@@ -21,7 +21,10 @@ than ``renew_ms`` of the lease is left by this process's monotonic clock (a paus
 up past that point), the attempt's ``cancel`` is set -- the default runner then stops the
 process tree, with a grace of half a renewal period -- and the attempt writes nothing. A write
 it makes anyway (a result that raced the renewal) is refused by the fence: ``LeaseLost``, and
-the process is listed under ``lost``.
+the process is listed under ``lost``. Before writing a result the attempt also checks that its
+local deadline has not passed: the store accepts a terminal identical to the recorded one
+without any lease (an idempotent replay), so a paused worker whose result happens to equal its
+successor's must notice on its own that the work is no longer its to report.
 """
 
 from __future__ import annotations
@@ -277,6 +280,12 @@ class _Renewal:
     def __exit__(self, *exc_info: object) -> None:
         self._done.set()
         self._thread.join()
+
+    @property
+    def lapsed(self) -> bool:
+        """Whether the lease may have expired by now (by the local clock): checked before the
+        result is written, because the store accepts an identical terminal without a lease."""
+        return time.monotonic() >= self._deadline
 
     def _run(self) -> None:
         while not self._done.wait(self._period_s):
@@ -602,7 +611,7 @@ class RecoveryWorker:
                 result = _checked(self.runner(record, renewal.lease, cancel))
             except Exception as exc:
                 error = exc
-        if renewal.lost:
+        if renewal.lost or renewal.lapsed:
             tally.lost.append(record.id)  # fenced off: the new holder owns it; write nothing
         elif error is not None and cancel.is_set():
             self._stand_down(record, renewal.lease, tally)

@@ -1,0 +1,246 @@
+"""Helpers shared by the recovery tests: registrations, a fake clock, a recording runner, owners
+that are provably dead, and worker OS processes (``_worker.py``) started together."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import procledger
+from procledger import (
+    Lease,
+    LeaseOwner,
+    Originator,
+    ProcessInput,
+    ProcessRecord,
+    ProcessRegistration,
+    ProcessRegistry,
+    RecoveryDisposition,
+)
+from procledger.adapters.liveness import local_identity, read_process_start
+from procledger.domain.leases import Liveness
+from procledger.recovery import RunResult, SweepReport
+
+WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
+SRC = Path(procledger.__file__).resolve().parents[1]
+T0 = 1_700_000_000_000
+
+
+class FakeClock:
+    """Epoch milliseconds that move only when a test says so (thread-safe enough: ints)."""
+
+    def __init__(self, now: int = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+def register(
+    registry: ProcessRegistry,
+    process_id: str,
+    disposition: RecoveryDisposition | str,
+    *,
+    argv: Sequence[str] | None = None,
+    engine: str | None = None,
+    payload: Any = None,
+    external: bool = False,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+) -> ProcessRecord:
+    """Register engine work (the default), a command (``argv``) or external work."""
+    if external:
+        spec = ProcessInput.external({"label": process_id})
+        env_ref = None
+    else:
+        if argv is not None:
+            spec = ProcessInput.command(list(argv), cwd=cwd)
+        else:
+            spec = ProcessInput.engine(engine or "test", payload)
+        env_ref = registry.store_env(env if env is not None else {"PATH": os.environ["PATH"]})
+    return registry.register(
+        ProcessRegistration(
+            id=process_id,
+            input=spec,
+            disposition=RecoveryDisposition(disposition),
+            originator=Originator.host(),
+            env_ref=env_ref,
+        )
+    )
+
+
+def opaque_owner(owner_id: str) -> LeaseOwner:
+    return LeaseOwner(owner_id=owner_id, incarnation_id=uuid.uuid4().hex)
+
+
+def dead_owner(owner_id: str) -> LeaseOwner:
+    """A ``local_process`` owner whose PID really existed on this host and is now gone: a
+    short-lived child is spawned, its start time read while it is unreaped, then reaped."""
+    mine = local_identity()
+    assert mine is not None, "these tests need a readable /proc"
+    child = subprocess.Popen(["true"])
+    try:
+        start = read_process_start(child.pid)  # alive or a zombie: /proc/<pid> still exists
+    finally:
+        child.wait()
+    assert start is not None
+    liveness = Liveness(
+        kind="local_process",
+        host_id=mine.host_id,
+        boot_id=mine.boot_id,
+        pid=child.pid,
+        process_start=start,
+    )
+    return LeaseOwner(owner_id=owner_id, incarnation_id=uuid.uuid4().hex, liveness=liveness)
+
+
+class RecordingRunner:
+    """A fake runner: records each call (process id, lease) and does ``behaviour`` if given."""
+
+    def __init__(
+        self,
+        behaviour: Callable[[ProcessRecord, Lease, threading.Event], RunResult] | None = None,
+    ) -> None:
+        self.behaviour = behaviour
+        self.calls: list[tuple[ProcessRecord, Lease]] = []
+
+    def __call__(self, record: ProcessRecord, lease: Lease, cancel: threading.Event) -> RunResult:
+        self.calls.append((record, lease))
+        if self.behaviour is not None:
+            return self.behaviour(record, lease, cancel)
+        return RunResult(exit_code=0, value={"ran": record.id})
+
+    @property
+    def ran(self) -> list[str]:
+        return [record.id for record, _ in self.calls]
+
+
+def kinds(registry: ProcessRegistry, process_id: str) -> list[str]:
+    return [event.kind for event in registry.events(process_id)]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
+    """Poll a state predicate (not a sleep to synchronise: it returns as soon as it holds)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def pid_alive(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def kill_if_alive(pid: int, expected_cmd: str) -> None:
+    """Clean up an orphan this test made, by its exact PID (checked to still be ours)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return
+    if expected_cmd in cmdline:
+        os.kill(pid, signal.SIGKILL)
+
+
+class Workers:
+    """Worker OS processes forked by one ``_worker.py`` process and started together (every
+    one ``ready``, then ``go``). Each worker's PID is recorded; any that outlives its test is
+    killed by that PID (after a SIGCONT, in case it was stopped), then the forking process."""
+
+    def __init__(self) -> None:
+        self.parents: list[subprocess.Popen[str]] = []
+        self.pids: list[int] = []
+
+    def start(self, url: str, owner_ids: Sequence[str], params: dict[str, Any]) -> Started:
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+        }
+        parent = subprocess.Popen(
+            [sys.executable, str(WORKER_SCRIPT), url, orjson.dumps(params).decode(), *owner_ids],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.parents.append(parent)
+        assert parent.stdout is not None
+        assert parent.stdin is not None
+        pids: dict[int, int] = {}
+        while len(pids) < len(owner_ids):  # synchronise on state: every registry is open
+            line = parent.stdout.readline()
+            word, index, pid = [*line.split(), "", "", ""][:3]
+            assert word == "ready", (line, parent.stderr.read() if parent.stderr else "")
+            pids[int(index)] = int(pid)
+            self.pids.append(int(pid))
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        return Started(parent, [pids[index] for index in range(len(owner_ids))])
+
+    def cleanup(self) -> None:
+        for pid in self.pids:
+            if pid_alive(pid) and any(parent.poll() is None for parent in self.parents):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+                    os.kill(pid, signal.SIGKILL)
+        for parent in self.parents:
+            if parent.poll() is None:
+                parent.kill()
+            parent.wait()
+            for stream in (parent.stdin, parent.stdout, parent.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+class Started:
+    """One batch of workers: their PIDs (in owner order) and, once all ended, their reports."""
+
+    def __init__(self, parent: subprocess.Popen[str], pids: list[int]) -> None:
+        self.parent = parent
+        self.pids = pids
+        self.stderr = ""
+
+    def reports(self, timeout: float = 60) -> dict[int, SweepReport]:
+        """Reports by worker index; a worker killed before reporting has none."""
+        out, self.stderr = self.parent.communicate(timeout=timeout)
+        reports: dict[int, SweepReport] = {}
+        for line in out.splitlines():
+            word, index, payload = line.split(" ", 2)
+            assert word == "report", (line, self.stderr)
+            reports[int(index)] = SweepReport.model_validate_json(payload)
+        return reports
+
+    def all_reports(self, timeout: float = 60) -> list[SweepReport]:
+        reports = self.reports(timeout)
+        assert self.parent.returncode == 0, self.stderr
+        assert sorted(reports) == list(range(len(self.pids)))
+        return [reports[index] for index in range(len(self.pids))]
