@@ -14,11 +14,9 @@ from procledger.adapters.store import Store
 
 def create_tables(store: Store) -> None:
     big = "BIGINT" if store.dialect == "postgresql" else "INTEGER"
-    serial = (
-        "BIGSERIAL PRIMARY KEY"
-        if store.dialect == "postgresql"
-        else "INTEGER PRIMARY KEY AUTOINCREMENT"
-    )
+    # The journal's order. SQLite: a rowid alias, not AUTOINCREMENT, which would write
+    # sqlite_sequence even for an INSERT that ON CONFLICT skips (an fsync per identical retry).
+    serial = "BIGSERIAL PRIMARY KEY" if store.dialect == "postgresql" else "INTEGER PRIMARY KEY"
     t = store.table
     statements = [
         f"""CREATE TABLE IF NOT EXISTS {t("records")} (
@@ -64,6 +62,8 @@ def create_tables(store: Store) -> None:
             process_handle TEXT NOT NULL,
             payload TEXT NOT NULL,
             consumed INTEGER NOT NULL DEFAULT 0)""",
+        f"CREATE INDEX IF NOT EXISTS procledger_journal_loop ON {t('journal')} "
+        "(session_id, loop_id, seq)",
         f"""CREATE TABLE IF NOT EXISTS {t("handles")} (
             handle TEXT PRIMARY KEY,
             process_id TEXT NOT NULL,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from pydantic import model_validator
+from pydantic import ConfigDict, model_validator
 
 from procledger.domain._model import Frozen
 from procledger.domain.errors import ProcessLifecycleValidationError
@@ -21,7 +21,7 @@ from procledger.domain.lifecycle import NOTIFICATION_ROWS
 from procledger.domain.records import MAX_PROCESS_HANDLE_BYTES
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 
-_HANDLE = re.compile(r"^[A-Za-z0-9_-]+$")
+_HANDLE = re.compile(r"[A-Za-z0-9_-]+")
 _FIELDS = ("command_id", "session_id", "loop_id", "process_handle", "state", "reason")
 _UUID_FIELDS = ("command_id", "session_id", "loop_id")
 
@@ -44,8 +44,9 @@ def _as_uuid(field: str, value: Any) -> uuid.UUID:
 def check_process_handle(value: Any) -> str:
     if not isinstance(value, str):
         raise ProcessLifecycleValidationError("process_handle", "must be a string")
-    size = len(value.encode())
-    if not 1 <= size <= MAX_PROCESS_HANDLE_BYTES or not _HANDLE.match(value):
+    # fullmatch, not match: ``$`` would let a trailing newline through. The pattern is ASCII, so
+    # once it matches, characters are bytes (and a lone surrogate never reaches ``encode``).
+    if _HANDLE.fullmatch(value) is None or len(value) > MAX_PROCESS_HANDLE_BYTES:
         raise ProcessLifecycleValidationError(
             "process_handle",
             f"must be 1-{MAX_PROCESS_HANDLE_BYTES} bytes of [A-Za-z0-9_-]",
@@ -78,6 +79,10 @@ def validate_notification_fields(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ProcessCompletionNotification(Frozen):
+    # An instance passed to ``model_validate`` (or as a field of another model) is checked
+    # again: one built with ``model_construct`` skipped every check.
+    model_config = ConfigDict(frozen=True, extra="forbid", revalidate_instances="always")
+
     command_id: uuid.UUID
     session_id: uuid.UUID
     loop_id: uuid.UUID
@@ -88,6 +93,9 @@ class ProcessCompletionNotification(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _ordered_checks(cls, data: Any) -> Any:
+        if isinstance(data, ProcessCompletionNotification):
+            # ``model_validate(instance)``: check it again (it may be ``model_construct``ed).
+            data = {field: getattr(data, field, None) for field in _FIELDS}
         if not isinstance(data, Mapping):
             raise ProcessLifecycleValidationError("command_id", "a notification is a JSON object")
         return validate_notification_fields(data)
