@@ -202,3 +202,17 @@ def test_command_options_after_the_separator_belong_to_the_command(ledger: str) 
     ran = cli("run", "--json", "--", sys.executable, "-c", "print('x')", "--json", url=ledger)
     assert ran.returncode == 0, ran.stderr
     assert orjson.loads(ran.stdout)["input"]["argv"][-1] == "--json"
+
+
+def test_sigterm_to_run_shuts_the_supervisor_down(
+    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+) -> None:
+    pidfile = pids.pidfile("sleep")
+    term = terminal("--url", ledger, "run", "--grace", "5", "--", *sleeper(pidfile))
+    term.expect("ready")
+    pids.await_pid(pidfile)
+    term.process.send_signal(signal.SIGTERM)
+    assert term.wait() == 128 + signal.SIGTERM
+    record = only_process(ledger)
+    assert (record["state"], record["reason"]) == ("terminated", "runner_shutdown")
+    assert record["status"] == "cancelled"

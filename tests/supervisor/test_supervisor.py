@@ -43,7 +43,7 @@ from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.handles import handle_for_process
 from procledger.supervisor.supervisor import StopMode, Supervisor
 
-from .conftest import Processes, wait_until
+from .conftest import Processes, is_dead, wait_until
 
 TERMINAL_KINDS = {"completed", "lost", "abandoned"}
 HANDLE = re.compile(r"^[A-Za-z0-9_-]{22}$")
@@ -690,3 +690,28 @@ def _external_command(process_id: str) -> Any:
         originator=Originator.host(),
         env_ref=env_ref_for({}),
     )
+
+
+def test_a_lost_lease_stops_the_tree_and_writes_nothing(url: str, procs: Processes) -> None:
+    """Another owner took the expired lease and recorded the end: the tree is killed, and the
+    supervisor writes no terminal of its own (the new holder owns the process now)."""
+    now = [1_000_000]
+    registry = open_registry(url, clock=lambda: now[0])
+    try:
+        timings = LeaseTimings(ttl_ms=3_000, renew_ms=200)
+        with Supervisor(registry, owner=LeaseOwner.local_process("slow"), timings=timings) as sup:
+            pidfile = procs.pidfile("sleep")
+            handle = sup.start(sleeper(pidfile))
+            child = procs.await_pid(pidfile)
+            now[0] += 60_000  # the lease expires (a suspended machine, a stalled store...)
+            thief = LeaseOwner(owner_id="thief", incarnation_id="1")
+            taken = registry.claim_lease(handle.process_id, thief, 60_000)
+            lease = taken.lease  # type: ignore[union-attr]
+            lost = registry.record_lost(handle.process_id, diagnostic="taken over", lease=lease)
+            wait_until(lambda: is_dead(child), 20, "the next renewal to fail and kill the tree")
+            assert sup.wait(handle, timeout=20) == lost
+        log = kinds(registry, handle.process_id)
+        assert sum(kind in TERMINAL_KINDS for kind in log) == 1
+        assert log[-1] == "lost"
+    finally:
+        registry.close()

@@ -23,7 +23,6 @@ lease in the same transaction). Each lifecycle write carries an id derived from 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -77,6 +76,9 @@ log = logging.getLogger("procledger.supervisor")
 STOP_POLL_S: Final = 0.5
 """How often the ticker looks for stop requests made elsewhere (the contract says within 1 s)."""
 
+RENEW_RETRY_S: Final = 1.0
+"""How soon a lease renewal that failed on a store error is tried again."""
+
 WRITE_RETRY_S: Final = 5.0
 """How long a terminal write is retried (with its stable id) when the store fails."""
 
@@ -124,6 +126,7 @@ class _Run:
         lease: Lease,
         child: OwnedChild,
         notify_to: tuple[uuid.UUID, uuid.UUID] | None,
+        renew_s: float,
     ) -> None:
         self.handle = handle
         self.process_id = process_id
@@ -138,7 +141,7 @@ class _Run:
         self.ended = False  # the child's status is known: no more stops are taken
         self.returncode: int | None = None
         self.lease_lost = False
-        self.renewed_at = time.monotonic()
+        self.renew_at = time.monotonic() + renew_s
         self.seen_change_seq = 0
         self.done = threading.Event()
         self.record: ProcessRecord | None = None
@@ -274,7 +277,15 @@ class Supervisor:
                 pid, ids=ids, lease=lease, handle=handle, notify_to=notify_to, error=error
             )
             raise
-        run = _Run(handle, pid, ids=ids, lease=lease, child=child, notify_to=notify_to)
+        run = _Run(
+            handle,
+            pid,
+            ids=ids,
+            lease=lease,
+            child=child,
+            notify_to=notify_to,
+            renew_s=self._timings.renew_ms / 1000,
+        )
         try:
             self._record_running(run, background)
         except BaseException:
@@ -554,24 +565,26 @@ class Supervisor:
             if now >= next_poll:
                 self._poll_stop_requests(runs)
                 next_poll = now + STOP_POLL_S
-            due = min((r.renewed_at + self._timings.renew_ms / 1000 for r in runs), default=now)
+            due = min((r.renew_at for r in runs), default=now)
             self._wake.wait(max(0.0, min(next_poll, due) - time.monotonic()))
             self._wake.clear()
 
     def _renew_if_due(self, run: _Run, now: float) -> None:
-        if now - run.renewed_at < self._timings.renew_ms / 1000 or run.ended:
+        if now < run.renew_at or run.ended or run.lease_lost:
             return
+        renew_s = self._timings.renew_ms / 1000
         try:
             run.lease = self._registry.renew_lease(run.lease, self._timings.ttl_ms)
-            run.renewed_at = now
+            run.renew_at = now + renew_s
         except LeaseLost:
             with run.lock:
                 if run.ended:
                     return
                 run.lease_lost = True
             log.warning("process %r: lease lost; killing its tree", run.process_id)
-            self._helper(lambda: run.child.stop(StopPolicy((_SIGKILL,), 0.0)))
-        except Exception as error:  # the store is unreachable: try again at the next tick
+            self._helper(functools.partial(run.child.stop, StopPolicy((_SIGKILL,), 0.0)))
+        except Exception as error:  # the store is unreachable: try again soon, not in a loop
+            run.renew_at = now + min(renew_s, RENEW_RETRY_S)
             log.warning("process %r: lease renewal failed: %s", run.process_id, error)
 
     def _poll_stop_requests(self, runs: list[_Run]) -> None:
@@ -584,13 +597,20 @@ class Supervisor:
             seq = seqs.get(run.process_id, 0)
             if seq <= run.seen_change_seq or run.ended:
                 continue
+            try:
+                requested = self._registry.get(run.process_id).stop_requested
+            except Exception as error:
+                log.warning(
+                    "process %r: reading its stop requests failed: %s", run.process_id, error
+                )
+                continue
             run.seen_change_seq = seq
-            with contextlib.suppress(ProcledgerError):
-                for reason in self._registry.get(run.process_id).stop_requested:
-                    with run.lock:
-                        new = reason not in run.claimed
-                    if new:
-                        self._helper(functools.partial(self._carry_out, run, reason, durable=True))
+            for reason in requested:
+                with run.lock:
+                    new = reason not in run.claimed
+                    run.claimed.add(reason)
+                if new:
+                    self._helper(functools.partial(self._carry_out, run, reason, durable=True))
 
     # -- restore and shutdown ----------------------------------------------------------------------
 
