@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol, final
 
 from procledger.domain.errors import (
@@ -92,25 +93,13 @@ class CompletionNotifier(Protocol):
 
 
 @final
+@dataclass(frozen=True, slots=True)
 class ProcessHandle:
-    """What ``start`` returns: the opaque ``handle`` and the ``process_id`` in the ledger."""
+    """What ``start`` returns: the opaque ``handle`` (22 URL-safe characters that encode
+    nothing) and the ``process_id`` in the ledger."""
 
-    __slots__ = ("handle", "process_id")
-
-    def __init__(self, handle: str, process_id: str) -> None:
-        self.handle = handle
-        self.process_id = process_id
-
-    def __repr__(self) -> str:
-        return f"ProcessHandle(handle={self.handle!r}, process_id={self.process_id!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ProcessHandle):
-            return NotImplemented
-        return (self.handle, self.process_id) == (other.handle, other.process_id)
-
-    def __hash__(self) -> int:
-        return hash((self.handle, self.process_id))
+    handle: str
+    process_id: str
 
 
 class _Run:
