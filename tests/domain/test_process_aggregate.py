@@ -1,0 +1,883 @@
+"""The Process aggregate, command by command (DESIGN.md §2.2, §3.2's rules, §3.3, §3.4).
+
+Commands validate and decide; a refused command appends nothing. Error order: validation, an
+identical replay (a no-op), state, then authority.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from procledger.domain.errors import (
+    AlreadyTerminal,
+    AuthorityRejected,
+    InvalidTransition,
+    ProcessLifecycleValidationError,
+    ReplayConflict,
+    UndeclaredEventType,
+)
+from procledger.domain.leases import CompletionAuthority, LeaseOwner, Liveness
+from procledger.domain.lifecycle import lifecycle_table
+from procledger.domain.process import Process, process_uuid, to_process_event
+from procledger.domain.records import ExternalRef, WaitState
+from procledger.domain.registration import ProcessRegistration, env_ref_for
+from procledger.domain.vocabulary import (
+    LifecycleKind,
+    ProcessState,
+    ProcessStatus,
+    RecoveryDisposition,
+    TerminalReason,
+)
+
+S = ProcessState
+R = TerminalReason
+WORKFLOW = CompletionAuthority.workflow_key("wf")
+EXTERNAL = CompletionAuthority.external_owner("ops")
+OWNER = LeaseOwner(owner_id="worker", incarnation_id="inc")
+OTHER = LeaseOwner(owner_id="other", incarnation_id="inc-2")
+E1 = "2b1c1e1e-0000-4000-8000-000000000001"
+E2 = "2b1c1e1e-0000-4000-8000-000000000002"
+
+
+def registration(**overrides: Any) -> ProcessRegistration:
+    fields: dict[str, Any] = {
+        "id": "job-1",
+        "input": {"type": "command", "argv": ["/bin/build", "--all"]},
+        "disposition": "owner_bound",
+        "originator": {"type": "host", "scope": "ci"},
+        "env_ref": env_ref_for({"A": "1"}),
+        "event_types": [{"name": "signal.ready"}],
+        "definition": {"step": "build"},
+    }
+    fields.update(overrides)
+    return ProcessRegistration.model_validate(fields)
+
+
+def new(**overrides: Any) -> Process:
+    process = Process.register(registration(**overrides), at_ms=100)
+    process.collect_events()
+    return process
+
+
+def running(**overrides: Any) -> Process:
+    process = new(**overrides)
+    assert process.record_started(150, at_ms=200, event_id=None)
+    process.collect_events()
+    return process
+
+
+def complete(process: Process, state: Any, reason: Any, **fields: Any) -> bool:
+    arguments: dict[str, Any] = {
+        "exit_code": None,
+        "diagnostic": None,
+        "value": None,
+        "event_id": None,
+        "authority": WORKFLOW,
+        "at_ms": 900,
+    }
+    arguments.update(fields)
+    return process.complete(state, reason, **arguments)
+
+
+def lose(process: Process, **fields: Any) -> bool:
+    arguments: dict[str, Any] = {
+        "diagnostic": None,
+        "event_id": None,
+        "authority": WORKFLOW,
+        "at_ms": 900,
+    }
+    arguments.update(fields)
+    return process.lose(**arguments)
+
+
+def abandon(process: Process, reason: Any, **fields: Any) -> bool:
+    arguments: dict[str, Any] = {
+        "owner": None,
+        "evidence_at_ms": None,
+        "diagnostic": None,
+        "event_id": None,
+        "authority": WORKFLOW,
+        "at_ms": 900,
+    }
+    arguments.update(fields)
+    return process.abandon(reason, **arguments)
+
+
+def exited(process: Process, code: int = 0, **fields: Any) -> bool:
+    return complete(process, "exited", "exited", exit_code=code, **fields)
+
+
+def refuses(process: Process, error: type[Exception], call: Any) -> Exception:
+    """``call()`` raises ``error`` and leaves the aggregate exactly as it was."""
+    version, record = process.version, process.to_record(change_seq=0)
+    pending = len(process.pending_events)
+    with pytest.raises(error) as caught:
+        call()
+    assert process.version == version
+    assert len(process.pending_events) == pending
+    assert process.to_record(change_seq=0) == record
+    return caught.value
+
+
+def no_op(process: Process, call: Any) -> None:
+    """``call()`` returns False and appends nothing."""
+    version, record = process.version, process.to_record(change_seq=0)
+    pending = len(process.pending_events)
+    assert call() is False
+    assert process.version == version
+    assert len(process.pending_events) == pending
+    assert process.to_record(change_seq=0) == record
+
+
+# -- registration ------------------------------------------------------------------------------
+
+
+def test_registration_creates_the_aggregate_in_starting() -> None:
+    reg = registration()
+    process = Process.register(reg, at_ms=100)
+    events = process.collect_events()
+    assert [type(e) for e in events] == [Process.Registered]
+    assert process.id == process_uuid("job-1")
+    assert process.version == 1
+    assert process.state is S.starting
+    assert process.registration == reg
+    assert process.registration_hash == reg.registration_hash()
+    assert events[0].registration == reg.model_dump(mode="json")
+
+
+def test_the_aggregate_id_is_deterministic_per_process_id() -> None:
+    assert process_uuid("a") == process_uuid("a")
+    assert process_uuid("a") != process_uuid("b")
+
+
+def test_a_fresh_record() -> None:
+    record = new().to_record(change_seq=1)
+    assert record.id == "job-1"
+    assert record.state is S.starting
+    assert record.status is ProcessStatus.running
+    assert record.reason is None
+    assert record.exit_code is None
+    assert record.stop_requested == []
+    assert record.backgrounded is False
+    assert record.created_at_ms == record.updated_at_ms == 100
+    assert record.started_at_ms is None
+    assert record.finished_at_ms is None
+    assert record.first_started is None
+    assert record.identity.model_dump() == {
+        "kind": "command",
+        "label": "build",
+        "definition": {"step": "build"},
+    }
+    assert record.originator.scope_id == "host:ci"
+    assert record.change_seq == 1
+
+
+# -- started and backgrounded -----------------------------------------------------------------
+
+
+def test_started_moves_starting_to_running() -> None:
+    process = new()
+    assert process.record_started(150, at_ms=200, event_id=None)
+    (event,) = process.collect_events()
+    assert isinstance(event, Process.Started)
+    assert event.state == "running"
+    record = process.to_record(change_seq=2)
+    assert record.state is S.running
+    assert record.started_at_ms == 150  # the caller's time
+    assert record.updated_at_ms == 200  # the clock's
+    assert record.backgrounded is False
+
+
+def test_started_twice_is_an_invalid_transition() -> None:
+    process = running()
+    error = refuses(
+        process, InvalidTransition, lambda: process.record_started(1, at_ms=2, event_id=None)
+    )
+    assert isinstance(error, InvalidTransition)
+    assert (error.from_state, error.kind, error.to_state) == ("running", "started", "running")
+    assert "job-1" in str(error)
+
+
+def test_backgrounded_from_starting_also_starts() -> None:
+    process = new()
+    assert process.record_backgrounded(160, at_ms=210, event_id=None)
+    (event,) = process.collect_events()
+    assert event.state == "running"
+    record = process.to_record(change_seq=2)
+    assert (record.state, record.backgrounded, record.started_at_ms) == (S.running, True, 160)
+    refuses(process, InvalidTransition, lambda: process.record_started(1, at_ms=2, event_id=None))
+
+
+def test_a_running_process_is_backgrounded_at_most_once() -> None:
+    process = running()
+    assert process.record_backgrounded(300, at_ms=310, event_id=None)
+    process.collect_events()
+    record = process.to_record(change_seq=0)
+    assert record.backgrounded is True
+    assert record.started_at_ms == 150  # not moved by backgrounding
+    refuses(
+        process, InvalidTransition, lambda: process.record_backgrounded(1, at_ms=2, event_id=None)
+    )
+
+
+@pytest.mark.parametrize("kind", ["started", "backgrounded"])
+def test_non_terminal_writes_on_a_terminal_process_are_invalid_transitions(kind: str) -> None:
+    process = running()
+    assert exited(process)
+    process.collect_events()
+    command = getattr(process, f"record_{kind}")
+    error = refuses(process, InvalidTransition, lambda: command(1, at_ms=2, event_id=None))
+    assert isinstance(error, InvalidTransition)
+    assert error.from_state == "exited"
+
+
+# -- stop_requested -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start", ["starting", "running"])
+@pytest.mark.parametrize("reason", ["interrupted", "terminated", "killed"])
+def test_stop_requested_keeps_the_state(start: str, reason: str) -> None:
+    process = new() if start == "starting" else running()
+    assert process.request_stop(reason, at_ms=300, event_id=None)
+    (event,) = process.collect_events()
+    assert (event.state, event.reason) == (start, reason)
+    record = process.to_record(change_seq=0)
+    assert record.state is S(start)
+    assert record.stop_requested == [R(reason)]
+    assert record.status is ProcessStatus.running
+
+
+def test_each_signal_is_recorded_once_in_request_order() -> None:
+    process = running()
+    assert process.request_stop(R.interrupted, at_ms=300, event_id=None)
+    process.collect_events()
+    no_op(process, lambda: process.request_stop("interrupted", at_ms=301, event_id=None))
+    no_op(process, lambda: process.request_stop("interrupted", at_ms=302, event_id=E1))
+    assert process.request_stop("killed", at_ms=303, event_id=None)
+    assert process.request_stop("terminated", at_ms=304, event_id=None)
+    assert len(process.collect_events()) == 2
+    assert process.to_record(change_seq=0).stop_requested == [R.interrupted, R.killed, R.terminated]
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [None, "exited", "failed", "runner_shutdown", "output_limit", "owner_dead", "bogus", ""],
+)
+def test_stop_reasons_outside_the_table_are_validation_errors(reason: Any) -> None:
+    process = running()
+    error = refuses(
+        process,
+        ProcessLifecycleValidationError,
+        lambda: process.request_stop(reason, at_ms=1, event_id=None),
+    )
+    assert isinstance(error, ProcessLifecycleValidationError)
+    assert error.field == "state_reason"
+
+
+def test_stop_requested_on_a_terminal_process_is_an_invalid_transition() -> None:
+    process = running()
+    assert complete(process, "killed", "killed")
+    process.collect_events()
+    refuses(
+        process,
+        InvalidTransition,
+        lambda: process.request_stop("killed", at_ms=1, event_id=None),
+    )
+
+
+# -- completed: every row, from each live state ----------------------------------------------------
+
+COMPLETED_ROWS = [row for row in lifecycle_table() if row.kind is LifecycleKind.completed]
+FROM_STARTING = {S.failed, S.terminated, S.killed}
+
+
+def fields_for(state: ProcessState) -> dict[str, Any]:
+    if state is S.exited:
+        return {"exit_code": 3, "value": {"out": [1, 2]}}
+    if state is S.failed:
+        return {"diagnostic": "spawn failed: ENOENT"}
+    return {}
+
+
+@pytest.mark.parametrize("row", COMPLETED_ROWS, ids=lambda r: f"{r.state.value}-{r.reason.value}")
+def test_every_completed_row_from_running(row: Any) -> None:
+    process = running()
+    extra = fields_for(row.state)
+    assert complete(process, row.state.value, row.reason.value, **extra)
+    (event,) = process.collect_events()
+    assert isinstance(event, Process.Completed)
+    assert (event.state, event.reason) == (row.state.value, row.reason.value)
+    record = process.to_record(change_seq=0)
+    assert (record.state, record.reason) == (row.state, row.reason)
+    assert record.exit_code == extra.get("exit_code")
+    assert record.value == extra.get("value")
+    assert record.diagnostic == extra.get("diagnostic")
+    assert record.finished_at_ms == record.updated_at_ms == 900
+
+
+@pytest.mark.parametrize("row", COMPLETED_ROWS, ids=lambda r: f"{r.state.value}-{r.reason.value}")
+def test_completed_rows_from_starting(row: Any) -> None:
+    process = new()
+    call = lambda: complete(process, row.state, row.reason, **fields_for(row.state))  # noqa: E731
+    if row.state in FROM_STARTING:
+        assert call()
+        assert process.state is row.state
+        return
+    error = refuses(process, InvalidTransition, call)
+    assert isinstance(error, InvalidTransition)
+    assert not isinstance(error, AlreadyTerminal)
+    assert (error.from_state, error.kind, error.to_state) == (
+        "starting",
+        "completed",
+        row.state.value,
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [
+        ("exited", "killed"),
+        ("killed", "exited"),
+        ("interrupted", "runner_shutdown"),
+        ("failed", "output_limit"),
+        ("running", None),
+        ("starting", "failed"),
+        ("abandoned", "owner_dead"),
+        ("lost_on_restore", "lost_on_restore"),
+        ("exited", None),
+        ("bogus", "exited"),
+        ("exited", "bogus"),
+    ],
+)
+def test_completions_outside_the_table_are_validation_errors(state: Any, reason: Any) -> None:
+    process = running()
+    error = refuses(
+        process,
+        ProcessLifecycleValidationError,
+        lambda: complete(process, state, reason, exit_code=0 if state == "exited" else None),
+    )
+    assert isinstance(error, ProcessLifecycleValidationError)
+    assert error.field == "state_reason"
+
+
+# -- field rules -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "fields", "field"),
+    [
+        ("exited", "exited", {}, "exit_code"),
+        ("failed", "failed", {"exit_code": 1}, "exit_code"),
+        ("killed", "killed", {"exit_code": -9}, "exit_code"),
+        ("exited", "exited", {"exit_code": 0, "diagnostic": "x"}, "diagnostic"),
+        ("killed", "killed", {"diagnostic": "x"}, "diagnostic"),
+        ("timed_out", "timed_out", {"diagnostic": "x"}, "diagnostic"),
+        ("terminated", "output_limit", {"diagnostic": "x"}, "diagnostic"),
+        ("failed", "failed", {"diagnostic": "x" * 513}, "diagnostic"),
+        ("failed", "failed", {"diagnostic": "é" * 257}, "diagnostic"),  # 514 bytes
+        ("failed", "failed", {"value": 1}, "value"),
+        ("interrupted", "interrupted", {"value": {"a": 1}}, "value"),
+    ],
+)
+def test_completion_field_rules(
+    state: str, reason: str, fields: dict[str, Any], field: str
+) -> None:
+    process = running()
+    error = refuses(
+        process,
+        ProcessLifecycleValidationError,
+        lambda: complete(process, state, reason, **fields),
+    )
+    assert isinstance(error, ProcessLifecycleValidationError)
+    assert error.field == field
+    assert field in str(error)
+
+
+@pytest.mark.parametrize("diagnostic", ["x" * 512, "é" * 256, "☃" * 170, ""])
+def test_diagnostics_up_to_512_bytes_are_kept(diagnostic: str) -> None:
+    process = running()
+    assert complete(process, "failed", "failed", diagnostic=diagnostic)
+    assert process.to_record(change_seq=0).diagnostic == diagnostic
+
+
+@pytest.mark.parametrize("code", [0, 1, 255, -15])
+def test_exit_code_and_value_belong_to_exited(code: int) -> None:
+    process = running()
+    assert exited(process, code, value=["result", {"n": code}])
+    record = process.to_record(change_seq=0)
+    assert (record.exit_code, record.value) == (code, ["result", {"n": code}])
+    assert record.status is (ProcessStatus.completed if code == 0 else ProcessStatus.failed)
+
+
+def test_lost_carries_an_optional_diagnostic() -> None:
+    process = running()
+    assert lose(process, diagnostic="host rebooted")
+    (event,) = process.collect_events()
+    assert isinstance(event, Process.Lost)
+    record = process.to_record(change_seq=0)
+    assert (record.state, record.reason) == (S.lost_on_restore, R.lost_on_restore)
+    assert record.diagnostic == "host rebooted"
+    assert record.status is ProcessStatus.abandoned
+    assert record.exit_code is None
+
+
+def test_lost_from_starting() -> None:
+    process = new()
+    assert lose(process)
+    assert process.state is S.lost_on_restore
+
+
+def test_a_lost_diagnostic_is_at_most_512_bytes() -> None:
+    process = running()
+    error = refuses(
+        process, ProcessLifecycleValidationError, lambda: lose(process, diagnostic="x" * 513)
+    )
+    assert isinstance(error, ProcessLifecycleValidationError)
+    assert error.field == "diagnostic"
+
+
+@pytest.mark.parametrize("reason", ["owner_drain", "owner_dead", "abandon_requested"])
+@pytest.mark.parametrize("start", ["starting", "running"])
+def test_abandoned_rows(reason: str, start: str) -> None:
+    process = new() if start == "starting" else running()
+    assert abandon(process, reason, diagnostic="owner gone")
+    record = process.to_record(change_seq=0)
+    assert (record.state, record.reason) == (S.abandoned, R(reason))
+    assert record.diagnostic == "owner gone"
+    assert record.status is ProcessStatus.abandoned
+    assert record.abandon_evidence is None
+
+
+@pytest.mark.parametrize("reason", [None, "exited", "killed", "lost_on_restore", "bogus"])
+def test_abandon_reasons_outside_the_table_are_validation_errors(reason: Any) -> None:
+    process = running()
+    error = refuses(process, ProcessLifecycleValidationError, lambda: abandon(process, reason))
+    assert isinstance(error, ProcessLifecycleValidationError)
+    assert error.field == "state_reason"
+
+
+def test_an_abandon_diagnostic_is_at_most_512_bytes() -> None:
+    process = running()
+    error = refuses(
+        process,
+        ProcessLifecycleValidationError,
+        lambda: abandon(process, "owner_dead", diagnostic="é" * 257),
+    )
+    assert isinstance(error, ProcessLifecycleValidationError)
+    assert error.field == "diagnostic"
+
+
+def test_abandon_records_the_owner_as_evidence() -> None:
+    local = Liveness(kind="local_process", host_id="h", boot_id="b", pid=7, process_start="1")
+    dead = LeaseOwner(owner_id="w", incarnation_id="i", liveness=local)
+    process = running()
+    assert abandon(process, "owner_dead", owner=dead, evidence_at_ms=850)
+    evidence = process.to_record(change_seq=0).abandon_evidence
+    assert evidence is not None
+    assert (evidence.owner, evidence.at_ms) == (dead, 850)
+    other = running()
+    assert abandon(other, "owner_drain", owner=OWNER)
+    evidence = other.to_record(change_seq=0).abandon_evidence
+    assert evidence is not None
+    assert (evidence.owner, evidence.at_ms) == (OWNER, 900)  # defaults to the write's time
+
+
+# -- terminals absorb ------------------------------------------------------------------------------
+
+
+def test_an_identical_terminal_is_a_no_op_and_a_different_one_already_terminal() -> None:
+    process = running()
+    assert exited(process, 0, value={"ok": True})
+    process.collect_events()
+    no_op(process, lambda: exited(process, 0, value={"ok": True}, at_ms=950))
+    for call in (
+        lambda: exited(process, 1),
+        lambda: exited(process, 0),
+        lambda: complete(process, "killed", "killed"),
+        lambda: lose(process),
+        lambda: abandon(process, "owner_dead"),
+    ):
+        error = refuses(process, AlreadyTerminal, call)
+        assert isinstance(error, AlreadyTerminal)
+        assert isinstance(error, InvalidTransition)
+        assert error.from_state == "exited"
+        assert "job-1" in str(error)
+
+
+def test_identical_lost_and_abandoned_repeats_are_no_ops() -> None:
+    process = running()
+    assert lose(process, diagnostic="d")
+    no_op(process, lambda: lose(process, diagnostic="d"))
+    refuses(process, AlreadyTerminal, lambda: lose(process, diagnostic="other"))
+    other = running()
+    assert abandon(other, "owner_drain", owner=OWNER)
+    no_op(other, lambda: abandon(other, "owner_drain", owner=OWNER))
+    refuses(other, AlreadyTerminal, lambda: abandon(other, "owner_drain", owner=OTHER))
+    refuses(other, AlreadyTerminal, lambda: abandon(other, "owner_dead", owner=OWNER))
+
+
+@pytest.mark.parametrize(
+    "terminal",
+    [
+        lambda p: exited(p, 0),
+        lambda p: complete(p, "failed", "failed"),
+        lambda p: complete(p, "terminated", "runner_shutdown"),
+        lose,
+        lambda p: abandon(p, "owner_drain"),
+    ],
+)
+def test_a_terminal_process_accepts_no_other_lifecycle_write(terminal: Any) -> None:
+    process = running()
+    assert terminal(process)
+    process.collect_events()
+    for call in (
+        lambda: process.record_started(1, at_ms=2, event_id=None),
+        lambda: process.record_backgrounded(1, at_ms=2, event_id=None),
+        lambda: process.request_stop("interrupted", at_ms=2, event_id=None),
+        lambda: complete(process, "timed_out", "timed_out"),
+    ):
+        refuses(process, InvalidTransition, call)
+
+
+# -- idempotent event ids --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "same", "different"),
+    [
+        (
+            lambda p: p.record_started(150, at_ms=200, event_id=E1),
+            lambda p: p.record_started(150, at_ms=999, event_id=E1),
+            lambda p: p.record_started(151, at_ms=200, event_id=E1),
+        ),
+        (
+            lambda p: p.record_backgrounded(150, at_ms=200, event_id=E1),
+            lambda p: p.record_backgrounded(150, at_ms=999, event_id=E1),
+            lambda p: p.record_backgrounded(151, at_ms=200, event_id=E1),
+        ),
+        (
+            lambda p: p.request_stop("terminated", at_ms=200, event_id=E1),
+            lambda p: p.request_stop("terminated", at_ms=999, event_id=E1),
+            lambda p: p.request_stop("killed", at_ms=200, event_id=E1),
+        ),
+    ],
+)
+def test_non_terminal_event_ids(first: Any, same: Any, different: Any) -> None:
+    process = new()
+    assert first(process)
+    process.collect_events()
+    no_op(process, lambda: same(process))
+    error = refuses(process, ReplayConflict, lambda: different(process))
+    assert "job-1" in str(error)
+    assert E1 in str(error)
+
+
+def test_terminal_event_ids() -> None:
+    process = running()
+    assert exited(process, 0, event_id=E1)
+    process.collect_events()
+    no_op(process, lambda: exited(process, 0, event_id=E1, at_ms=5_000))
+    refuses(process, ReplayConflict, lambda: exited(process, 1, event_id=E1))
+    refuses(process, ReplayConflict, lambda: lose(process, event_id=E1))
+    # A new id on an identical terminal is still the identical terminal.
+    no_op(process, lambda: exited(process, 0, event_id=E2))
+
+
+def test_an_event_id_names_one_write_across_kinds() -> None:
+    process = new()
+    assert process.record_started(150, at_ms=200, event_id=E1)
+    process.collect_events()
+    refuses(process, ReplayConflict, lambda: process.request_stop("killed", at_ms=1, event_id=E1))
+    refuses(process, ReplayConflict, lambda: exited(process, 0, event_id=E1))
+
+
+def test_a_retried_start_after_the_terminal_is_still_a_no_op() -> None:
+    process = new()
+    assert process.record_started(150, at_ms=200, event_id=E1)
+    assert exited(process, 0)
+    process.collect_events()
+    no_op(process, lambda: process.record_started(150, at_ms=300, event_id=E1))
+
+
+# -- error order: validation, identical replay, state, authority -----------------------------------
+
+
+def test_validation_comes_before_replay() -> None:
+    process = running()
+    assert exited(process, 0, event_id=E1)
+    refuses(
+        process,
+        ProcessLifecycleValidationError,
+        lambda: complete(process, "exited", "killed", exit_code=0, event_id=E1),
+    )
+    refuses(
+        process,
+        ProcessLifecycleValidationError,
+        lambda: process.request_stop("exited", at_ms=1, event_id=E1),
+    )
+
+
+def test_validation_comes_before_state() -> None:
+    process = running()
+    assert exited(process, 0)
+    error = refuses(
+        process,
+        ProcessLifecycleValidationError,
+        lambda: complete(process, "failed", "failed", exit_code=3),
+    )
+    assert isinstance(error, ProcessLifecycleValidationError)
+    assert error.field == "exit_code"
+    refuses(process, ProcessLifecycleValidationError, lambda: lose(process, diagnostic="x" * 600))
+
+
+def test_replay_comes_before_state_and_authority() -> None:
+    process = running(disposition="externally_owned", input={"type": "external"}, env_ref=None)
+    assert exited(process, 0, event_id=E1, authority=EXTERNAL)
+    process.collect_events()
+    # The workflow key is not valid for externally_owned, but an identical replay never gets
+    # that far.
+    no_op(process, lambda: exited(process, 0, event_id=E1, authority=WORKFLOW))
+    no_op(process, lambda: exited(process, 0, authority=WORKFLOW))
+
+
+def test_state_comes_before_authority() -> None:
+    process = running(disposition="externally_owned", input={"type": "external"}, env_ref=None)
+    assert exited(process, 0, authority=EXTERNAL)
+    refuses(process, AlreadyTerminal, lambda: exited(process, 1, authority=WORKFLOW))
+    fresh = new(disposition="externally_owned", input={"type": "external"}, env_ref=None)
+    refuses(fresh, InvalidTransition, lambda: exited(fresh, 0, authority=WORKFLOW))
+
+
+@pytest.mark.parametrize(
+    ("disposition", "authority", "allowed"),
+    [
+        ("externally_owned", EXTERNAL, True),
+        ("externally_owned", WORKFLOW, False),
+        ("rerunnable", WORKFLOW, True),
+        ("owner_bound", WORKFLOW, True),
+        ("rerunnable", EXTERNAL, False),
+        ("owner_bound", EXTERNAL, False),
+        ("externally_owned", CompletionAuthority.reconciled_abandon(), False),
+        ("owner_bound", CompletionAuthority.reconciled_abandon(), False),
+    ],
+)
+def test_authority_is_checked_last_against_the_disposition(
+    disposition: str, authority: CompletionAuthority, allowed: bool
+) -> None:
+    process = running(disposition=disposition)
+    call = lambda: exited(process, 0, authority=authority)  # noqa: E731
+    if allowed:
+        assert call()
+        return
+    error = refuses(process, AuthorityRejected, call)
+    assert "job-1" in str(error)
+    assert authority.authority in str(error)
+
+
+def test_reconciled_abandon_needs_a_pending_abandon_request() -> None:
+    external: dict[str, Any] = {
+        "disposition": "externally_owned",
+        "input": {"type": "external"},
+        "env_ref": None,
+    }
+    reconciled = CompletionAuthority.reconciled_abandon()
+    process = running(**external)
+    refuses(
+        process,
+        AuthorityRejected,
+        lambda: abandon(process, "abandon_requested", authority=reconciled),
+    )
+    assert process.request_abandon("operator", None, at_ms=300)
+    refuses(
+        process, AuthorityRejected, lambda: abandon(process, "owner_dead", authority=reconciled)
+    )
+    assert abandon(process, "abandon_requested", authority=reconciled)
+    (_, event) = process.collect_events()
+    assert event.authority == {"authority": "reconciled_abandon"}
+
+
+def test_the_authority_is_recorded_in_the_terminal_event() -> None:
+    process = running()
+    assert exited(process, 0)
+    (event,) = process.collect_events()
+    assert event.authority == {"authority": "workflow_key", "key": "wf"}
+    process = running()
+    assert exited(process, 0, authority=None)
+    (event,) = process.collect_events()
+    assert event.authority is None
+
+
+# -- first-writer-wins facts -----------------------------------------------------------------------
+
+
+def test_first_started_first_writer_wins() -> None:
+    process = new()
+    assert process.record_first_started(OWNER, 120, at_ms=130)
+    no_op(process, lambda: process.record_first_started(OTHER, 140, at_ms=150))
+    first = process.to_record(change_seq=0).first_started
+    assert first is not None
+    assert (first.owner, first.at_ms) == (OWNER, 120)
+
+
+def test_first_started_on_a_terminal_process_changes_nothing() -> None:
+    process = running()
+    assert exited(process, 0)
+    no_op(process, lambda: process.record_first_started(OWNER, 1, at_ms=2))
+
+
+def test_abandon_request_first_writer_wins_and_is_refused_when_terminal() -> None:
+    process = running()
+    assert process.request_abandon("alice", "stuck", at_ms=300)
+    no_op(process, lambda: process.request_abandon("bob", None, at_ms=301))
+    request = process.to_record(change_seq=0).abandon_request
+    assert request is not None
+    assert request.model_dump() == {
+        "requested_by": "alice",
+        "requested_at_ms": 300,
+        "reason": "stuck",
+    }
+    assert exited(process, 0)
+    refuses(process, AlreadyTerminal, lambda: process.request_abandon("carol", None, at_ms=1))
+
+
+def test_external_ref_first_writer_wins() -> None:
+    ref = ExternalRef(backend="k8s", id="job/1")
+    process = running()
+    assert process.set_external_ref(ref, at_ms=300)
+    no_op(process, lambda: process.set_external_ref(ref, at_ms=301))
+    refuses(
+        process,
+        ReplayConflict,
+        lambda: process.set_external_ref(ExternalRef(backend="k8s", id="job/2"), at_ms=302),
+    )
+    assert process.to_record(change_seq=0).external_ref == ref
+
+
+def test_wait_is_set_cleared_and_dropped_by_any_terminal() -> None:
+    wait = WaitState(name="ready", event_type="signal.ready", since_ms=250)
+    process = running()
+    assert process.set_wait(wait, at_ms=300)
+    no_op(process, lambda: process.set_wait(wait, at_ms=301))
+    assert process.to_record(change_seq=0).wait == wait
+    assert process.clear_wait(at_ms=302)
+    no_op(process, lambda: process.clear_wait(at_ms=303))
+    assert process.set_wait(wait, at_ms=304)
+    assert complete(process, "killed", "killed")
+    assert process.to_record(change_seq=0).wait is None
+    refuses(process, AlreadyTerminal, lambda: process.set_wait(wait, at_ms=305))
+
+
+# -- producer events ------------------------------------------------------------------------------
+
+
+def test_producer_events_are_declared_and_deduplicated_by_replay_key() -> None:
+    process = running()
+    sequence = process.append_producer_event(
+        "signal.ready", {"port": 80}, replay_key="k1", at_ms=300
+    )
+    assert sequence == process.version == 3
+    assert (
+        process.append_producer_event("signal.ready", {"port": 80}, replay_key="k1", at_ms=301)
+        == sequence
+    )
+    assert process.version == 3
+    refuses(
+        process,
+        ReplayConflict,
+        lambda: process.append_producer_event(
+            "signal.ready", {"port": 81}, replay_key="k1", at_ms=302
+        ),
+    )
+    refuses(
+        process,
+        UndeclaredEventType,
+        lambda: process.append_producer_event("signal.other", {}, replay_key="k2", at_ms=303),
+    )
+
+
+# -- the record and the log -----------------------------------------------------------------------
+
+
+def test_updated_at_follows_the_latest_event_and_change_seq_is_passed_through() -> None:
+    process = running()
+    process.request_stop("interrupted", at_ms=400, event_id=None)
+    complete(process, "interrupted", "interrupted", at_ms=500)
+    record = process.to_record(change_seq=42)
+    assert (record.created_at_ms, record.started_at_ms) == (100, 150)
+    assert (record.updated_at_ms, record.finished_at_ms) == (500, 500)
+    assert record.change_seq == 42
+    assert record.status is ProcessStatus.cancelled
+
+
+TERMINAL_ROWS = [row for row in lifecycle_table() if row.state.is_terminal]
+STATUS = {
+    S.failed: ProcessStatus.failed,
+    S.timed_out: ProcessStatus.failed,
+    S.interrupted: ProcessStatus.cancelled,
+    S.lost_on_restore: ProcessStatus.abandoned,
+    S.abandoned: ProcessStatus.abandoned,
+}
+
+
+@pytest.mark.parametrize(
+    "row", TERMINAL_ROWS, ids=lambda r: f"{r.kind.value}-{r.state.value}-{r.reason.value}"
+)
+def test_every_terminal_row_has_its_coarse_status(row: Any) -> None:
+    process = running()
+    if row.kind is LifecycleKind.completed:
+        assert complete(process, row.state, row.reason, **fields_for(row.state))
+    elif row.kind is LifecycleKind.lost:
+        assert lose(process)
+    else:
+        assert abandon(process, row.reason)
+    record = process.to_record(change_seq=0)
+    if row.state is S.exited:
+        expected = ProcessStatus.failed  # fields_for gives exit code 3
+    elif row.state in (S.terminated, S.killed):
+        output_limit = row.reason is R.output_limit
+        expected = ProcessStatus.failed if output_limit else ProcessStatus.cancelled
+    else:
+        expected = STATUS[row.state]
+    assert record.status is expected
+    assert record.is_terminal
+
+
+def test_every_lifecycle_event_stores_the_state_it_results_in() -> None:
+    process = new()
+    process.request_stop("interrupted", at_ms=101, event_id=None)
+    process.record_started(1, at_ms=102, event_id=None)
+    process.record_backgrounded(2, at_ms=103, event_id=None)
+    process.request_stop("killed", at_ms=104, event_id=None)
+    complete(process, "killed", "killed", at_ms=105)
+    states = [event.state for event in process.collect_events()]
+    assert states == ["starting", "running", "running", "running", "killed"]
+
+
+def test_process_events_as_callers_see_them() -> None:
+    process = Process.register(registration(), at_ms=100)
+    process.record_started(150, at_ms=200, event_id=E1)
+    process.append_producer_event("signal.ready", {"port": 1}, replay_key="r", at_ms=250)
+    exited(process, 0)
+    events = [to_process_event("job-1", e) for e in process.collect_events()]
+    assert [(e.sequence, e.kind) for e in events] == [
+        (1, "registered"),
+        (2, "started"),
+        (3, "signal.ready"),
+        (4, "completed"),
+    ]
+    assert [e.occurred_at_ms for e in events] == [100, 200, 250, 900]
+    assert events[1].event_id == E1
+    assert events[1].payload == {"state": "running", "started_at_ms": 150}
+    assert events[2].payload == {"payload": {"port": 1}, "replay_key": "r"}
+    assert events[2].event_id is None
+    assert events[3].payload["exit_code"] == 0
+    assert all(e.process_id == "job-1" for e in events)
+
+
+@pytest.mark.parametrize("disposition", list(RecoveryDisposition))
+def test_the_disposition_is_the_registrations(disposition: RecoveryDisposition) -> None:
+    process = new(disposition=disposition.value)
+    assert process.disposition is disposition
+    assert process.to_record(change_seq=0).disposition is disposition
