@@ -47,7 +47,6 @@ from procledger.domain.errors import (
     ExecutionError,
     InvalidTransition,
     LeaseLost,
-    NotFound,
     ProcessLifecycleValidationError,
 )
 from procledger.domain.leases import (
@@ -63,6 +62,7 @@ from procledger.domain.vocabulary import (
     RecoveryDisposition,
     TerminalReason,
 )
+from procledger.projections.records import read_record
 from procledger.registry import ProcessRegistry
 from procledger.supervisor.execution import StopPolicy, run_captured
 
@@ -79,6 +79,7 @@ __all__ = [
     "recovery_owner_id",
 ]
 
+EXTERNALLY_OWNED: Final = RecoveryDisposition.externally_owned
 RECOVERY_MARK: Final = ":recovery:"
 """Separates a worker's owner id from the attempt id in an attempt's ``owner_id``."""
 
@@ -434,19 +435,32 @@ class RecoveryWorker:
         return sorted(str(row["process_id"]) for row in rows)
 
     def _facts(self, process_id: str) -> tuple[ProcessRecord, Lease | None, bool] | None:
-        """The fresh record, its stored lease and whether the holder is provably dead."""
-        try:
-            record = self.registry.get(process_id)
-        except NotFound:
-            return None  # pruned since the walk began
-        if record.state.is_terminal or record.disposition is RecoveryDisposition.externally_owned:
+        """The fresh record, its stored lease (as ``get_lease`` returns it) and whether the
+        holder is provably dead; ``None`` if the process was pruned since the walk began.
+
+        One read transaction of the read model and the lease table, rather than ``get`` and
+        ``get_lease``: several workers walk the same ids, and most of their visits end here."""
+        store = self.registry.store
+        with store.read() as tx:
+            record = read_record(tx, store, process_id)
+            if record is None or record.state.is_terminal:
+                return None if record is None else (record, None, False)
+            row = tx.execute(
+                f"SELECT owner, lease_token, fencing_token, claimed_at_ms, expires_at_ms, "
+                f"released FROM {store.table('leases')} WHERE process_id=?",
+                (process_id,),
+            ).one()
+        if row is None or row["released"] or record.disposition is EXTERNALLY_OWNED:
             return record, None, False
-        try:
-            lease = self.registry.get_lease(process_id)
-        except NotFound:
-            return None
-        dead = lease is not None and self.registry.probe.provably_dead(lease.owner, self.owner)
-        return record, lease, dead
+        lease = Lease(
+            process_id=process_id,
+            owner=LeaseOwner.model_validate_json(row["owner"]),
+            lease_token=row["lease_token"],
+            fencing_token=int(row["fencing_token"]),
+            claimed_at_ms=int(row["claimed_at_ms"]),
+            expires_at_ms=int(row["expires_at_ms"]),
+        )
+        return record, lease, self.registry.probe.provably_dead(lease.owner, self.owner)
 
     def _recover(self, process_id: str, tally: _Tally) -> None:
         facts = self._facts(process_id)

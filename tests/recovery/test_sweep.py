@@ -525,3 +525,28 @@ def test_a_busy_claim_is_skipped_not_waited_for(registry: ProcessRegistry) -> No
         del registry.claim_lease
     assert registry.get_lease("job").owner == racer  # type: ignore[union-attr]
     assert kinds(registry, "job") == ["registered"]
+
+
+def test_a_first_start_recorded_by_someone_else_first_is_never_run(
+    registry: ProcessRegistry, runner: RecordingRunner, worker: RecoveryWorker
+) -> None:
+    """The race ``first_started`` settles: it lands between our claim and our first start."""
+    register(registry, "step", "owner_bound")
+    other = opaque_owner("other-supervisor")
+    original = registry.renew_lease
+
+    def renew_after_other_starts(lease: Lease, ttl_ms: int) -> Lease:
+        registry.record_first_started("step", other, registry.now_ms())
+        return original(lease, ttl_ms)
+
+    registry.renew_lease = renew_after_other_starts  # type: ignore[method-assign]
+    try:
+        assert worker.sweep() == SweepReport(skipped=["step"])
+    finally:
+        del registry.renew_lease
+    assert runner.calls == []
+    record = registry.get("step")
+    assert record.first_started is not None
+    assert record.first_started.owner == other
+    assert record.state is ProcessState.starting
+    assert registry.get_lease("step") is None  # our claim was handed back
