@@ -550,3 +550,23 @@ def test_a_first_start_recorded_by_someone_else_first_is_never_run(
     assert record.first_started.owner == other
     assert record.state is ProcessState.starting
     assert registry.get_lease("step") is None  # our claim was handed back
+
+
+def test_serve_sweeps_until_its_limit_or_stop(
+    registry: ProcessRegistry, worker: RecoveryWorker, runner: RecordingRunner
+) -> None:
+    register(registry, "job", "rerunnable")
+    reports: list[SweepReport] = []
+    assert worker.serve(interval_s=0, max_sweeps=2, on_report=reports.append) == 2
+    assert reports == [SweepReport(ran=["job"]), SweepReport()]
+
+    stopper = threading.Thread(target=lambda: wait_until(lambda: reports[2:]) and worker.stop())
+    stopper.start()
+    try:
+        passes = worker.serve(interval_s=3600, on_report=reports.append)  # stop cuts the wait
+    finally:
+        stopper.join()
+    assert passes == 1
+    assert worker.stopping
+    assert worker.sweep() == SweepReport()  # a stopped worker starts nothing
+    assert runner.ran == ["job"]
