@@ -19,7 +19,7 @@ from uuid import UUID
 
 import orjson
 from eventsourcing.application import Application
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.utils import Environment
 
 from procledger.adapters.codec import OrjsonMapper
@@ -32,6 +32,7 @@ from procledger.adapters.store import (
     Tx,
     application_env,
     default_url,
+    opening_lock,
     parse_store_url,
     prepare_location,
 )
@@ -111,6 +112,31 @@ class _SaveUnit:
         advance_tracking(tx, self.store, max(notification_ids, default=0))
         if self.lease is not None:
             release_lease_row(tx, self.store, self.lease)
+
+
+class _DecideUnit(_SaveUnit):
+    """A ``_SaveUnit`` that loads and decides inside the write transaction itself."""
+
+    def __init__(
+        self,
+        registry: ProcessRegistry,
+        process_id: str,
+        decide: Callable[[Process, int], Any],
+        *,
+        lease: Lease | None,
+        now_ms: int,
+    ) -> None:
+        super().__init__(registry.store, [], [], lease=lease, now_ms=now_ms)
+        self.registry = registry
+        self.process_id = process_id
+        self.decide_on = decide
+
+    def decide(self, tx: Tx) -> list[StoredEvent]:
+        process = self.registry._load_in(tx, self.process_id)
+        self.decide_on(process, self.now_ms)
+        events = list(process.collect_events())
+        self.processes = [(process, events)]
+        return [self.registry.mapper.to_stored_event(event) for event in events]
 
 
 def _lease_from_row(process_id: str, row: Any) -> Lease:
@@ -202,16 +228,38 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
     # -- loading and saving ---------------------------------------------------------------------
 
     def _load(self, process_id: str) -> Process:
-        stored = self.recorder.select_events(process_uuid(process_id))
-        if not stored:
+        with self.store.read() as tx:
+            return self._load_in(tx, process_id)
+
+    def _load_in(self, tx: Tx, process_id: str) -> Process:
+        """Replay a process from its log, read in the open transaction ``tx``."""
+        key = process_uuid(process_id)
+        rows = tx.execute(
+            f"SELECT originator_version, topic, state FROM {self.store.events_table} "
+            "WHERE originator_id=? ORDER BY originator_version",
+            (key if self.store.dialect == "postgresql" else key.hex,),
+        ).all()
+        if not rows:
             raise NotFound(f"process {process_id!r} not found")
         aggregate: Any = None
-        for item in stored:
-            aggregate = self._decode(item).mutate(aggregate)
+        for row in rows:
+            stored = StoredEvent(
+                originator_id=key,
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=row["state"],
+            )
+            aggregate = self._decode(stored, process_id).mutate(aggregate)
         return aggregate  # type: ignore[no-any-return]
 
-    def _decode(self, stored: Any) -> Any:
-        return self.mapper.to_domain_event(stored)
+    def _decode(self, stored: Any, process_id: str | None = None) -> Any:
+        """One stored event; a corrupt one is a ``StoreError`` naming its process."""
+        try:
+            return self.mapper.to_domain_event(stored)
+        except StoreError as error:
+            if process_id is None:
+                raise
+            raise StoreError(f"process {process_id!r}: {error}") from error.__cause__
 
     def _load_session(self, session_id: str) -> Session | None:
         stored = self.recorder.select_events(session_uuid(session_id))
@@ -252,17 +300,17 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         *,
         lease: Lease | None = None,
     ) -> ProcessRecord:
-        """Load, decide, save; on a concurrent append, re-read and decide again."""
+        """Load, decide and save in one write transaction (a conflict re-reads and re-decides)."""
         for _ in range(_CONFLICT_RETRIES):
-            process = self._load(process_id)
-            now = self.now_ms()
-            decide(process, now)
-            if not process.pending_events:
-                return self.get(process_id)
+            unit = _DecideUnit(self, process_id, decide, lease=lease, now_ms=self.now_ms())
             try:
-                return self._save([process], lease=lease, now_ms=now)[process_id]
+                self.recorder.insert_events([], unit=unit)
             except IntegrityError:
                 continue
+            if process_id not in unit.records:  # decided to write nothing
+                return self.get(process_id)
+            self._notify_changed()
+            return unit.records[process_id]
         raise StoreError(f"process {process_id!r}: gave up after {_CONFLICT_RETRIES} conflicts")
 
     # -- registration and reads -----------------------------------------------------------------
@@ -270,15 +318,17 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
     def register(self, registration: ProcessRegistration) -> ProcessRecord:
         new_hash = registration.registration_hash()
         for _ in range(_CONFLICT_RETRIES):
+            # Insert first: a new id (the common case) costs no read; a known id collides.
+            now = self.now_ms()
+            process = Process.register(registration, at_ms=now)
+            try:
+                return self._save([process], now_ms=now)[registration.id]
+            except IntegrityError:
+                pass
             try:
                 existing = self.get(registration.id)
-            except NotFound:
-                now = self.now_ms()
-                process = Process.register(registration, at_ms=now)
-                try:
-                    return self._save([process], now_ms=now)[registration.id]
-                except IntegrityError:
-                    continue
+            except NotFound:  # pruned in between: register afresh
+                continue
             if existing.registration_hash != new_hash:
                 raise RegistrationConflict(registration.id, existing.registration_hash, new_hash)
             return existing
@@ -299,7 +349,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
             raise NotFound(f"process {process_id!r} not found")
         if not stored:
             self.get(process_id)
-        return [to_process_event(process_id, self._decode(s)) for s in stored]
+        return [to_process_event(process_id, self._decode(s, process_id)) for s in stored]
 
     # -- environments ---------------------------------------------------------------------------
 
@@ -580,7 +630,10 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
             row = tx.execute(
                 f"SELECT * FROM {self.store.table('leases')} WHERE process_id=?", (process_id,)
             ).one()
-        if row is None or row["released"]:
+        if row is None:
+            self.get(process_id)  # an unknown process is NotFound, not "never claimed"
+            return None
+        if row["released"]:
             return None
         return _lease_from_row(process_id, row)
 
@@ -683,13 +736,14 @@ def _id(event_id: Any) -> str | None:
 def open_registry(url: str | None = None, *, clock: Clock | None = None) -> ProcessRegistry:
     """Open (creating if needed) the ledger at ``url``; ``StoreError`` names a bad URL."""
     location = parse_store_url(url or default_url())
-    if url is None and location.dialect == "sqlite" and not location.in_memory:
+    if not url and location.dialect == "sqlite" and not location.in_memory:
         Path(location.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
     prepare_location(location)
     last_error: Exception | None = None
     for _ in range(3):
         try:
-            return ProcessRegistry(location, clock=clock)
+            with opening_lock(location):
+                return ProcessRegistry(location, clock=clock)
         except ProcledgerError:
             raise
         except IntegrityError as error:  # two processes creating the same tables at once

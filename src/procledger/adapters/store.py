@@ -23,9 +23,16 @@ from typing import Any, ClassVar, Literal, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg
-from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.persistence import IntegrityError, InterfaceError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+from eventsourcing.sqlite import (
+    SQLITE3_DEFAULT_LOCK_TIMEOUT,
+    SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteDatastore,
+)
+from eventsourcing.sqlite import SQLiteFactory as _EventsourcingSQLiteFactory
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
@@ -94,10 +101,14 @@ def _parse_postgres(url: str, masked: str) -> StoreLocation:
     dbname = parts.path.lstrip("/")
     if not dbname or not parts.hostname:
         raise StoreError(f"store URL {masked!r}: needs a host and a database name")
+    try:
+        port = parts.port or 5432
+    except ValueError:  # not a number, or out of range
+        raise StoreError(f"store URL {masked!r}: the port must be a number 1-65535") from None
     pg = {
         "dbname": unquote(dbname),
         "host": parts.hostname,
-        "port": str(parts.port or 5432),
+        "port": str(port),
         "user": unquote(parts.username or os.environ.get("USER", "postgres")),
         "password": unquote(parts.password or ""),
     }
@@ -142,6 +153,22 @@ class WriteUnit(Protocol):
     def before(self, tx: Tx) -> None: ...
 
     def after(self, tx: Tx, notification_ids: Sequence[int]) -> None: ...
+
+
+def _events_to_append(
+    tx: Tx, unit: WriteUnit | None, stored_events: Sequence[StoredEvent]
+) -> Sequence[StoredEvent] | None:
+    """The given events, plus those a deciding unit chooses inside the write transaction.
+
+    A unit with ``decide(tx) -> events`` reads the current log under the write lock and
+    decides there, so load, decision and append are one transaction (no conflict to retry).
+    ``None``: the unit decided to write nothing at all.
+    """
+    decide = getattr(unit, "decide", None)
+    if decide is None:
+        return stored_events
+    decided = [*stored_events, *decide(tx)]
+    return decided or None
 
 
 class Store:
@@ -228,10 +255,13 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         unit: WriteUnit | None = kwargs.get("unit")
         with self.store.write() as tx:
+            to_append = _events_to_append(tx, unit, stored_events)
+            if to_append is None:
+                return []
             if unit is not None:
                 unit.before(tx)
             ids = []
-            for stored in stored_events:
+            for stored in to_append:
                 tx.execute(
                     self.insert_events_statement,
                     (
@@ -266,10 +296,13 @@ class PostgresRecorder(PostgresApplicationRecorder):
         with self.store.write() as tx:
             for statement in self.lock_table_statements:
                 tx.cursor.execute(statement)
+            to_append = _events_to_append(tx, unit, stored_events)
+            if to_append is None:
+                return []
             if unit is not None:
                 unit.before(tx)
             ids = []
-            for stored in stored_events:
+            for stored in to_append:
                 tx.cursor.execute(
                     self.insert_one_statement,
                     (stored.originator_id, stored.originator_version, stored.topic, stored.state),
@@ -279,6 +312,50 @@ class PostgresRecorder(PostgresApplicationRecorder):
             if unit is not None:
                 unit.after(tx, ids)
         return ids
+
+
+class _StatementCachingPool(SQLiteConnectionPool):
+    """eventsourcing opens connections with ``cached_statements=True``, a cache of ONE compiled
+    statement, so every statement of a command was compiled again on each use (about half of
+    a command's time on memory://). The same connections, keeping 256 compiled statements."""
+
+    def _create_connection(self) -> SQLiteConnection:
+        try:
+            raw = sqlite3.connect(
+                database=self.db_name,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                cached_statements=256,
+                timeout=self.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
+            )
+        except (sqlite3.Error, TypeError) as error:
+            raise InterfaceError(error) from error
+        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
+            if raw.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                raw.execute("PRAGMA journal_mode=WAL")
+                self.journal_mode_was_changed_to_wal = True
+            self.is_journal_mode_wal = True
+        raw.row_factory = sqlite3.Row
+        return SQLiteConnection(sqlite_conn=raw, max_age=self.max_age)
+
+
+class SQLiteFactory(_EventsourcingSQLiteFactory):
+    """eventsourcing's SQLite factory with a statement-caching connection pool."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        stock = self.datastore.pool  # opens connections lazily: none yet
+        self.datastore.pool = _StatementCachingPool(
+            db_name=stock.db_name,
+            lock_timeout=stock.lock_timeout,
+            pool_size=stock.pool_size,
+            max_overflow=stock.max_overflow,
+            pool_timeout=stock.pool_timeout,
+            max_age=stock.max_age,
+            pre_ping=stock.pre_ping,
+        )
+        stock.close()
 
 
 # -- opening ------------------------------------------------------------------------------------
@@ -293,7 +370,7 @@ def application_env(location: StoreLocation) -> dict[str, str]:
             else location.sqlite_path
         )
         return {
-            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "PERSISTENCE_MODULE": f"{__name__}:SQLiteFactory",
             "SQLITE_DBNAME": name,
             "SQLITE_LOCK_TIMEOUT": "60",
             "APPLICATION_RECORDER_TOPIC": f"{__name__}:SQLiteRecorder",
@@ -327,6 +404,27 @@ def prepare_location(location: StoreLocation) -> None:
             raise StoreError(f"store URL {location.masked!r}: cannot open: {error}") from None
     if location.dialect == "postgresql":
         _create_schema(location)
+
+
+@contextmanager
+def opening_lock(location: StoreLocation) -> Iterator[None]:
+    """Serialise opening one PostgreSQL schema across processes.
+
+    eventsourcing re-runs ``CREATE OR REPLACE FUNCTION`` on every open, and two processes doing
+    that at once fail with "tuple concurrently updated". A session advisory lock, held on a
+    side connection while the registry is constructed, makes concurrent opens wait instead.
+    """
+    if location.dialect != "postgresql":
+        yield
+        return
+    try:
+        conn = psycopg.connect(make_conninfo(connect_timeout=5, **location.pg), autocommit=True)
+    except psycopg.Error as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        raise StoreError(f"store URL {location.masked!r}: cannot connect: {first_line}") from None
+    with conn:  # closing the connection releases the lock
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"procledger:{location.schema}",))
+        yield
 
 
 def _create_schema(location: StoreLocation) -> None:

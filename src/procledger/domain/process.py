@@ -12,6 +12,7 @@ Error order for every write: validation, identical replay (a no-op), state, then
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -54,6 +55,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TERMINAL_KINDS = frozenset({LifecycleKind.completed, LifecycleKind.lost, LifecycleKind.abandoned})
 
 
+@functools.lru_cache(maxsize=4096)
 def process_uuid(process_id: str) -> uuid.UUID:
     """Deterministic aggregate id: registering one id twice collides in the store."""
     return uuid.uuid5(_NAMESPACE, process_id)
@@ -297,7 +299,7 @@ class Process(Aggregate):
     # -- creation -------------------------------------------------------------------------
 
     def __init__(self, registration: dict[str, Any], registration_hash: str, at_ms: int) -> None:
-        self.registration = ProcessRegistration.model_validate(registration)
+        self.registration = _parsed_registration(registration, registration_hash)
         self.registration_hash = registration_hash
         self.created_at_ms = at_ms
         self.updated_at_ms = at_ms
@@ -681,6 +683,25 @@ class Process(Aggregate):
             external_ref=self.external_ref,
             change_seq=change_seq,
         )
+
+
+_REGISTRATIONS: dict[str, ProcessRegistration] = {}
+_REGISTRATIONS_KEPT = 4096
+
+
+def _parsed_registration(data: dict[str, Any], registration_hash: str) -> ProcessRegistration:
+    """The registration of a ``Registered`` event, validated once per content hash.
+
+    Every load of a process replays its ``Registered`` event; validating the same registration
+    again was a fifth of a load. The model is frozen, so sharing one instance is safe.
+    """
+    parsed = _REGISTRATIONS.get(registration_hash)
+    if parsed is None:
+        parsed = ProcessRegistration.model_validate(data)
+        if len(_REGISTRATIONS) >= _REGISTRATIONS_KEPT:
+            _REGISTRATIONS.clear()
+        _REGISTRATIONS[registration_hash] = parsed
+    return parsed
 
 
 def _completed_fingerprint(
