@@ -359,10 +359,16 @@ def worker(
 @app.command()
 def rebuild(ctx: typer.Context) -> None:
     """Drop every read model and rebuild it from the event log (with a progress bar)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    # Imported here: only this command draws with rich, and the block stays self-contained.
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TimeElapsedColumn,
+    )
 
-    from procledger.registry import open_registry as open_ledger
+    from procledger.registry import open_registry as open_ledger  # noqa: PLC0415
 
     registry = open_ledger(cli_state(ctx).url)
     try:

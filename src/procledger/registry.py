@@ -108,7 +108,8 @@ class _SaveUnit:
             for event in events:
                 apply_session_event(tx, self.store, session.session_id, event)
                 last = max(last, next(ids))
-        upsert_records(tx, self.store, self.records.values())
+        loaded = {p.process_id for p, ev in self.processes if ev and ev[0].originator_version > 1}
+        upsert_records(tx, self.store, self.records.values(), must_exist=loaded)
         advance_tracking(tx, self.store, max(notification_ids, default=0))
         if self.lease is not None:
             release_lease_row(tx, self.store, self.lease)
@@ -688,13 +689,15 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
     def transfer_handles(
         self, from_session: str, to_session: str, process_ids: Sequence[str]
     ) -> None:
+        process_ids = list(dict.fromkeys(process_ids))  # a repeated id moves once
         for _ in range(_CONFLICT_RETRIES):
             now = self.now_ms()
             source = self._load_session(from_session)
             for process_id in process_ids:
                 if source is None or not source.holds(process_id):
                     raise _not_granted(process_id)
-            assert source is not None
+            if source is None or from_session == to_session:
+                return  # nothing to move (no ids, or to itself)
             target = self._session(to_session, now)
             for process_id in process_ids:
                 descriptor = source.grants[process_id]

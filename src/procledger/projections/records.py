@@ -6,18 +6,24 @@ query, so listing never decodes records it does not return.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import orjson
 
 from procledger.adapters.store import Store, Tx
 from procledger.domain._model import canonical_json
-from procledger.domain.errors import StoreError
+from procledger.domain.errors import NotFound, StoreError
 from procledger.domain.records import ProcessRecord
 
-_COLUMNS = (
+RECORD_COLUMNS = (
     "process_id, change_seq, status, terminal, waiting, originator_scope_id, identity_kind, "
     "identity_label, definition, created_at_ms, updated_at_ms, record"
+)
+_UPDATED_COLUMNS = [column.strip() for column in RECORD_COLUMNS.split(",")][1:]
+_UPDATE = (
+    "UPDATE {table} SET "
+    + ", ".join(f"{column}=?" for column in _UPDATED_COLUMNS)
+    + " WHERE process_id=?"
 )
 
 
@@ -39,21 +45,32 @@ def record_row(record: ProcessRecord) -> tuple[object, ...]:
     )
 
 
-def upsert_records(tx: Tx, store: Store, records: Iterable[ProcessRecord]) -> None:
+def upsert_records(
+    tx: Tx, store: Store, records: Iterable[ProcessRecord], *, must_exist: Collection[str] = ()
+) -> None:
+    """Write records; those in ``must_exist`` (loaded, not created, by this write) must still
+    have a row: a process pruned since the writer loaded it raises ``NotFound`` and the whole
+    write rolls back, instead of resurrecting a partial log."""
+    fresh: list[tuple[object, ...]] = []
+    for record in records:
+        row = record_row(record)
+        if record.id in must_exist:
+            tx.execute(_UPDATE.format(table=store.table("records")), (*row[1:], row[0]))
+            if tx.rowcount == 0:
+                raise NotFound(f"process {record.id!r} not found")
+        else:
+            fresh.append(row)
+    if not fresh:
+        return
     statement = (
-        f"INSERT INTO {store.table('records')} ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-        "ON CONFLICT (process_id) DO UPDATE SET change_seq=excluded.change_seq, "
-        "status=excluded.status, terminal=excluded.terminal, waiting=excluded.waiting, "
-        "originator_scope_id=excluded.originator_scope_id, "
-        "identity_kind=excluded.identity_kind, identity_label=excluded.identity_label, "
-        "definition=excluded.definition, created_at_ms=excluded.created_at_ms, "
-        "updated_at_ms=excluded.updated_at_ms, record=excluded.record"
+        f"INSERT INTO {store.table('records')} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT (process_id) DO UPDATE SET "
+        + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
     )
-    rows = [record_row(record) for record in records]
     if store.dialect == "postgresql":
-        tx.cursor.executemany(statement.replace("?", "%s"), rows)
+        tx.cursor.executemany(statement.replace("?", "%s"), fresh)
     else:
-        tx.cursor.executemany(statement, rows)
+        tx.cursor.executemany(statement, fresh)
 
 
 def advance_tracking(tx: Tx, store: Store, position: int) -> None:

@@ -1,0 +1,26 @@
+"""What ``delete_session`` and ``prune_terminal`` did (lists are sorted)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from procledger.domain._model import Frozen
+
+
+class SessionDeleteReport(Frozen):
+    session_id: str
+    revoked_handle_count: int
+    """Grants the session held, now revoked."""
+    deleted_wake_count: int
+    """Processes whose wake target pointed at the session (any agent frame of it), cleared."""
+    orphaned_process_ids: list[str] = Field(default_factory=list)
+    """Non-terminal processes that only this session held a handle to."""
+    preserved_process_ids: list[str] = Field(default_factory=list)
+    """Non-terminal processes that another session still holds a handle to."""
+
+
+class PruneReport(Frozen):
+    processes: list[str] = Field(default_factory=list)
+    """The ids of the pruned processes."""
+    events: int = 0
+    """How many of their events were deleted from the log."""
