@@ -155,4 +155,20 @@ class CompletionAuthority(Tagged):
 
 
 def authority_payload(authority: CompletionAuthority | None) -> dict[str, Any] | None:
-    return None if authority is None else authority.model_dump(mode="json")
+    """The authority as stored in a terminal event: its tag and that variant's own keys.
+
+    Built by hand (all values are strings) because this runs on every terminal decision and
+    pydantic's serializer costs more than the rest of the decision.
+    """
+    if authority is None:
+        return None
+    payload: dict[str, Any] = {"authority": authority.authority}
+    for key in _AUTHORITY_KEYS[authority.authority]:
+        payload[key] = getattr(authority, key)
+    return payload
+
+
+_AUTHORITY_KEYS = {
+    tag: tuple(sorted(required | optional))
+    for tag, (required, optional) in CompletionAuthority.VARIANTS.items()
+}

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import uuid
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from eventsourcing.domain import Aggregate
@@ -28,7 +29,7 @@ from procledger.domain.errors import (
     ReplayConflict,
     UndeclaredEventType,
 )
-from procledger.domain.leases import CompletionAuthority, LeaseOwner
+from procledger.domain.leases import CompletionAuthority, LeaseOwner, authority_payload
 from procledger.domain.lifecycle import check_row, check_transition
 from procledger.domain.records import (
     MAX_DIAGNOSTIC_BYTES,
@@ -50,7 +51,6 @@ from procledger.domain.vocabulary import (
 )
 
 _NAMESPACE = uuid.UUID("6f1c2d7e-5b0a-4c1e-9a53-0d4c6e1f7a21")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 TERMINAL_KINDS = frozenset({LifecycleKind.completed, LifecycleKind.lost, LifecycleKind.abandoned})
 
@@ -62,7 +62,8 @@ def process_uuid(process_id: str) -> uuid.UUID:
 
 
 def timestamp_of(at_ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=at_ms)
+    """eventsourcing's own timestamp, from our clock (exact to the millisecond until 2100)."""
+    return datetime.fromtimestamp(at_ms / 1000, UTC)
 
 
 def _fingerprint(*parts: Any) -> str:
@@ -76,10 +77,15 @@ def check_diagnostic(diagnostic: str | None) -> None:
         )
 
 
+#: Value → member maps: a dict lookup is ~10× cheaper than ``Enum.__call__`` on the hot path.
+_STATES: dict[str, ProcessState] = {state.value: state for state in ProcessState}
+_REASONS: dict[str, TerminalReason] = {reason.value: reason for reason in TerminalReason}
+
+
 def _as_state(value: ProcessState | str) -> ProcessState:
     try:
-        return ProcessState(value)
-    except ValueError:
+        return _STATES[value]
+    except (KeyError, TypeError):
         raise ProcessLifecycleValidationError("state_reason", f"unknown state {value!r}") from None
 
 
@@ -87,8 +93,8 @@ def _as_reason(value: TerminalReason | str | None) -> TerminalReason | None:
     if value is None:
         return None
     try:
-        return TerminalReason(value)
-    except ValueError:
+        return _REASONS[value]
+    except (KeyError, TypeError):
         raise ProcessLifecycleValidationError("state_reason", f"unknown reason {value!r}") from None
 
 
@@ -136,9 +142,9 @@ class Process(Aggregate):
         event_id: str | None
 
         def evolve(self, process: Process) -> None:
-            process.state = ProcessState(self.state)
+            process.state = _STATES[self.state]
             process.started_at_ms = self.started_at_ms
-            process.remember(self.event_id, self.fingerprint())
+            process.remember(self)
 
         def fingerprint(self) -> str:
             return _fingerprint("started", self.started_at_ms)
@@ -152,9 +158,9 @@ class Process(Aggregate):
         def evolve(self, process: Process) -> None:
             if process.started_at_ms is None:
                 process.started_at_ms = self.backgrounded_at_ms
-            process.state = ProcessState(self.state)
+            process.state = _STATES[self.state]
             process.backgrounded = True
-            process.remember(self.event_id, self.fingerprint())
+            process.remember(self)
 
         def fingerprint(self) -> str:
             return _fingerprint("backgrounded", self.backgrounded_at_ms)
@@ -166,8 +172,8 @@ class Process(Aggregate):
         event_id: str | None
 
         def evolve(self, process: Process) -> None:
-            process.stop_requested.append(TerminalReason(self.reason))
-            process.remember(self.event_id, self.fingerprint())
+            process.stop_requested.append(_REASONS[self.reason])
+            process.remember(self)
 
         def fingerprint(self) -> str:
             return _fingerprint("stop_requested", self.reason)
@@ -182,12 +188,12 @@ class Process(Aggregate):
         authority: dict[str, Any] | None
 
         def evolve(self, process: Process) -> None:
-            process.state = ProcessState(self.state)
-            process.reason = TerminalReason(self.reason)
+            process.state = _STATES[self.state]
+            process.reason = _REASONS[self.reason]
             process.finished_at_ms = self.at_ms
             process.wait = None
-            process.terminal_fingerprint = self.fingerprint()
-            process.remember(self.event_id, self.fingerprint())
+            process.terminal_event = self
+            process.remember(self)
 
         def fingerprint(self) -> str:
             raise NotImplementedError
@@ -318,7 +324,7 @@ class Process(Aggregate):
         self.wait: WaitState | None = None
         self.external_ref: ExternalRef | None = None
         self.wake_target_cleared = False
-        self.terminal_fingerprint: str | None = None
+        self.terminal_event: Process.Terminal | None = None
         self.event_ids: dict[str, str] = {}
         self.replay_keys: dict[str, tuple[str, int]] = {}
 
@@ -343,18 +349,37 @@ class Process(Aggregate):
     def disposition(self) -> RecoveryDisposition:
         return self.registration.disposition
 
-    def remember(self, event_id: str | None, fingerprint: str) -> None:
-        if event_id is not None:
-            self.event_ids[event_id] = fingerprint
+    def remember(self, event: Any) -> None:
+        """Index an event by its caller-supplied id (fingerprinted only when there is one)."""
+        if event.event_id is not None:
+            self.event_ids[event.event_id] = event.fingerprint()
+
+    @property
+    def terminal_fingerprint(self) -> str | None:
+        """What an identical terminal repeat must match; computed only when asked."""
+        return None if self.terminal_event is None else self.terminal_event.fingerprint()
 
     def _emit(self, event_class: type[Process.Event], at_ms: int, **fields: Any) -> None:
-        self.trigger_event(event_class, at_ms=at_ms, timestamp=timestamp_of(at_ms), **fields)
+        # What ``trigger_event`` does, minus its per-call topic lookup (our topics are pinned
+        # and registered when the class is created): this is the hot path of every command.
+        # Built as the codec rebuilds stored events (no frozen-dataclass ``__init__``): every
+        # field is supplied here, by our own code, from values already validated.
+        event = object.__new__(event_class)
+        event.__dict__.update(
+            originator_id=self.id,
+            originator_version=self.version + 1,
+            timestamp=timestamp_of(at_ms),
+            at_ms=at_ms,
+            **fields,
+        )
+        event.mutate(self)
+        self.pending_events.append(event)
 
-    def _is_replay(self, event_id: str | None, fingerprint: str) -> bool:
+    def _is_replay(self, event_id: str | None, fingerprint: Callable[[], str]) -> bool:
         """True for an identical retry; ``ReplayConflict`` for a reused id with other content."""
         if event_id is None or event_id not in self.event_ids:
             return False
-        if self.event_ids[event_id] != fingerprint:
+        if self.event_ids[event_id] != fingerprint():
             raise ReplayConflict(
                 f"process {self.process_id!r}: event_id {event_id} was used for another write"
             )
@@ -372,7 +397,7 @@ class Process(Aggregate):
     # -- non-terminal lifecycle ---------------------------------------------------------------
 
     def record_started(self, started_at_ms: int, *, at_ms: int, event_id: str | None) -> bool:
-        if self._is_replay(event_id, _fingerprint("started", started_at_ms)):
+        if self._is_replay(event_id, lambda: _fingerprint("started", started_at_ms)):
             return False
         check_transition(
             self.state, LifecycleKind.started, ProcessState.running, process_id=self.process_id
@@ -389,7 +414,7 @@ class Process(Aggregate):
     def record_backgrounded(
         self, backgrounded_at_ms: int, *, at_ms: int, event_id: str | None
     ) -> bool:
-        if self._is_replay(event_id, _fingerprint("backgrounded", backgrounded_at_ms)):
+        if self._is_replay(event_id, lambda: _fingerprint("backgrounded", backgrounded_at_ms)):
             return False
         kind, target = LifecycleKind.backgrounded, ProcessState.running
         check_transition(self.state, kind, target, process_id=self.process_id)
@@ -412,7 +437,7 @@ class Process(Aggregate):
         stop_reason = _as_reason(reason)
         check_row(LifecycleKind.stop_requested, ProcessState.running, stop_reason)
         assert stop_reason is not None
-        if self._is_replay(event_id, _fingerprint("stop_requested", stop_reason.value)):
+        if self._is_replay(event_id, lambda: _fingerprint("stop_requested", stop_reason.value)):
             return False
         check_transition(
             self.state, LifecycleKind.stop_requested, self.state, process_id=self.process_id
@@ -435,13 +460,13 @@ class Process(Aggregate):
         kind: LifecycleKind,
         state: ProcessState,
         event_id: str | None,
-        fingerprint: str,
+        fingerprint: Callable[[], str],
     ) -> bool:
         """Replay, then state: True when the terminal must be appended."""
         if self._is_replay(event_id, fingerprint):
             return False
         if self.state.is_terminal:
-            if self.terminal_fingerprint == fingerprint:
+            if self.terminal_fingerprint == fingerprint():
                 return False
             raise AlreadyTerminal(
                 self.state.value, kind.value, state.value, process_id=self.process_id
@@ -479,9 +504,13 @@ class Process(Aggregate):
         check_row(LifecycleKind.completed, to_state, terminal_reason)
         assert terminal_reason is not None
         check_completion_fields(to_state, exit_code, diagnostic, value)
-        fingerprint = _completed_fingerprint(
-            to_state.value, terminal_reason.value, exit_code, diagnostic, value
-        )
+
+        def fingerprint() -> str:
+            assert terminal_reason is not None
+            return _completed_fingerprint(
+                to_state.value, terminal_reason.value, exit_code, diagnostic, value
+            )
+
         if not self._decide_terminal(LifecycleKind.completed, to_state, event_id, fingerprint):
             return False
         if authority is not None:
@@ -495,7 +524,7 @@ class Process(Aggregate):
             diagnostic=diagnostic,
             value=value,
             event_id=event_id,
-            authority=_dump(authority),
+            authority=authority_payload(authority),
         )
         return True
 
@@ -510,7 +539,7 @@ class Process(Aggregate):
         check_diagnostic(diagnostic)
         state = ProcessState.lost_on_restore
         if not self._decide_terminal(
-            LifecycleKind.lost, state, event_id, _fingerprint("lost", diagnostic)
+            LifecycleKind.lost, state, event_id, lambda: _fingerprint("lost", diagnostic)
         ):
             return False
         if authority is not None:
@@ -522,7 +551,7 @@ class Process(Aggregate):
             reason=TerminalReason.lost_on_restore.value,
             diagnostic=diagnostic,
             event_id=event_id,
-            authority=_dump(authority),
+            authority=authority_payload(authority),
         )
         return True
 
@@ -542,9 +571,12 @@ class Process(Aggregate):
         assert abandon_reason is not None
         check_diagnostic(diagnostic)
         owner_json = owner.model_dump(mode="json") if owner is not None else None
-        fingerprint = _fingerprint("abandoned", abandon_reason.value, diagnostic, owner_json)
+        reason_value = abandon_reason.value
         if not self._decide_terminal(
-            LifecycleKind.abandoned, ProcessState.abandoned, event_id, fingerprint
+            LifecycleKind.abandoned,
+            ProcessState.abandoned,
+            event_id,
+            lambda: _fingerprint("abandoned", reason_value, diagnostic, owner_json),
         ):
             return False
         if authority is not None:
@@ -560,7 +592,7 @@ class Process(Aggregate):
             if owner is not None
             else None,
             event_id=event_id,
-            authority=_dump(authority),
+            authority=authority_payload(authority),
         )
         return True
 
@@ -708,10 +740,6 @@ def _completed_fingerprint(
     state: str, reason: str, exit_code: int | None, diagnostic: str | None, value: Any
 ) -> str:
     return _fingerprint("completed", state, reason, exit_code, diagnostic, value)
-
-
-def _dump(authority: CompletionAuthority | None) -> dict[str, Any] | None:
-    return None if authority is None else authority.model_dump(mode="json")
 
 
 _EVENT_KINDS: dict[type[Process.Event], str] = {
