@@ -100,16 +100,19 @@ class _SaveUnit:
     def after(self, tx: Tx, notification_ids: Sequence[int]) -> None:
         ids = iter(notification_ids)
         last = 0
+        documents = []
         for process, events in self.processes:
             for _ in events:
                 last = next(ids)
-            self.records[process.process_id] = process.to_record(change_seq=last)
+            document = process.record_document(change_seq=last)
+            documents.append(document)
+            self.records[process.process_id] = ProcessRecord.model_validate(document)
         for session, events in self.sessions:
             for event in events:
                 apply_session_event(tx, self.store, session.session_id, event)
                 last = max(last, next(ids))
         loaded = {p.process_id for p, ev in self.processes if ev and ev[0].originator_version > 1}
-        upsert_records(tx, self.store, self.records.values(), must_exist=loaded)
+        upsert_records(tx, self.store, documents, must_exist=loaded)
         advance_tracking(tx, self.store, max(notification_ids, default=0))
         if self.lease is not None:
             release_lease_row(tx, self.store, self.lease)

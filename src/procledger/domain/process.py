@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from eventsourcing.domain import Aggregate
 
-from procledger.domain._model import canonical_json
+from procledger.domain._model import Frozen, canonical_json
 from procledger.domain.errors import (
     AlreadyTerminal,
     AuthorityRejected,
@@ -35,13 +35,17 @@ from procledger.domain.records import (
     MAX_DIAGNOSTIC_BYTES,
     AbandonRequest,
     ExternalRef,
-    Identity,
     OwnerStamp,
     ProcessEvent,
     ProcessRecord,
     WaitState,
 )
-from procledger.domain.registration import ProcessRegistration
+from procledger.domain.registration import (
+    ProcessRegistration,
+    SessionScope,
+    input_identity,
+    registration_hash_of,
+)
 from procledger.domain.vocabulary import (
     LifecycleKind,
     ProcessState,
@@ -261,9 +265,7 @@ class Process(Aggregate):
         first_started_at_ms: int
 
         def evolve(self, process: Process) -> None:
-            process.first_started = OwnerStamp(
-                owner=LeaseOwner.model_validate(self.owner), at_ms=self.first_started_at_ms
-            )
+            process.first_started_json = {"owner": self.owner, "at_ms": self.first_started_at_ms}
 
     class AbandonRequested(Event):
         TOPIC = "procledger:Process.AbandonRequested"
@@ -305,7 +307,10 @@ class Process(Aggregate):
     # -- creation -------------------------------------------------------------------------
 
     def __init__(self, registration: dict[str, Any], registration_hash: str, at_ms: int) -> None:
-        self.registration = _parsed_registration(registration, registration_hash)
+        # Kept as stored (JSON); parsed into a ProcessRegistration only when a command needs
+        # it, so replaying for a read model never pays for validation it does not use.
+        self.registration_json = _checked_registration_document(registration)
+        self._registration: ProcessRegistration | None = None
         self.registration_hash = registration_hash
         self.created_at_ms = at_ms
         self.updated_at_ms = at_ms
@@ -318,7 +323,7 @@ class Process(Aggregate):
         self.backgrounded = False
         self.started_at_ms: int | None = None
         self.finished_at_ms: int | None = None
-        self.first_started: OwnerStamp | None = None
+        self.first_started_json: dict[str, Any] | None = None
         self.abandon_request: AbandonRequest | None = None
         self.abandon_evidence: OwnerStamp | None = None
         self.wait: WaitState | None = None
@@ -330,20 +335,38 @@ class Process(Aggregate):
 
     @classmethod
     def register(cls, registration: ProcessRegistration, *, at_ms: int) -> Process:
-        return cls._create(
+        document = registration.model_dump(mode="json")
+        process: Process = cls._create(
             cls.Registered,
             id=process_uuid(registration.id),
-            registration=registration.model_dump(mode="json"),
-            registration_hash=registration.registration_hash(),
+            registration=document,
+            registration_hash=registration_hash_of(document),
             at_ms=at_ms,
             timestamp=timestamp_of(at_ms),
         )
+        process._registration = registration
+        return process
 
     # -- helpers used by events -------------------------------------------------------------
 
     @property
+    def registration(self) -> ProcessRegistration:
+        if self._registration is None:
+            self._registration = _parsed_registration(
+                self.registration_json, self.registration_hash
+            )
+        return self._registration
+
+    @property
     def process_id(self) -> str:
-        return self.registration.id
+        process_id: str = self.registration_json["id"]
+        return process_id
+
+    @property
+    def first_started(self) -> OwnerStamp | None:
+        if self.first_started_json is None:
+            return None
+        return OwnerStamp.model_validate(self.first_started_json)
 
     @property
     def disposition(self) -> RecoveryDisposition:
@@ -679,42 +702,69 @@ class Process(Aggregate):
     # -- reading ----------------------------------------------------------------------------------
 
     @property
-    def wake_target(self) -> Any:
+    def wake_target(self) -> SessionScope | None:
         return None if self.wake_target_cleared else self.registration.wake_target
 
+    def record_document(self, change_seq: int) -> dict[str, Any]:
+        """The record as JSON, built from what the events stored (no model round trip).
+
+        This is what the read model stores and what ``to_record`` validates, so the row and
+        the returned record can never disagree. Field order follows ``ProcessRecord``.
+        """
+        registration = self.registration_json
+        kind, label = input_identity(registration["input"])
+        return {
+            "id": registration["id"],
+            "registration_hash": self.registration_hash,
+            "input": registration["input"],
+            "disposition": registration["disposition"],
+            "identity": {"kind": kind, "label": label, "definition": registration["definition"]},
+            "originator": registration["originator"],
+            "wake_target": None if self.wake_target_cleared else registration["wake_target"],
+            "env_ref": registration["env_ref"],
+            "event_types": registration["event_types"],
+            "descriptor": registration["descriptor"],
+            "state": self.state.value,
+            "reason": None if self.reason is None else self.reason.value,
+            "exit_code": self.exit_code,
+            "diagnostic": self.diagnostic,
+            "value": self.value,
+            "status": coarse_status(self.state, self.reason, self.exit_code).value,
+            "stop_requested": [reason.value for reason in self.stop_requested],
+            "backgrounded": self.backgrounded,
+            "created_at_ms": self.created_at_ms,
+            "updated_at_ms": self.updated_at_ms,
+            "started_at_ms": self.started_at_ms,
+            "finished_at_ms": self.finished_at_ms,
+            "first_started": self.first_started_json,
+            "abandon_request": _json_or_none(self.abandon_request),
+            "abandon_evidence": _json_or_none(self.abandon_evidence),
+            "wait": _json_or_none(self.wait),
+            "external_ref": _json_or_none(self.external_ref),
+            "change_seq": change_seq,
+        }
+
     def to_record(self, change_seq: int) -> ProcessRecord:
-        registration = self.registration
-        kind, label = registration.input.identity()
-        return ProcessRecord(
-            id=registration.id,
-            registration_hash=self.registration_hash,
-            input=registration.input,
-            disposition=registration.disposition,
-            identity=Identity(kind=kind, label=label, definition=registration.definition),
-            originator=registration.originator,
-            wake_target=self.wake_target,
-            env_ref=registration.env_ref,
-            event_types=registration.event_types,
-            descriptor=registration.descriptor,
-            state=self.state,
-            reason=self.reason,
-            exit_code=self.exit_code,
-            diagnostic=self.diagnostic,
-            value=self.value,
-            status=coarse_status(self.state, self.reason, self.exit_code),
-            stop_requested=list(self.stop_requested),
-            backgrounded=self.backgrounded,
-            created_at_ms=self.created_at_ms,
-            updated_at_ms=self.updated_at_ms,
-            started_at_ms=self.started_at_ms,
-            finished_at_ms=self.finished_at_ms,
-            first_started=self.first_started,
-            abandon_request=self.abandon_request,
-            abandon_evidence=self.abandon_evidence,
-            wait=self.wait,
-            external_ref=self.external_ref,
-            change_seq=change_seq,
-        )
+        return ProcessRecord.model_validate(self.record_document(change_seq))
+
+
+def _json_or_none(model: Frozen | None) -> dict[str, Any] | None:
+    return None if model is None else model.model_dump(mode="json")
+
+
+_REGISTRATION_KEYS = frozenset(ProcessRegistration.model_fields)
+
+
+def _checked_registration_document(document: dict[str, Any]) -> dict[str, Any]:
+    """A stored registration must have every field (``disposition`` has no default anywhere).
+
+    The full validation runs when a command first needs the parsed registration; this cheap
+    check makes a damaged event fail on replay, where the codec reports it with its process.
+    """
+    missing = _REGISTRATION_KEYS - document.keys()
+    if missing:
+        raise ValueError(f"stored registration lacks {', '.join(sorted(missing))}")
+    return document
 
 
 _REGISTRATIONS: dict[str, ProcessRegistration] = {}

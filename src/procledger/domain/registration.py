@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, JsonValue, field_validator, model_validator
@@ -66,13 +67,19 @@ class ProcessInput(Tagged):
 
     def identity(self) -> tuple[str, str | None]:
         """The derived (kind, label) that lists and handles show."""
-        if self.type == "command":
-            assert self.argv is not None
-            return "command", posixpath.basename(self.argv[0]) or self.argv[0]
-        if self.type == "engine":
-            assert self.kind is not None
-            return self.kind, None
-        return "external", _external_label(self.metadata)
+        return input_identity(
+            {"type": self.type, "argv": self.argv, "kind": self.kind, "metadata": self.metadata}
+        )
+
+
+def input_identity(data: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(kind, label) of an input given as its JSON form (what stored events hold)."""
+    if data["type"] == "command":
+        program: str = data["argv"][0]
+        return "command", posixpath.basename(program) or program
+    if data["type"] == "engine":
+        return data["kind"], None
+    return "external", _external_label(data.get("metadata"))
 
 
 def _external_label(metadata: JsonValue) -> str | None:
@@ -92,8 +99,12 @@ class SessionScope(Frozen):
 
     @property
     def scope_id(self) -> str:
-        base = f"session:{self.session_id}"
-        return base if self.agent_frame_id is None else f"{base}/frame:{self.agent_frame_id}"
+        return session_scope_id(self.session_id, self.agent_frame_id)
+
+
+def session_scope_id(session_id: str, agent_frame_id: str | None) -> str:
+    base = f"session:{session_id}"
+    return base if agent_frame_id is None else f"{base}/frame:{agent_frame_id}"
 
 
 class Originator(Tagged):
@@ -133,9 +144,16 @@ class Originator(Tagged):
 
     @property
     def scope_id(self) -> str:
-        if isinstance(self.scope, SessionScope):
-            return self.scope.scope_id
-        return "host" if self.scope is None else f"host:{self.scope}"
+        return originator_scope_id(self.model_dump(mode="json"))
+
+
+def originator_scope_id(data: Mapping[str, Any]) -> str:
+    """``host``, ``host:<scope>``, ``session:<sid>`` or ``session:<sid>/frame:<frame>``, from
+    an originator's JSON form (what stored events and records hold)."""
+    scope: Any = data.get("scope")
+    if data.get("type") == "session":
+        return session_scope_id(scope["session_id"], scope.get("agent_frame_id"))
+    return "host" if scope is None else f"host:{scope}"
 
 
 class EventType(Frozen):
@@ -206,11 +224,15 @@ class ProcessRegistration(Frozen):
         return self
 
     def registration_hash(self) -> str:
-        digest = hashlib.sha256(canonical_json(self.model_dump(mode="json"))).hexdigest()
-        return f"sha256:{digest}"
+        return registration_hash_of(self.model_dump(mode="json"))
 
     def declares(self, event_type: str) -> bool:
         return any(declared.name == event_type for declared in self.event_types)
+
+
+def registration_hash_of(document: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a registration's JSON form."""
+    return f"sha256:{hashlib.sha256(canonical_json(document)).hexdigest()}"
 
 
 def check_process_id(value: str) -> None:

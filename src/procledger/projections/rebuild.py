@@ -27,7 +27,7 @@ from procledger.adapters.store import Store, Tx
 from procledger.domain.errors import StoreError
 from procledger.domain.process import Process
 from procledger.domain.session import Session
-from procledger.projections.records import RECORD_COLUMNS, record_row
+from procledger.projections.records import RECORD_COLUMNS, document_row
 
 Progress = Callable[[int, int], None]
 Row = tuple[Any, ...]
@@ -140,7 +140,7 @@ class _Folder:
         if aggregate is None:
             return
         if self.kind == _PROCESS_TOPIC:
-            self.sink.records.append(record_row(aggregate.to_record(change_seq=self.last_id)))
+            self.sink.records.append(document_row(aggregate.record_document(self.last_id)))
         else:
             session_id = aggregate.session_id
             for process_id, descriptor in aggregate.grants.items():

@@ -6,7 +6,8 @@ query, so listing never decodes records it does not return.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -14,11 +15,14 @@ from procledger.adapters.store import Store, Tx
 from procledger.domain._model import canonical_json
 from procledger.domain.errors import NotFound, StoreError
 from procledger.domain.records import ProcessRecord
+from procledger.domain.registration import originator_scope_id
+from procledger.domain.vocabulary import ProcessState
 
 RECORD_COLUMNS = (
     "process_id, change_seq, status, terminal, waiting, originator_scope_id, identity_kind, "
     "identity_label, definition, created_at_ms, updated_at_ms, record"
 )
+_TERMINAL_STATES = frozenset(state.value for state in ProcessState if state.is_terminal)
 _UPDATED_COLUMNS = [column.strip() for column in RECORD_COLUMNS.split(",")][1:]
 _UPDATE = (
     "UPDATE {table} SET "
@@ -27,37 +31,42 @@ _UPDATE = (
 )
 
 
-def record_row(record: ProcessRecord) -> tuple[object, ...]:
-    definition = record.identity.definition
+def document_row(document: Mapping[str, Any]) -> tuple[object, ...]:
+    """A row from a record's JSON form (``Process.record_document``): no model round trip."""
+    definition = document["identity"]["definition"]
     return (
-        record.id,
-        record.change_seq,
-        record.status.value,
-        int(record.state.is_terminal),
-        int(record.wait is not None),
-        record.originator.scope_id,
-        record.identity.kind,
-        record.identity.label,
+        document["id"],
+        document["change_seq"],
+        document["status"],
+        int(document["state"] in _TERMINAL_STATES),
+        int(document["wait"] is not None),
+        originator_scope_id(document["originator"]),
+        document["identity"]["kind"],
+        document["identity"]["label"],
         None if definition is None else canonical_json(definition).decode(),
-        record.created_at_ms,
-        record.updated_at_ms,
-        record.model_dump_json(),
+        document["created_at_ms"],
+        document["updated_at_ms"],
+        orjson.dumps(document).decode(),
     )
 
 
 def upsert_records(
-    tx: Tx, store: Store, records: Iterable[ProcessRecord], *, must_exist: Collection[str] = ()
+    tx: Tx,
+    store: Store,
+    documents: Iterable[Mapping[str, Any]],
+    *,
+    must_exist: Collection[str] = (),
 ) -> None:
     """Write records; those in ``must_exist`` (loaded, not created, by this write) must still
     have a row: a process pruned since the writer loaded it raises ``NotFound`` and the whole
     write rolls back, instead of resurrecting a partial log."""
     fresh: list[tuple[object, ...]] = []
-    for record in records:
-        row = record_row(record)
-        if record.id in must_exist:
+    for document in documents:
+        row = document_row(document)
+        if document["id"] in must_exist:
             tx.execute(_UPDATE.format(table=store.table("records")), (*row[1:], row[0]))
             if tx.rowcount == 0:
-                raise NotFound(f"process {record.id!r} not found")
+                raise NotFound(f"process {document['id']!r} not found")
         else:
             fresh.append(row)
     if not fresh:
