@@ -5,6 +5,10 @@ when it needs the global options (``cli_state(ctx).url``), and let library error
 ``main`` is the one place that turns a ``ProcledgerError`` or ``OSError`` into exactly one line
 on stderr and exit code 1; usage errors exit 2 (typer/click's own handling). Machine output goes
 to stdout as plain text; nothing here opens a store unless the command needs one.
+
+Start-up time: a command imports what it uses (the store, the supervisor, recovery, rich) in its
+own body -- ``procledger table`` must not pay for PostgreSQL drivers and process trees. typer
+reads every command's annotations on each invocation, so those name only cheap types.
 """
 
 from __future__ import annotations
@@ -19,31 +23,33 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import orjson
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from procledger.adapters.liveness import local_identity
 from procledger.domain.errors import ProcledgerError
 from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.domain.lifecycle import render_markdown, render_mermaid
-from procledger.domain.records import ProcessEvent, ProcessRecord
 from procledger.domain.vocabulary import ProcessState, TerminalReason
-from procledger.notifications import Notifier
-from procledger.projections.feed import ChangeCursor
-from procledger.projections.filters import ProcessListFilter
-from procledger.recovery import Engine, RecoveryWorker, SweepReport
-from procledger.registry import ProcessRegistry, open_registry
-from procledger.supervisor.execution import StopPolicy
-from procledger.supervisor.supervisor import ProcessHandle, StopMode, Supervisor
+from procledger.supervisor.modes import StopMode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from procledger.domain.records import ProcessEvent, ProcessRecord
+    from procledger.notifications import Notifier
+    from procledger.recovery import Engine, RecoveryWorker, SweepReport
+    from procledger.registry import ProcessRegistry
+    from procledger.supervisor.execution import StopPolicy
+    from procledger.supervisor.supervisor import ProcessHandle, Supervisor
 
 PROG = "procledger"
 EXIT_FAILURE = 1
@@ -115,6 +121,18 @@ def table(
     """Print the closed lifecycle table (no store is opened)."""
     text = render_markdown() if fmt is TableFormat.markdown else render_mermaid()
     sys.stdout.write(text)
+
+
+@contextmanager
+def _ledger(ctx: typer.Context) -> Iterator[ProcessRegistry]:
+    """The store the global options name, open for one command and closed after it."""
+    from procledger.registry import open_registry
+
+    registry = open_registry(cli_state(ctx).url)
+    try:
+        yield registry
+    finally:
+        registry.close()
 
 
 def _one_line(text: str) -> str:
@@ -223,6 +241,8 @@ class _WorkerSettings:
         return cls(LeaseOwner.local_process(owner_id), timings, engine_map)
 
     def worker(self, registry: ProcessRegistry) -> RecoveryWorker:
+        from procledger.recovery import RecoveryWorker
+
         return RecoveryWorker(registry, self.owner, timings=self.timings, engines=self.engines)
 
 
@@ -239,7 +259,7 @@ def _print_report(report: SweepReport, as_json: bool) -> None:
     sys.stdout.flush()
 
 
-def _run_worker_thread(worker: RecoveryWorker, body: Callable[[], None]) -> int:
+def _run_worker_thread(worker: RecoveryWorker, body: Callable[[], object]) -> int:
     """Run ``body`` on a thread; on SIGINT/SIGTERM stop ``worker`` and wait. The exit code.
 
     The main thread waits on an ``Event``, not on ``Thread.join(timeout)``: before Python 3.13
@@ -280,6 +300,16 @@ def _run_worker_thread(worker: RecoveryWorker, body: Callable[[], None]) -> int:
     return exit_code
 
 
+def _recover(
+    ctx: typer.Context, settings: _WorkerSettings, work: Callable[[RecoveryWorker], object]
+) -> int:
+    """Open the store, run ``work`` with this command's recovery worker on a thread (see
+    ``_run_worker_thread``) and close the store; the exit code."""
+    with _ledger(ctx) as registry:
+        recovery = settings.worker(registry)
+        return _run_worker_thread(recovery, lambda: work(recovery))
+
+
 @app.command()
 def sweep(
     ctx: typer.Context,
@@ -300,14 +330,12 @@ def sweep(
 ) -> None:
     """One recovery pass by declared disposition, then print what was done."""
     settings = _WorkerSettings.parse(owner, ttl_ms, renew_ms, engine or ())
-    registry = open_registry(cli_state(ctx).url)
     reports: list[SweepReport] = []
-    try:
-        recovery = settings.worker(registry)
-        run = recovery.drain if drain else recovery.sweep
-        exit_code = _run_worker_thread(recovery, lambda: reports.append(run()))
-    finally:
-        registry.close()
+    exit_code = _recover(
+        ctx,
+        settings,
+        lambda recovery: reports.append(recovery.drain() if drain else recovery.sweep()),
+    )
     for report in reports:
         _print_report(report, as_json)
     if exit_code:
@@ -333,45 +361,30 @@ def worker(
     """Sweep, wait, repeat -- running recoverable work -- until Ctrl-C (exit 130) or SIGTERM
     (exit 143). Prints a report after each sweep that did something (--json: after each)."""
     settings = _WorkerSettings.parse(owner, ttl_ms, renew_ms, engine or ())
-    registry = open_registry(cli_state(ctx).url)
-    try:
-        recovery = settings.worker(registry)
 
-        def on_report(report: SweepReport) -> None:
-            busy = any(getattr(report, name) for name in _REPORT_FIELDS if name != "skipped")
-            if as_json or busy:
-                _print_report(report, as_json)
+    def on_report(report: SweepReport) -> None:
+        busy = any(getattr(report, name) for name in _REPORT_FIELDS if name != "skipped")
+        if as_json or busy:
+            _print_report(report, as_json)
 
-        def body() -> None:
-            recovery.serve(interval_s=interval, max_sweeps=max_sweeps, on_report=on_report)
+    def serve(recovery: RecoveryWorker) -> None:
+        recovery.serve(interval_s=interval, max_sweeps=max_sweeps, on_report=on_report)
 
-        exit_code = _run_worker_thread(recovery, body)
-    finally:
-        registry.close()
+    exit_code = _recover(ctx, settings, serve)
     if exit_code:
         raise typer.Exit(exit_code)
 
 
 # -- projections: `rebuild` (DESIGN.md §5) ---------------------------------------------------
-# Self-contained: the projections issue owns this function.
 
 
 @app.command()
 def rebuild(ctx: typer.Context) -> None:
     """Drop every read model and rebuild it from the event log (with a progress bar)."""
-    # Imported here: only this command draws with rich, and the block stays self-contained.
-    from rich.console import Console  # noqa: PLC0415
-    from rich.progress import (  # noqa: PLC0415
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TimeElapsedColumn,
-    )
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from procledger.registry import open_registry as open_ledger  # noqa: PLC0415
-
-    registry = open_ledger(cli_state(ctx).url)
-    try:
+    with _ledger(ctx) as registry:
         columns = (
             "[progress.description]{task.description}",
             BarColumn(),
@@ -385,13 +398,11 @@ def rebuild(ctx: typer.Context) -> None:
                 bar.update(task, completed=done, total=total)
 
             applied = registry.rebuild(progress=progress)
-    finally:
-        registry.close()
     sys.stdout.write(f"rebuilt the read models from {applied} events\n")
 
 
 # -- supervising: `run`, `ps`, `show`, `feed`, `stop`, `restore` (DESIGN.md §8) ----------------
-# Self-contained: the supervisor issue owns these functions. `run` supervises one command as the
+# `run` supervises one command as the
 # host's CLI owner (`procledger-cli@<host id>`, a fresh incarnation per run) and publishes its
 # completion into the CLI's own notification session, so `restore` can republish it -- same
 # command id -- for a run whose `procledger` died.
@@ -412,6 +423,8 @@ def _cli_owner() -> LeaseOwner:
 
 def _cli_notifier(registry: ProcessRegistry, owner: LeaseOwner) -> tuple[Notifier, uuid.UUID]:
     """The CLI owner's notification session and its one loop (both derived from the owner id)."""
+    from procledger.notifications import Notifier
+
     session_id = uuid.uuid5(_CLI_NAMESPACE, f"session:{owner.owner_id}")
     loop_id = uuid.uuid5(_CLI_NAMESPACE, f"loop:{owner.owner_id}")
     notifier = Notifier(registry, session_id)
@@ -440,11 +453,16 @@ def _write_json(value: Any) -> None:
 
 def _console() -> Console:
     """Rich output for people; into a pipe, wide enough that ids are never folded."""
+    from rich.console import Console
+
     return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
 
 
 def _table(*columns: str) -> Table:
     """A plain table whose columns never wrap, except the last (a command line) folds."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD)
     for column in columns[:-1]:
         table.add_column(column, no_wrap=True)
@@ -552,6 +570,8 @@ def _supervise(
     started: Callable[[ProcessHandle], None] | None = None,
 ) -> tuple[ProcessRecord, int]:
     """Run ``command`` under a fresh CLI supervisor until its terminal is recorded."""
+    from procledger.supervisor.supervisor import Supervisor
+
     owner = _cli_owner()
     notifier, loop_id = _cli_notifier(registry, owner)
     supervisor = Supervisor(registry, owner=owner, notifier=notifier, stop=policy)
@@ -611,11 +631,8 @@ def _run_detached(
         answer = report.read().decode(errors="replace").strip()
     if not answer.startswith("ok"):
         raise BackgroundStartError(answer or "the detached supervisor exited without a word")
-    registry = open_registry(url)
-    try:
+    with _ledger(ctx) as registry:
         record = registry.get(process_id)
-    finally:
-        registry.close()
     if as_json:
         _write_json(_dump(record))
     else:
@@ -637,8 +654,7 @@ def _detached_main(
         report.close()
 
     try:
-        registry = open_registry(cli_state(ctx).url)
-        try:
+        with _ledger(ctx) as registry:
             _, exit_code = _supervise(
                 registry,
                 command,
@@ -648,8 +664,6 @@ def _detached_main(
                 process_id=process_id,
                 started=started,
             )
-        finally:
-            registry.close()
     except BaseException as exc:
         if not report.closed:
             report.write(f"{type(exc).__name__}: {_one_line(str(exc))}\n".encode())
@@ -695,19 +709,18 @@ def run(
     """Supervise a command: its output streams through, everything is recorded. First Ctrl-C
     stops its whole tree (SIGINT, --stop-signal, SIGKILL), a second kills it at once. Exits
     with the command's code, 130 if it was stopped on request, 128+N if signal N ended it."""
+    from procledger.supervisor.execution import StopPolicy
+
     policy = StopPolicy((signal.SIGINT, _parse_signal(stop_signal)), grace)
     if detached_fd is not None and process_id is not None:
         _detached_main(ctx, command, policy, detached_fd, process_id)
     if background:
         _run_detached(ctx, command, grace=grace, stop_signal=stop_signal, as_json=as_json)
         return
-    registry = open_registry(cli_state(ctx).url)
-    try:
+    with _ledger(ctx) as registry:
         record, exit_code = _supervise(
             registry, command, policy=policy, background=False, as_json=as_json
         )
-    finally:
-        registry.close()
     if as_json:
         _write_json(_dump(record))
     elif exit_code and sys.stderr.isatty():
@@ -725,13 +738,12 @@ def ps(
     as_json: _StatusJson = False,
 ) -> None:
     """List processes (running ones unless --all), by id."""
-    registry = open_registry(cli_state(ctx).url)
-    try:
+    from procledger.projections.filters import ProcessListFilter
+
+    with _ledger(ctx) as registry:
         records = registry.list_processes(
             ProcessListFilter(status="any" if show_all else "running")
         )
-    finally:
-        registry.close()
     if as_json:
         _write_json([_dump(record) for record in records])
         return
@@ -756,12 +768,11 @@ def show(
     as_json: _StatusJson = False,
 ) -> None:
     """Show one process: its record and its whole event history."""
-    registry = open_registry(cli_state(ctx).url)
-    try:
+    from rich.table import Table
+
+    with _ledger(ctx) as registry:
         record = registry.get(process_id)
         events = registry.events(process_id)
-    finally:
-        registry.close()
     if as_json:
         _write_json({"record": _dump(record), "events": [_dump(e) for e in events]})
         return
@@ -818,18 +829,18 @@ def feed(
     ] = False,
 ) -> None:
     """Print what changed after a cursor: one line per changed process, with its cursor."""
-    registry = open_registry(cli_state(ctx).url)
-    try:
-        _print_feed(registry, since, limit, follow=follow, as_json=as_json)
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_STOPPED) from None
-    finally:
-        registry.close()
+    with _ledger(ctx) as registry:
+        try:
+            _print_feed(registry, since, limit, follow=follow, as_json=as_json)
+        except KeyboardInterrupt:
+            raise typer.Exit(EXIT_STOPPED) from None
 
 
 def _print_feed(
     registry: ProcessRegistry, since: int, limit: int | None, *, follow: bool, as_json: bool
 ) -> None:
+    from procledger.projections.feed import ChangeCursor
+
     cursor = ChangeCursor(since)
     left = limit
     while left is None or left > 0:
@@ -864,13 +875,10 @@ def stop(
 ) -> None:
     """Record a stop request and return: the `procledger run` supervising the process carries
     it out with its own grace."""
-    registry = open_registry(cli_state(ctx).url)
-    try:
+    with _ledger(ctx) as registry:
         record = registry.get(process_id)
         if not record.state.is_terminal:
             record = registry.request_stop(process_id, mode.reason)
-    finally:
-        registry.close()
     if record.state.is_terminal:
         sys.stdout.write(f"process {record.id} already ended: {record.state.value}\n")
     else:
@@ -881,14 +889,13 @@ def stop(
 def restore(ctx: typer.Context, *, as_json: _StatusJson = False) -> None:
     """Record as lost every running process whose `procledger run` on this host is gone (its
     recorded pid is never signalled), and republish its completion notification."""
-    registry = open_registry(cli_state(ctx).url)
-    try:
+    from procledger.supervisor.supervisor import Supervisor
+
+    with _ledger(ctx) as registry:
         owner = _cli_owner()
         notifier, _ = _cli_notifier(registry, owner)
         with Supervisor(registry, owner=owner, notifier=notifier) as supervisor:
             lost = supervisor.restore()
-    finally:
-        registry.close()
     if as_json:
         _write_json([_dump(record) for record in lost])
         return

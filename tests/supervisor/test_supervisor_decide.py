@@ -16,7 +16,6 @@ from procledger.domain.records import MAX_DIAGNOSTIC_BYTES
 from procledger.domain.vocabulary import LifecycleKind, ProcessState, TerminalReason
 from procledger.supervisor.decide import (
     STOP_REASONS,
-    StopMode,
     clip,
     event_ids,
     mode_policy,
@@ -24,6 +23,7 @@ from procledger.supervisor.decide import (
     request_policy,
 )
 from procledger.supervisor.execution import StopPolicy
+from procledger.supervisor.modes import StopMode
 
 S, R = ProcessState, TerminalReason
 returncodes = st.one_of(st.integers(0, 255), st.sampled_from([-s for s in signal.Signals]))

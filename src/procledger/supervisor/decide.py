@@ -12,12 +12,12 @@ from __future__ import annotations
 import signal
 import uuid
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Final
 
 from procledger.domain.records import MAX_DIAGNOSTIC_BYTES
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.supervisor.execution import StopPolicy
+from procledger.supervisor.modes import StopMode
 
 ID_NAMESPACE: Final = uuid.UUID("6b0f8e46-3f2c-4f69-9a0e-5d1c2b7a9e41")
 """The uuid5 namespace of the ids the Supervisor derives (never change it: stored ids use it)."""
@@ -28,29 +28,6 @@ STOP_REASONS: Final = (
     TerminalReason.killed,
 )
 """The reasons a stop may be requested with, weakest first."""
-
-
-class StopMode(StrEnum):
-    """How ``Supervisor.stop`` ends a process (DESIGN.md §6.2)."""
-
-    interrupt = "interrupt"
-    """SIGINT to the tree, wait the grace, never escalate."""
-    terminate = "terminate"
-    """SIGTERM to the tree, wait the grace, then SIGKILL once."""
-    kill = "kill"
-    """SIGKILL to the tree at once."""
-
-    @property
-    def reason(self) -> TerminalReason:
-        """The ``stop_requested`` reason this mode records."""
-        return _MODE_REASONS[self]
-
-
-_MODE_REASONS: Final = {
-    StopMode.interrupt: TerminalReason.interrupted,
-    StopMode.terminate: TerminalReason.terminated,
-    StopMode.kill: TerminalReason.killed,
-}
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,6 @@ from procledger.supervisor import handles as handle_table
 from procledger.supervisor.decide import (
     EventIds,
     Outcome,
-    StopMode,
     event_ids,
     mode_policy,
     outcome,
@@ -69,6 +68,7 @@ from procledger.supervisor.decide import (
     spawn_failure,
 )
 from procledger.supervisor.execution import Consumer, Input, OwnedChild, StopPolicy
+from procledger.supervisor.modes import StopMode
 
 __all__ = ["ProcessHandle", "StopMode", "Supervisor"]
 
