@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, Final
 
-import psutil  # type: ignore[import-untyped, unused-ignore]  # typed by this facade
+import psutil
 
 from procledger.domain.errors import SpawnError
 
