@@ -1,9 +1,13 @@
-"""Fixtures shared by the whole suite: a real PostgreSQL and the hypothesis profiles.
+"""Fixtures shared by the whole suite: a real PostgreSQL, the hypothesis profiles, a ledger
+several processes share and the PID recorder.
 
 PostgreSQL tests take ``postgres_schema_url`` (one fresh schema per test) or
 ``postgres_schemas`` (a factory, for hypothesis tests and tests that need several ledgers).
 Without ``$PROCLEDGER_TEST_POSTGRES_URL`` they skip locally and fail in CI (``CI=true``);
 ``.ci/pg-dev`` starts a throwaway server and prints the export line.
+
+``shared_url`` runs a test twice: on a SQLite file and on a PostgreSQL schema. ``procs`` records
+every process a test creates and kills it *by exact pid* at teardown (see ``_shared.Processes``).
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 from psycopg import sql
+
+from _shared import Processes
 
 IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 POSTGRES_URL_VARIABLE = "PROCLEDGER_TEST_POSTGRES_URL"
@@ -99,3 +106,20 @@ def postgres_schema_url(
     """A URL with a fresh, unique schema for this test, dropped (CASCADE) afterwards."""
     with postgres_schemas() as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh ledger that several OS processes can open: a SQLite file, then (a second run of
+    the test) a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/shared.db"
+    return str(request.getfixturevalue("postgres_schema_url"))
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Processes]:
+    """The processes this test creates, killed by exact pid at teardown."""
+    processes = Processes(tmp_path)
+    yield processes
+    processes.kill_all()

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-import procledger
+from _shared import child_env
 from procledger import cli
 from procledger.domain.errors import InvalidTransition, NotFound
 from procledger.domain.lifecycle import render_markdown, render_mermaid
@@ -63,13 +61,10 @@ EXPECTED_EDGES = {
     ("running", "abandoned", "abandoned"),
 }
 
-SRC_DIR = Path(procledger.__file__).resolve().parents[1]
-
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m procledger ARGS`` in a child, importing the procledger under test."""
-    path = os.pathsep.join(filter(None, [str(SRC_DIR), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path}
+    env = child_env()
     env.pop("PROCLEDGER_URL", None)
     return subprocess.run(
         [sys.executable, "-m", "procledger", *args],

@@ -1,16 +1,14 @@
 """Fixtures for end-to-end tests of the ``procledger`` command.
 
 - ``ledger``: a fresh SQLite ledger URL (``postgres_ledger`` for PostgreSQL).
-- ``pids``: every process a test creates is recorded and killed *by exact pid* at teardown
-  (children write their pid to a file the test names; a pid read only at teardown is killed only
-  if that process started after the test did, so a reused pid is never hit).
+- ``procs`` (``tests/conftest.py``): every process a test creates is recorded and killed *by
+  exact pid* at teardown (children write their pid to a file the test names).
 - ``Terminal``: ``procledger`` running in a pseudo-terminal that is its controlling terminal, so
   writing ``\\x03`` is a real Ctrl-C (the line discipline sends SIGINT to the foreground group).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import subprocess
@@ -20,23 +18,15 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
+
+from _shared import Processes
 
 CLI = [sys.executable, "-m", "procledger"]
 TAKE_TTY = (
     "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
 )
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
-    """Synchronise on a state another process reaches (polls briefly; fails after timeout)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(0.01)
 
 
 def sleeper(pidfile: Path, seconds: int = 60) -> list[str]:
@@ -66,50 +56,6 @@ def ignoring(pidfile: Path, *signals: str) -> list[str]:
     return [sys.executable, "-c", IGNORING, str(pidfile), *signals]
 
 
-class Pids:
-    """The processes one test created, killed by exact pid at teardown."""
-
-    def __init__(self, directory: Path) -> None:
-        self._directory = directory
-        self._started = time.time()
-        self._files: list[Path] = []
-        self._known: set[psutil.Process] = set()
-
-    def pidfile(self, name: str) -> Path:
-        path = self._directory / f"{name}.pid"
-        self._files.append(path)
-        return path
-
-    def await_pid(self, path: Path, timeout: float = 30.0) -> psutil.Process:
-        wait_until(path.exists, timeout, f"{path.name} to be written")
-        return self.add(int(path.read_text()))
-
-    def add(self, pid: int) -> psutil.Process:
-        process = psutil.Process(pid)
-        self._known.add(process)
-        return process
-
-    def kill_all(self) -> None:
-        for path in self._files:
-            if path.exists() and path.read_text().strip():
-                try:
-                    process = psutil.Process(int(path.read_text()))
-                    if process.create_time() >= self._started - 1:
-                        self._known.add(process)
-                except psutil.NoSuchProcess:
-                    pass
-        for process in self._known:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()  # psutil refuses a pid reused since we looked it up
-
-
-@pytest.fixture
-def pids(tmp_path: Path) -> Iterator[Pids]:
-    processes = Pids(tmp_path)
-    yield processes
-    processes.kill_all()
-
-
 @pytest.fixture
 def ledger(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/ledger.db"
@@ -133,7 +79,7 @@ def cli(
 class Terminal:
     """``procledger ARGS...`` with a pseudo-terminal as its controlling terminal."""
 
-    def __init__(self, args: list[str], pids: Pids) -> None:
+    def __init__(self, args: list[str], procs: Processes) -> None:
         self._master, slave = os.openpty()
         try:
             self.process = subprocess.Popen(
@@ -145,7 +91,7 @@ class Terminal:
             )
         finally:
             os.close(slave)
-        pids.add(self.process.pid)
+        procs.add(self.process.pid)
         self._output = bytearray()
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, name="test-pty-reader")
@@ -197,14 +143,14 @@ class Terminal:
 
 
 @pytest.fixture
-def terminal(pids: Pids) -> Iterator[Callable[..., Terminal]]:
+def terminal(procs: Processes) -> Iterator[Callable[..., Terminal]]:
     opened: list[Terminal] = []
 
     def open_terminal(*args: str) -> Terminal:
-        opened.append(Terminal(list(args), pids))
+        opened.append(Terminal(list(args), procs))
         return opened[-1]
 
     yield open_terminal
-    pids.kill_all()
+    procs.kill_all()
     for term in opened:
         term.close()

@@ -12,12 +12,13 @@ from pathlib import Path
 import orjson
 import pytest
 
+from _shared import Processes, wait_until
 from procledger import ProcessState, open_registry
 from procledger.notifications import Notifier
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.handles import handle_for_process
 
-from .conftest import CLI, Pids, Terminal, cli, sleeper, wait_until
+from .conftest import CLI, Terminal, cli, sleeper
 
 
 def ok(*args: str, url: str) -> str:
@@ -39,13 +40,13 @@ def one_line_error(ran: subprocess.CompletedProcess[str], *names: str) -> None:
 
 
 def test_ps_lists_running_processes_and_all_with_all(
-    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
     ok("run", "--", "true", url=ledger)
-    pidfile = pids.pidfile("sleep")
+    pidfile = procs.pidfile("sleep")
     term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
     term.expect("ready")
-    pids.await_pid(pidfile)
+    procs.await_pid(pidfile)
     running = orjson.loads(ok("ps", "--json", url=ledger))
     everything = orjson.loads(ok("ps", "--all", "--json", url=ledger))
     assert [r["state"] for r in running] == ["running"]
@@ -98,13 +99,13 @@ def test_feed_prints_changes_after_a_cursor(ledger: str) -> None:
     assert second["id"] in human
 
 
-def test_feed_follow_prints_changes_as_they_happen(ledger: str, pids: Pids) -> None:
+def test_feed_follow_prints_changes_as_they_happen(ledger: str, procs: Processes) -> None:
     follower = subprocess.Popen(
         [*CLI, "--url", ledger, "feed", "--follow", "--json"],
         stdout=subprocess.PIPE,
         text=True,
     )
-    pids.add(follower.pid)
+    procs.add(follower.pid)
     try:
         record = orjson.loads(ok("run", "--json", "--", "true", url=ledger))
         assert follower.stdout is not None
@@ -136,14 +137,14 @@ def test_stop_of_a_finished_process_says_so(ledger: str) -> None:
 def test_restore_after_run_was_killed(
     request: pytest.FixtureRequest,
     terminal: Callable[..., Terminal],
-    pids: Pids,
+    procs: Processes,
     store: str,
 ) -> None:
     url = request.getfixturevalue("ledger" if store == "sqlite" else "postgres_ledger")
-    pidfile = pids.pidfile("orphan")
+    pidfile = procs.pidfile("orphan")
     term = terminal("--url", url, "run", "--", *sleeper(pidfile))
     term.expect("ready")
-    orphan = pids.await_pid(pidfile)
+    orphan = procs.await_pid(pidfile)
     (process_id,) = [r["id"] for r in orjson.loads(ok("ps", "--json", url=url))]
 
     term.process.send_signal(signal.SIGKILL)  # mid-run: nothing records the end
@@ -180,12 +181,12 @@ def test_restore_after_run_was_killed(
 
 
 def test_restore_leaves_a_live_run_alone(
-    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    pidfile = pids.pidfile("alive")
+    pidfile = procs.pidfile("alive")
     term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
     term.expect("ready")
-    pids.await_pid(pidfile)
+    procs.await_pid(pidfile)
     assert orjson.loads(ok("restore", "--json", url=ledger)) == []
     assert "restored 0 processes" in ok("restore", url=ledger)
     term.ctrl_c()

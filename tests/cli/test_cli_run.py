@@ -13,9 +13,10 @@ from pathlib import Path
 import orjson
 import pytest
 
+from _shared import Processes, wait_until
 from procledger import ProcessState, TerminalReason, open_registry
 
-from .conftest import Pids, Terminal, cli, ignoring, sleeper, wait_until
+from .conftest import Terminal, cli, ignoring, sleeper
 
 
 def running_ids(url: str) -> list[str]:
@@ -43,12 +44,12 @@ def test_output_streams_through_and_the_exit_code_is_the_commands(
 
 
 def test_first_ctrl_c_interrupts_the_tree(
-    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    pidfile = pids.pidfile("sleep")
+    pidfile = procs.pidfile("sleep")
     term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
     term.expect("ready")
-    child = pids.await_pid(pidfile)
+    child = procs.await_pid(pidfile)
     term.ctrl_c()
     assert term.wait() == 130
     wait_until(lambda: not child.is_running() or child.status() == "zombie", what="child gone")
@@ -59,20 +60,20 @@ def test_first_ctrl_c_interrupts_the_tree(
 
 
 def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
-    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    term_ignorer = pids.pidfile("ignores-int")
+    term_ignorer = procs.pidfile("ignores-int")
     term = terminal(
         "--url", ledger, "run", "--grace", "0.3", "--", *ignoring(term_ignorer, "SIGINT")
     )
     term.expect("ready")
-    pids.await_pid(term_ignorer)
+    procs.await_pid(term_ignorer)
     term.ctrl_c()
     assert term.wait() == 130
     record = only_process(ledger)
     assert (record["state"], record["reason"]) == ("terminated", "terminated")  # SIGTERM did it
 
-    stubborn = pids.pidfile("ignores-int-and-term")
+    stubborn = procs.pidfile("ignores-int-and-term")
     term = terminal(
         "--url",
         ledger,
@@ -85,7 +86,7 @@ def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
         *ignoring(stubborn, "SIGINT", "SIGTERM", "SIGUSR2"),
     )
     term.expect("ready")
-    pids.await_pid(stubborn)
+    procs.await_pid(stubborn)
     started = time.monotonic()
     term.ctrl_c()
     assert term.wait() == 130
@@ -96,14 +97,14 @@ def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
 
 
 def test_second_ctrl_c_kills_at_once(
-    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    ready = pids.pidfile("ignores-everything")
+    ready = procs.pidfile("ignores-everything")
     term = terminal(
         "--url", ledger, "run", "--grace", "60", "--", *ignoring(ready, "SIGINT", "SIGTERM")
     )
     term.expect("ready")
-    child = pids.await_pid(ready)
+    child = procs.await_pid(ready)
     term.ctrl_c()
     wait_until(
         lambda: only_process(ledger)["stop_requested"] == ["interrupted"],
@@ -121,12 +122,12 @@ def test_second_ctrl_c_kills_at_once(
 
 @pytest.mark.parametrize("mode", ["interrupt", "terminate", "kill"])
 def test_stop_from_another_process_is_carried_out(
-    ledger: str, terminal: Callable[..., Terminal], pids: Pids, mode: str
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes, mode: str
 ) -> None:
-    pidfile = pids.pidfile("sleep")
+    pidfile = procs.pidfile("sleep")
     term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
     term.expect("ready")
-    pids.await_pid(pidfile)
+    procs.await_pid(pidfile)
     (process_id,) = running_ids(ledger)
     stopped = cli("stop", process_id, "--mode", mode, url=ledger)
     assert stopped.returncode == 0, stopped.stderr
@@ -169,16 +170,16 @@ def test_spawn_failure_is_one_line_and_recorded(ledger: str) -> None:
 
 
 def test_background_returns_once_running_and_stops_on_request(
-    ledger: str, pids: Pids, tmp_path: Path
+    ledger: str, procs: Processes, tmp_path: Path
 ) -> None:
-    pidfile = pids.pidfile("background")
+    pidfile = procs.pidfile("background")
     ran = cli("run", "--background", "--json", "--", *sleeper(pidfile), url=ledger)
     assert ran.returncode == 0, ran.stderr
     record = orjson.loads(ran.stdout)
     assert (record["state"], record["backgrounded"]) == ("running", True)
     supervisor_pid = record["first_started"]["owner"]["liveness"]["pid"]
-    pids.add(supervisor_pid)  # the detached procledger that supervises it
-    pids.await_pid(pidfile)
+    procs.add(supervisor_pid)  # the detached procledger that supervises it
+    procs.await_pid(pidfile)
     registry = open_registry(ledger)
     try:
         events = [event.kind for event in registry.events(record["id"])]
@@ -205,12 +206,12 @@ def test_command_options_after_the_separator_belong_to_the_command(ledger: str) 
 
 
 def test_sigterm_to_run_shuts_the_supervisor_down(
-    ledger: str, terminal: Callable[..., Terminal], pids: Pids
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    pidfile = pids.pidfile("sleep")
+    pidfile = procs.pidfile("sleep")
     term = terminal("--url", ledger, "run", "--grace", "5", "--", *sleeper(pidfile))
     term.expect("ready")
-    pids.await_pid(pidfile)
+    procs.await_pid(pidfile)
     term.process.send_signal(signal.SIGTERM)
     assert term.wait() == 128 + signal.SIGTERM
     record = only_process(ledger)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -12,6 +11,7 @@ from collections import Counter
 import orjson
 import pytest
 
+from _shared import child_env, end_process
 from procledger.notifications import NotificationDisposition, Notifier
 from procledger.registry import ProcessRegistry
 
@@ -38,7 +38,7 @@ registry.close()
 
 
 def _run_children(url: str, payload: str) -> list[dict[str, bool]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = child_env()
     children: list[subprocess.Popen[str]] = []
     try:
         for _ in range(CHILDREN):
@@ -66,9 +66,7 @@ def _run_children(url: str, payload: str) -> list[dict[str, bool]]:
         return results
     finally:
         for child in children:  # cleaned up by exact PID, whatever happened
-            if child.poll() is None:
-                child.kill()
-            child.wait()
+            end_process(child)
 
 
 class ConcurrencyContract:

@@ -1,5 +1,6 @@
-"""Shared pieces of the projection tests: a hand-moved clock, registrations, store bases and
-snapshots of every read model (to compare incremental maintenance with a rebuild)."""
+"""Shared pieces of the projection tests: registrations, store bases and snapshots of every read
+model (to compare incremental maintenance with a rebuild). The hand-moved clock is
+``procledger.testing.FakeClock``."""
 
 from __future__ import annotations
 
@@ -24,24 +25,10 @@ from procledger import (
 )
 from procledger.domain.registration import env_ref_for
 from procledger.projections import ChangeCursor
+from procledger.testing import FakeClock
 
-START_MS = 1_700_000_000_000
 ENV_REF = env_ref_for({"PATH": "/usr/bin"})
 KEY = CompletionAuthority.workflow_key("projection-tests")
-
-
-class FakeClock:
-    """Epoch milliseconds that only move when the test says so."""
-
-    def __init__(self, start_ms: int = START_MS) -> None:
-        self.now = start_ms
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
 
 
 def registration(

@@ -24,10 +24,10 @@ from procledger import (
 )
 from procledger.domain.errors import FilterError
 from procledger.projections import ChangeCursor, ProcessListFilter, PruneReport
+from procledger.testing import FakeClock
 
 from ._support import (
     KEY,
-    FakeClock,
     StoreCase,
     drain_feed,
     finish,
@@ -91,7 +91,7 @@ class ProjectionContract(StoreCase):
         registry.record_started("busy", 5)
         clock.advance(10)
         registry.append_event("busy", "signal.ready", {"n": 1}, replay_key="r1")
-        wait = WaitState(name="ready", event_type="signal.ready", since_ms=clock.now)
+        wait = WaitState(name="ready", event_type="signal.ready", since_ms=clock.now_ms)
         registry.set_wait("busy", wait)
         registry.clear_wait("busy")
         latest = registry.request_abandon("busy", "operator")
@@ -100,7 +100,7 @@ class ProjectionContract(StoreCase):
         assert page[0] == registry.get("busy")
         assert following == ChangeCursor(latest.change_seq)
         assert latest.abandon_request is not None
-        assert latest.updated_at_ms == clock.now
+        assert latest.updated_at_ms == clock.now_ms
 
     def test_a_terminal_is_a_change(self, registry: ProcessRegistry) -> None:
         registry.register(registration("p"))
@@ -231,9 +231,9 @@ class ProjectionContract(StoreCase):
                 disposition=RecoveryDisposition.externally_owned,
             )
         )
-        wait = WaitState(name="ready", event_type="signal.ready", since_ms=clock.now)
+        wait = WaitState(name="ready", event_type="signal.ready", since_ms=clock.now_ms)
         registry.set_wait("make-2", wait)
-        t0 = clock.now - 20
+        t0 = clock.now_ms - 20
 
         def listed(**fields: object) -> list[str]:
             return ids(registry.list_processes(fields))
@@ -398,7 +398,7 @@ class ProjectionContract(StoreCase):
         finish(registry, "old-done")
         finish(registry, "old-failed", 1)
         clock.advance(1_000)
-        cutoff = clock.now
+        cutoff = clock.now_ms
         registry.register(registration("new-done"))
         finish(registry, "new-done")
         events = len(registry.events("old-done")) + len(registry.events("old-failed"))
@@ -413,7 +413,7 @@ class ProjectionContract(StoreCase):
             with pytest.raises(NotFound):
                 registry.events(pid)
         assert registry.prune_terminal(cutoff) == PruneReport(processes=[], events=0)
-        assert registry.prune_terminal(clock.now + 1).processes == ["new-done"]
+        assert registry.prune_terminal(clock.now_ms + 1).processes == ["new-done"]
 
     def test_prune_respects_filter_and_watermark(
         self, registry: ProcessRegistry, clock: FakeClock
@@ -427,11 +427,11 @@ class ProjectionContract(StoreCase):
         finish(registry, "d", 1)
         clock.advance(1)
         assert registry.prune_terminal(
-            clock.now, {"status": "failed"}, up_to=watermark
+            clock.now_ms, {"status": "failed"}, up_to=watermark
         ).processes == ["a"]
-        assert registry.prune_terminal(clock.now, {"identity_label": "cc"}).processes == ["d"]
-        assert registry.prune_terminal(clock.now, {"status": "running"}).processes == []
-        assert registry.prune_terminal(clock.now, up_to=watermark.value).processes == ["b"]
+        assert registry.prune_terminal(clock.now_ms, {"identity_label": "cc"}).processes == ["d"]
+        assert registry.prune_terminal(clock.now_ms, {"status": "running"}).processes == []
+        assert registry.prune_terminal(clock.now_ms, up_to=watermark.value).processes == ["b"]
         assert ids(registry.list_processes({"status": "any"})) == ["c"]
 
     def test_a_pruned_id_is_gone_everywhere_and_can_be_registered_afresh(
@@ -451,7 +451,7 @@ class ProjectionContract(StoreCase):
         before = tip(registry)
         clock.advance(1)
 
-        assert registry.prune_terminal(clock.now).processes == ["p"]
+        assert registry.prune_terminal(clock.now_ms).processes == ["p"]
 
         assert self._journal(registry) == [("cmd-keep", "handle-keep")]
         assert registry.get_lease("keep") is None
@@ -480,7 +480,7 @@ class ProjectionContract(StoreCase):
         finish(registry, "only")
         before = tip(registry)
         clock.advance(1)
-        assert registry.prune_terminal(clock.now).processes == ["only"]
+        assert registry.prune_terminal(clock.now_ms).processes == ["only"]
         fresh = registry.register(registration("next"))
         assert fresh.change_seq > before.value
         assert registry.changes_since(before, 5)[0] == [fresh]
@@ -492,10 +492,10 @@ class ProjectionContract(StoreCase):
         finish(registry, "p")
         stale = registry._load("p")  # a writer loaded it ...
         clock.advance(1)
-        registry.prune_terminal(clock.now)  # ... then it was pruned ...
-        stale.set_external_ref(ExternalRef(backend="b", id="1"), at_ms=clock.now)
+        registry.prune_terminal(clock.now_ms)  # ... then it was pruned ...
+        stale.set_external_ref(ExternalRef(backend="b", id="1"), at_ms=clock.now_ms)
         with pytest.raises(NotFound):  # ... so its write must not resurrect a partial log
-            registry._save([stale], now_ms=clock.now)
+            registry._save([stale], now_ms=clock.now_ms)
         with pytest.raises(NotFound):
             registry.events("p")
         registry.rebuild()
@@ -543,7 +543,7 @@ class ProjectionContract(StoreCase):
         registry.transfer_handles("s0", "s2", ["p0"])
         registry.delete_session("s1")
         clock.advance(5)
-        registry.prune_terminal(clock.now, {"status": "failed"})
+        registry.prune_terminal(clock.now_ms, {"status": "failed"})
         live = snapshot(registry)
         calls: list[tuple[int, int]] = []
 

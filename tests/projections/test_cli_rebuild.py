@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-import procledger
+from _shared import child_env
 from procledger import cli, open_registry
 
 from ._support import finish, registration, snapshot
-
-SRC = Path(procledger.__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -57,7 +54,7 @@ def test_rebuild_command_rebuilds_and_reports(
 
 
 def test_rebuild_command_draws_a_progress_bar_on_stderr(ledger: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "100"}
+    env = child_env(COLUMNS="100")
     done = subprocess.run(
         [sys.executable, "-m", "procledger", "--url", ledger, "rebuild"],
         capture_output=True,
@@ -73,7 +70,7 @@ def test_rebuild_command_draws_a_progress_bar_on_stderr(ledger: str) -> None:
 
 
 def test_rebuild_command_failure_is_one_line(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = child_env()
     missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}"
     done = subprocess.run(
         [sys.executable, "-m", "procledger", "--url", missing, "rebuild"],

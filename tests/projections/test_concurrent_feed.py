@@ -10,7 +10,6 @@ the test).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -22,12 +21,12 @@ from pathlib import Path
 import pytest
 
 import procledger
+from _shared import child_env, end_process
 from procledger import ProcessRegistry, open_registry
 from procledger.projections import ChangeCursor
 
 WRITERS = 48
 WRITER_SCRIPT = Path(__file__).with_name("_feed_writer.py")
-SRC = Path(procledger.__file__).resolve().parents[1]
 DEADLINE_S = 240  # a fail-fast net, not a synchronisation
 
 
@@ -118,8 +117,7 @@ class Writers:
         self.procs: list[subprocess.Popen[str]] = []
 
     def start(self, url: str, process_ids: list[str]) -> None:
-        path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": path}
+        env = child_env()
         for process_id in process_ids:
             self.procs.append(
                 subprocess.Popen(
@@ -152,12 +150,7 @@ class Writers:
 
     def kill_all(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
+            end_process(proc)
 
 
 @pytest.fixture

@@ -40,8 +40,9 @@ from procledger import (
     WaitState,
     open_registry,
 )
+from procledger.testing import FakeClock
 
-from ._support import KEY, FakeClock, registration, snapshot
+from ._support import KEY, registration, snapshot
 
 PIDS = ["p0", "p1", "p2", "p3", "p4"]
 SESSIONS = ["s0", "s1", "s2"]
@@ -121,7 +122,7 @@ class LedgerHistory(RuleBasedStateMachine):
 
     @rule(pid=known, name=st.sampled_from(["x", "y"]))
     def set_wait(self, pid: str, name: str) -> None:
-        wait = WaitState(name=name, event_type="signal.ready", since_ms=self.clock.now)
+        wait = WaitState(name=name, event_type="signal.ready", since_ms=self.clock.now_ms)
         self.attempt(lambda: self.registry.set_wait(pid, wait))
 
     @rule(pid=known)
@@ -134,7 +135,7 @@ class LedgerHistory(RuleBasedStateMachine):
 
     @rule(pid=known)
     def first_started(self, pid: str) -> None:
-        self.attempt(lambda: self.registry.record_first_started(pid, OWNER, self.clock.now))
+        self.attempt(lambda: self.registry.record_first_started(pid, OWNER, self.clock.now_ms))
 
     @rule(pid=known)
     def request_abandon(self, pid: str) -> None:
@@ -200,7 +201,7 @@ class LedgerHistory(RuleBasedStateMachine):
     def prune(self, back: int, status: str | None, watermark: bool) -> None:
         up_to = self.registry.changes_since(0, 1_000_000)[1] if watermark else None
         selection = None if status is None else {"status": status}
-        report = self.registry.prune_terminal(self.clock.now - back, selection, up_to=up_to)
+        report = self.registry.prune_terminal(self.clock.now_ms - back, selection, up_to=up_to)
         for pid in report.processes:
             for held in self.grants.values():
                 held.discard(pid)

@@ -1,5 +1,6 @@
-"""Helpers shared by the recovery tests: registrations, a fake clock, a recording runner, owners
-that are provably dead, and worker OS processes (``_worker.py``) started together."""
+"""Helpers shared by the recovery tests: registrations, a recording runner, owners that are
+provably dead, and worker OS processes (``_worker.py``) started together. (The fake clock is
+``procledger.testing.FakeClock``.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-import procledger
+from _shared import child_env, end_process
 from procledger import (
     Lease,
     LeaseOwner,
@@ -33,21 +33,7 @@ from procledger.domain.leases import Liveness
 from procledger.recovery import RunResult, SweepReport
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
-SRC = Path(procledger.__file__).resolve().parents[1]
 T0 = 1_700_000_000_000
-
-
-class FakeClock:
-    """Epoch milliseconds that move only when a test says so (thread-safe enough: ints)."""
-
-    def __init__(self, now: int = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> None:
-        self.now += ms
 
 
 def register(
@@ -133,20 +119,6 @@ def kinds(registry: ProcessRegistry, process_id: str) -> list[str]:
     return [event.kind for event in registry.events(process_id)]
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any:
-    """Poll a state predicate (not a sleep to synchronise: it returns as soon as it holds)."""
-    deadline = time.monotonic() + timeout
-    pause = 0.005
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
@@ -180,17 +152,13 @@ class Workers:
         self.pids: list[int] = []
 
     def start(self, url: str, owner_ids: Sequence[str], params: dict[str, Any]) -> Started:
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
-        }
         parent = subprocess.Popen(
             [sys.executable, str(WORKER_SCRIPT), url, orjson.dumps(params).decode(), *owner_ids],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
+            env=child_env(),
         )
         self.parents.append(parent)
         assert parent.stdout is not None
@@ -213,12 +181,7 @@ class Workers:
                     os.kill(pid, signal.SIGCONT)
                     os.kill(pid, signal.SIGKILL)
         for parent in self.parents:
-            if parent.poll() is None:
-                parent.kill()
-            parent.wait()
-            for stream in (parent.stdin, parent.stdout, parent.stderr):
-                if stream is not None:
-                    stream.close()
+            end_process(parent)
 
 
 class Started:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from _shared import wait_until
 from procledger import (
     Acquired,
     Busy,
@@ -24,16 +25,9 @@ from procledger import (
     open_registry,
 )
 from procledger.recovery import RecoveryWorker, RunResult, SweepReport
+from procledger.testing import FakeClock
 
-from ._support import (
-    FakeClock,
-    RecordingRunner,
-    dead_owner,
-    kinds,
-    opaque_owner,
-    register,
-    wait_until,
-)
+from ._support import RecordingRunner, dead_owner, kinds, opaque_owner, register
 
 TIMINGS = LeaseTimings(ttl_ms=3_000, renew_ms=1_000)
 ALIVE = LeaseOwner.local_process("alive-supervisor")  # this test process: alive
@@ -154,7 +148,7 @@ def test_rerunnable_with_a_live_holder_waits_for_the_lease_to_expire(
     assert worker.sweep() == SweepReport(skipped=["job"])
     assert runner.calls == []
 
-    clock.advance(holder.expires_at_ms - clock.now)  # expires_at_ms == now: no longer live
+    clock.advance(holder.expires_at_ms - clock.now_ms)  # expires_at_ms == now: no longer live
     assert worker.sweep() == SweepReport(ran=["job"])
     [(_, lease)] = runner.calls
     assert lease.fencing_token == holder.fencing_token + 1
@@ -277,7 +271,7 @@ def test_owner_bound_abandon_request_waits_for_a_lapsed_lease(
     registry.request_abandon("released", "operator")
 
     assert worker.sweep() == SweepReport(abandoned=["released"], skipped=["expiring"])
-    clock.advance(holder.expires_at_ms - clock.now)
+    clock.advance(holder.expires_at_ms - clock.now_ms)
     assert worker.sweep() == SweepReport(abandoned=["expiring"])
 
     for process_id, evidence in (("expiring", first), ("released", None)):
@@ -360,7 +354,7 @@ def test_a_running_attempt_renews_its_lease(registry: ProcessRegistry, clock: Fa
         for _ in range(3):  # 3 x 200 ms of store time > the 300 ms ttl
             clock.advance(200)
             wait_until(
-                lambda: registry.get_lease("long").expires_at_ms == clock.now + 300,  # type: ignore[union-attr]
+                lambda: registry.get_lease("long").expires_at_ms == clock.now_ms + 300,  # type: ignore[union-attr]
                 what="a renewal",
             )
         return RunResult()

@@ -21,6 +21,7 @@ import orjson
 import psycopg
 import pytest
 
+from _shared import child_env, wait_until
 from procledger import (
     LeaseOwner,
     LeaseTimings,
@@ -32,17 +33,7 @@ from procledger import (
 )
 from procledger.recovery import RecoveryWorker, SweepReport
 
-from ._support import (
-    SRC,
-    Workers,
-    kill_if_alive,
-    kinds,
-    lines,
-    opaque_owner,
-    pid_alive,
-    register,
-    wait_until,
-)
+from ._support import Workers, kill_if_alive, kinds, lines, opaque_owner, pid_alive, register
 
 pytestmark = pytest.mark.slow
 
@@ -56,13 +47,6 @@ FIRST_RUN_BLOCKS = 'echo $$ >> "$1"; if [ "$(wc -l < "$1")" -eq 1 ]; then exec s
 same PID) until stopped, later runs exit 0 at once."""
 
 FIRST_RUN_FINISHES_LATE = 'echo $$ >> "$1"; if [ "$(wc -l < "$1")" -eq 1 ]; then exec sleep 1; fi'
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/shared.db"
-    return str(request.getfixturevalue("postgres_schema_url"))
 
 
 @pytest.fixture
@@ -92,11 +76,6 @@ def orphans() -> Iterator[list[int]]:
     finally:
         for pid in pids:
             kill_if_alive(pid, "sleep")
-
-
-def cli_env() -> dict[str, str]:
-    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
 
 
 def test_the_default_runner_runs_commands_with_their_stored_environment(
@@ -351,7 +330,7 @@ def test_cli_drain_abandons_only_this_owners_started_owner_bound_processes(
         [*CLI, "--url", shared_url, "sweep", "--drain", "--owner", "cli-owner", "--json"],
         capture_output=True,
         text=True,
-        env=cli_env(),
+        env=child_env(),
         timeout=60,
         check=False,
     )
@@ -386,7 +365,7 @@ def test_cli_worker_stops_cleanly_and_hands_its_work_back(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=cli_env(),
+        env=child_env(),
     )
     try:
         [child] = wait_until(lambda: lines(runs), what="the first run")

@@ -54,25 +54,11 @@ from procledger.domain.process import Process, process_uuid
 from procledger.domain.registration import env_ref_for
 from procledger.domain.session import Session
 from procledger.domain.vocabulary import LifecycleKind
+from procledger.testing import FakeClock
 
-START_MS = 1_700_000_000_000
 TTL = 1_000
 ENV_REF = env_ref_for({"PATH": "/usr/bin"})
 D = RecoveryDisposition
-
-
-class FakeClock:
-    """A clock the test moves by hand (epoch milliseconds)."""
-
-    def __init__(self, start_ms: int = START_MS) -> None:
-        self.now = start_ms
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, ms: int) -> int:
-        self.now += ms
-        return self.now
 
 
 def registration(
@@ -179,14 +165,14 @@ class RegistryConformance(abc.ABC):
         assert record.disposition is D.owner_bound
         assert (record.identity.kind, record.identity.label) == ("command", "sleep")
         assert record.identity.definition == {"workflow": "build", "step": 3}
-        assert record.created_at_ms == record.updated_at_ms == clock.now
+        assert record.created_at_ms == record.updated_at_ms == clock.now_ms
         assert record.stop_requested == []
         assert record.backgrounded is False
         assert record.change_seq > 0
         assert registry.get("p-1") == record
         [event] = registry.events("p-1")
         assert (event.sequence, event.kind, event.process_id) == (1, "registered", "p-1")
-        assert event.occurred_at_ms == clock.now
+        assert event.occurred_at_ms == clock.now_ms
 
     def test_register_same_registration_returns_existing_record_unchanged(
         self, registry: ProcessRegistry, clock: FakeClock
@@ -372,7 +358,7 @@ class RegistryConformance(abc.ABC):
         )
         assert (record.state, record.reason) == (row.state, row.reason)
         assert (record.exit_code, record.diagnostic, record.value) == (exit_code, diagnostic, value)
-        assert record.finished_at_ms == record.updated_at_ms == clock.now
+        assert record.finished_at_ms == record.updated_at_ms == clock.now_ms
         assert record.is_terminal
         assert registry.get(running) == record
         last = registry.events(running)[-1]
@@ -772,9 +758,9 @@ class RegistryConformance(abc.ABC):
         event = registry.append_event(running, "signal.ready", {"port": 8080}, replay_key="r1")
         assert (event.process_id, event.sequence, event.kind) == (running, 3, "signal.ready")
         assert event.payload["payload"] == {"port": 8080}
-        assert event.occurred_at_ms == clock.now
+        assert event.occurred_at_ms == clock.now_ms
         assert registry.events(running)[-1] == event
-        assert registry.get(running).updated_at_ms == clock.now
+        assert registry.get(running).updated_at_ms == clock.now_ms
 
     def test_undeclared_event_type_is_refused(
         self, registry: ProcessRegistry, running: str
@@ -815,8 +801,8 @@ class RegistryConformance(abc.ABC):
         assert lease.process_id == running
         assert lease.owner == owner("a")
         assert lease.fencing_token == 1
-        assert lease.claimed_at_ms == clock.now
-        assert lease.expires_at_ms == clock.now + TTL
+        assert lease.claimed_at_ms == clock.now_ms
+        assert lease.expires_at_ms == clock.now_ms + TTL
         assert lease.lease_token
         assert registry.get_lease(running) == lease
 
@@ -836,7 +822,7 @@ class RegistryConformance(abc.ABC):
         clock.advance(TTL // 2)
         again = self.acquire(registry, running, owner("a"), ttl_ms=5 * TTL)
         assert (again.lease_token, again.fencing_token) == (lease.lease_token, lease.fencing_token)
-        assert again.expires_at_ms == clock.now + 5 * TTL
+        assert again.expires_at_ms == clock.now_ms + 5 * TTL
         assert registry.get_lease(running) == again
 
     def test_renew_extends_a_live_lease(
@@ -845,7 +831,7 @@ class RegistryConformance(abc.ABC):
         lease = self.acquire(registry, running, owner("a"))
         clock.advance(TTL - 1)
         renewed = registry.renew_lease(lease, 2 * TTL)
-        assert renewed.expires_at_ms == clock.now + 2 * TTL
+        assert renewed.expires_at_ms == clock.now_ms + 2 * TTL
         assert (renewed.lease_token, renewed.fencing_token) == (
             lease.lease_token,
             lease.fencing_token,
@@ -934,7 +920,7 @@ class RegistryConformance(abc.ABC):
         for _ in range(1_000):
             clock.advance(1)
             lease = registry.renew_lease(lease, TTL)
-        assert lease.expires_at_ms == clock.now + TTL
+        assert lease.expires_at_ms == clock.now_ms + TTL
         assert len(registry.events(running)) == 2
         assert registry.get(running) == record
         assert registry._load(running).version == 2
@@ -1015,7 +1001,7 @@ class RegistryConformance(abc.ABC):
         assert asked == [4242]
         assert result.lease.fencing_token == 2
         assert result.lease.owner == claimant
-        assert result.lease.expires_at_ms == clock.now + TTL
+        assert result.lease.expires_at_ms == clock.now_ms + TTL
         assert registry.get_lease(running) == result.lease
         # the old holder is now stale
         with pytest.raises(LeaseLost):
@@ -1193,7 +1179,7 @@ class RegistryConformance(abc.ABC):
         assert first.abandon_request is not None
         assert first.abandon_request.requested_by == "alice"
         assert first.abandon_request.reason == "stuck"
-        assert first.abandon_request.requested_at_ms == clock.now
+        assert first.abandon_request.requested_at_ms == clock.now_ms
         clock.advance(7)
         assert registry.request_abandon(running, "bob") == first
         assert self.kinds(registry, running).count("abandon_requested") == 1
@@ -1202,7 +1188,7 @@ class RegistryConformance(abc.ABC):
         self, registry: ProcessRegistry, running: str, clock: FakeClock
     ) -> None:
         registry.record_completed(running, "exited", "exited", exit_code=0, authority=KEY)
-        wait = WaitState(name="ready", event_type="signal.ready", since_ms=clock.now)
+        wait = WaitState(name="ready", event_type="signal.ready", since_ms=clock.now_ms)
         with pytest.raises(AlreadyTerminal):
             registry.request_abandon(running, "alice")
         with pytest.raises(AlreadyTerminal):
@@ -1288,7 +1274,7 @@ class RegistryConformance(abc.ABC):
     def test_every_timestamp_comes_from_the_injected_clock(
         self, registry: ProcessRegistry, clock: FakeClock
     ) -> None:
-        t0 = clock.now
+        t0 = clock.now_ms
         registry.register(registration("p"))
         t1 = clock.advance(100)
         registry.record_started("p", started_at_ms=55)
@@ -1371,12 +1357,12 @@ class RegistryConformance(abc.ABC):
 
         def save(process: Process) -> None:
             saved.setdefault(process.process_id, []).extend(process.pending_events)
-            registry._save([process], now_ms=clock.now)
+            registry._save([process], now_ms=clock.now_ms)
 
         def fresh(pid: str, **overrides: Any) -> Process:
             return Process.register(
                 registration(pid, event_types=("signal.ready", "signal.done-1"), **overrides),
-                at_ms=clock.now,
+                at_ms=clock.now_ms,
             )
 
         main = fresh(

@@ -113,13 +113,6 @@ def workers() -> Iterator[Workers]:
         started.cleanup()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite://{tmp_path}/shared.db"
-    return str(request.getfixturevalue("postgres_schema_url"))
-
-
 def _check_one_holder_at_a_time(ops: list[dict[str, Any]]) -> list[int]:
     """Fences 1..N, and each acquisition starts after the previous holder's lease ended."""
     acquired = sorted(

@@ -1,9 +1,8 @@
 """Fixtures for tests that run real processes.
 
-- ``procs``: every process a test creates is recorded (children write their pid to a file the
-  test names; the test waits for it) and killed *by exact pid* at teardown, even when the test
-  failed half way. A pid read only at teardown is killed only if that process started after the
-  test did, so a reused pid is never hit.
+- ``procs`` (``tests/conftest.py``): every process a test creates is recorded (children write
+  their pid to a file the test names; the test waits for it) and killed *by exact pid* at
+  teardown, even when the test failed half way.
 - ``no_leaks`` (autouse): the open descriptors, the threads and the child processes of this
   test process are the same after each test as before it -- on every path.
 - ``in_thread``: run a blocking call in a thread, to cancel or stop it from the test.
@@ -11,17 +10,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+
+from _shared import Processes
 
 PROGRAMS = Path(__file__).with_name("programs.py")
 FD_DIR = "/proc/self/fd" if sys.platform == "linux" else "/dev/fd"
@@ -30,77 +29,6 @@ FD_DIR = "/proc/self/fd" if sys.platform == "linux" else "/dev/fd"
 def program(mode: str, *args: str | Path) -> list[str]:
     """argv running one of ``programs.py``'s modes."""
     return [sys.executable, str(PROGRAMS), mode, *map(str, args)]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    """Synchronise on a state another process reaches (polls briefly; fails after timeout)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(0.005)
-
-
-def is_dead(process: psutil.Process) -> bool:
-    """Gone, or a zombie (a killed orphan may wait for init to reap it)."""
-    try:
-        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-class Processes:
-    """The processes one test created, for assertions and for cleanup by exact pid."""
-
-    def __init__(self, directory: Path) -> None:
-        self._directory = directory
-        self._started = time.time()
-        self._files: list[Path] = []
-        self._known: set[psutil.Process] = set()
-
-    def pidfile(self, name: str) -> Path:
-        """A path a child will write a pid to; read again at teardown for cleanup."""
-        path = self._directory / name
-        self._files.append(path)
-        return path
-
-    def await_pid(self, path: Path, timeout: float = 10.0) -> psutil.Process:
-        """Wait for a child to write ``path``; the process it names."""
-        wait_until(path.exists, timeout, f"{path.name} to be written")
-        return self.add(int(path.read_text()))
-
-    def add(self, pid: int) -> psutil.Process:
-        process = psutil.Process(pid)
-        self._known.add(process)
-        return process
-
-    @staticmethod
-    def assert_dead(process: psutil.Process) -> None:
-        """Dead now: the contract says the tree is dead by the time the call returns."""
-        assert is_dead(process), f"pid {process.pid} ({process.name()}) is still alive"
-
-    def kill_all(self) -> None:
-        for path in self._files:
-            if path.exists() and path.read_text().strip():
-                self._add_if_ours(int(path.read_text()))
-        for process in self._known:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()  # psutil refuses a pid reused since we looked it up
-
-    def _add_if_ours(self, pid: int) -> None:
-        try:
-            process = psutil.Process(pid)
-            if process.create_time() >= self._started - 1:
-                self._known.add(process)
-        except psutil.NoSuchProcess:
-            pass
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Processes]:
-    processes = Processes(tmp_path)
-    yield processes
-    processes.kill_all()
 
 
 def _open_fds() -> set[str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from _shared import Processes, wait_until
 from procledger.domain.errors import Interrupted, ProcledgerError, SpawnError, StdinError
 from procledger.supervisor import _os
 from procledger.supervisor.execution import (
@@ -29,7 +30,7 @@ from procledger.supervisor.execution import (
     run_streaming,
 )
 
-from .conftest import Processes, StartCall, program, wait_until
+from .conftest import StartCall, program
 
 MALFORMED = b"ok line\n\xff\xfe not utf-8 \x00 nul\n\xc3\x28 no newline at end \x80"
 KIB = 1024

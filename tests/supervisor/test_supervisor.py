@@ -22,6 +22,7 @@ import orjson
 import psutil
 import pytest
 
+from _shared import Processes, is_dead, wait_until
 from procledger import (
     AlreadyTerminal,
     InvalidTransition,
@@ -43,8 +44,6 @@ from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.handles import handle_for_process
 from procledger.supervisor.supervisor import StopMode, Supervisor
 
-from .conftest import Processes, is_dead, wait_until
-
 TERMINAL_KINDS = {"completed", "lost", "abandoned"}
 HANDLE = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
@@ -52,16 +51,9 @@ HANDLE = re.compile(r"^[A-Za-z0-9_-]{22}$")
 # -- fixtures -------------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/ledger.db"
-    return str(request.getfixturevalue("postgres_schema_url"))
-
-
 @pytest.fixture
-def registry(url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(url)
+def registry(shared_url: str) -> Iterator[ProcessRegistry]:
+    opened = open_registry(shared_url)
     yield opened
     opened.close()
 
@@ -167,13 +159,13 @@ def test_a_non_zero_exit_is_a_result(supervisor: Supervisor) -> None:
 
 
 def test_starting_is_durable_before_the_child_runs(
-    url: str, registry: ProcessRegistry, supervisor: Supervisor
+    shared_url: str, registry: ProcessRegistry, supervisor: Supervisor
 ) -> None:
     """The child itself opens the ledger and finds its registration, first start and lease."""
     out = bytearray()
     process_id = f"reads-itself-{uuid.uuid4().hex[:6]}"
     handle = supervisor.start(
-        [sys.executable, "-c", READS_ITSELF, url, process_id],
+        [sys.executable, "-c", READS_ITSELF, shared_url, process_id],
         process_id=process_id,
         stdout=out.extend,
     )
@@ -403,12 +395,12 @@ def test_unknown_and_foreign_handles_are_not_found(
 
 
 def test_a_stop_requested_elsewhere_is_carried_out_within_a_second(
-    url: str, supervisor: Supervisor, procs: Processes
+    shared_url: str, supervisor: Supervisor, procs: Processes
 ) -> None:
     pidfile = procs.pidfile("sleep")
     handle = supervisor.start(sleeper(pidfile))
     procs.await_pid(pidfile)
-    elsewhere = open_registry(url)  # e.g. `procledger stop` in another terminal
+    elsewhere = open_registry(shared_url)  # e.g. `procledger stop` in another terminal
     try:
         requested = time.monotonic()
         elsewhere.request_stop(handle.process_id, TerminalReason.terminated)
@@ -453,7 +445,7 @@ class _Recorder:
 
 @pytest.mark.parametrize("program", ["sleep", "exits-now"])
 def test_racing_terminalizations_record_one_terminal(
-    url: str,
+    shared_url: str,
     registry: ProcessRegistry,
     make_supervisor: Callable[..., Supervisor],
     procs: Processes,
@@ -463,11 +455,11 @@ def test_racing_terminalizations_record_one_terminal(
     for round_ in range(3):
         pidfile = procs.pidfile(f"race-{round_}")
         argv = sleeper(pidfile) if program == "sleep" else ["sh", "-c", "exit 5"]
-        _race_round(url, registry, make_supervisor, argv)
+        _race_round(shared_url, registry, make_supervisor, argv)
 
 
 def _race_round(
-    url: str,
+    shared_url: str,
     registry: ProcessRegistry,
     make_supervisor: Callable[..., Supervisor],
     argv: list[str],
@@ -477,7 +469,7 @@ def _race_round(
     supervisor = make_supervisor(notifier=notifier, stop=StopPolicy(grace_s=0.3))
     handle = supervisor.start(argv, session_id=uuid.uuid4(), loop_id=uuid.uuid4())
     notifier.process_id = handle.process_id
-    elsewhere = open_registry(url)
+    elsewhere = open_registry(shared_url)
     try:
         errors = _race(
             [
@@ -586,7 +578,7 @@ threading.Event().wait(120)
 
 
 def test_restore_after_the_supervisor_was_killed(
-    url: str, registry: ProcessRegistry, procs: Processes, tmp_path: Path
+    shared_url: str, registry: ProcessRegistry, procs: Processes, tmp_path: Path
 ) -> None:
     from procledger.notifications import Notifier
 
@@ -600,7 +592,7 @@ def test_restore_after_the_supervisor_was_killed(
             sys.executable,
             "-c",
             SUPERVISOR_PROCESS,
-            url,
+            shared_url,
             owner_id,
             str(out),
             str(pidfile),
@@ -692,11 +684,11 @@ def _external_command(process_id: str) -> Any:
     )
 
 
-def test_a_lost_lease_stops_the_tree_and_writes_nothing(url: str, procs: Processes) -> None:
+def test_a_lost_lease_stops_the_tree_and_writes_nothing(shared_url: str, procs: Processes) -> None:
     """Another owner took the expired lease and recorded the end: the tree is killed, and the
     supervisor writes no terminal of its own (the new holder owns the process now)."""
     now = [1_000_000]
-    registry = open_registry(url, clock=lambda: now[0])
+    registry = open_registry(shared_url, clock=lambda: now[0])
     try:
         timings = LeaseTimings(ttl_ms=3_000, renew_ms=200)
         with Supervisor(registry, owner=LeaseOwner.local_process("slow"), timings=timings) as sup:

@@ -1,0 +1,117 @@
+"""Helpers shared by the test packages: polling on a state, the PID recorder behind the ``procs``
+fixture (``tests/conftest.py``), reaping a helper process, and the environment of a child Python
+that must import the procledger under test.
+
+Imported as ``_shared``: pytest puts ``tests/`` on ``sys.path`` when it loads the root conftest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+
+import procledger
+
+SRC = Path(procledger.__file__).resolve().parents[1]
+"""The ``src`` folder of the procledger under test."""
+
+T = TypeVar("T")
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 20.0, what: str = "") -> T:
+    """Synchronise on a state another thread or process reaches: poll ``predicate`` (briefly at
+    first, then every 50 ms) and return its first truthy value; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    """This process's environment, with ``src`` first on ``PYTHONPATH`` so that a child Python
+    imports the procledger under test; then ``overrides``."""
+    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **overrides}
+
+
+def end_process(proc: subprocess.Popen[Any]) -> None:
+    """Kill a helper process this test started if it still runs, reap it, close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def is_dead(process: psutil.Process) -> bool:
+    """Gone, or a zombie (a killed orphan may wait for init to reap it)."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+class Processes:
+    """The processes one test created, for assertions and for cleanup by exact pid.
+
+    Children write their pid to a file the test names (``pidfile``); the test waits for it
+    (``await_pid``). At teardown every known process is killed, and a pid read only then is
+    killed only if that process started after the test did, so a reused pid is never hit.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._started = time.time()
+        self._files: list[Path] = []
+        self._known: set[psutil.Process] = set()
+
+    def pidfile(self, name: str) -> Path:
+        """A path a child will write a pid to; read again at teardown for cleanup."""
+        path = self._directory / name
+        self._files.append(path)
+        return path
+
+    def await_pid(self, path: Path, timeout: float = 30.0) -> psutil.Process:
+        """Wait for a child to write ``path``; the process it names."""
+        wait_until(path.exists, timeout, f"{path.name} to be written")
+        return self.add(int(path.read_text()))
+
+    def add(self, pid: int) -> psutil.Process:
+        process = psutil.Process(pid)
+        self._known.add(process)
+        return process
+
+    @staticmethod
+    def assert_dead(process: psutil.Process) -> None:
+        """Dead now: the contract says the tree is dead by the time the call returns."""
+        assert is_dead(process), f"pid {process.pid} ({process.name()}) is still alive"
+
+    def kill_all(self) -> None:
+        for path in self._files:
+            if path.exists() and path.read_text().strip():
+                self._add_if_ours(int(path.read_text()))
+        for process in self._known:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()  # psutil refuses a pid reused since we looked it up
+
+    def _add_if_ours(self, pid: int) -> None:
+        try:
+            process = psutil.Process(pid)
+            if process.create_time() >= self._started - 1:
+                self._known.add(process)
+        except psutil.NoSuchProcess:
+            pass
