@@ -1,6 +1,6 @@
 """Helpers shared by the test packages: polling on a state, the PID recorder behind the ``procs``
-fixture (``tests/conftest.py``), reaping a helper process, and the environment of a child Python
-that must import the procledger under test.
+fixture (``tests/conftest.py``), reaping a helper process, the environment of a child Python
+that must import the procledger under test, and ``procledger`` run in such a child.
 
 Imported as ``_shared``: pytest puts ``tests/`` on ``sys.path`` when it loads the root conftest.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,9 @@ import procledger
 
 SRC = Path(procledger.__file__).resolve().parents[1]
 """The ``src`` folder of the procledger under test."""
+
+CLI = [sys.executable, "-m", "procledger"]
+"""The ``procledger`` command, as a child of the test."""
 
 T = TypeVar("T")
 
@@ -45,6 +49,21 @@ def child_env(**overrides: str) -> dict[str, str]:
     imports the procledger under test; then ``overrides``."""
     path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path, **overrides}
+
+
+def run_cli(
+    *args: str, url: str | None = None, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``procledger [--url URL] ARGS...`` to completion, capturing its output. ``env``
+    defaults to ``child_env()`` without ``$PROCLEDGER_URL``: the child sees only the store the
+    test names."""
+    if env is None:
+        env = child_env()
+        env.pop("PROCLEDGER_URL", None)
+    argv = [*CLI, *(["--url", url] if url else []), *args]
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
 
 
 def end_process(proc: subprocess.Popen[Any]) -> None:

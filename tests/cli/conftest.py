@@ -22,7 +22,6 @@ import pytest
 
 from _shared import Processes
 
-CLI = [sys.executable, "-m", "procledger"]
 TAKE_TTY = (
     "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
@@ -64,16 +63,6 @@ def ledger(tmp_path: Path) -> str:
 @pytest.fixture
 def postgres_ledger(postgres_schema_url: str) -> str:
     return postgres_schema_url
-
-
-def cli(
-    *args: str, url: str | None = None, timeout: float = 60.0, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run ``procledger [--url URL] ARGS...`` to completion, capturing its output."""
-    argv = [*CLI, *(["--url", url] if url else []), *args]
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
 
 
 class Terminal:

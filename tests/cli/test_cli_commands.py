@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import orjson
 import pytest
 
-from _shared import Processes, wait_until
+from _shared import CLI, Processes, child_env, run_cli, wait_until
 from procledger import ProcessState, open_registry
 from procledger.notifications import Notifier
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.handles import handle_for_process
 
-from .conftest import CLI, Terminal, cli, sleeper
+from .conftest import Terminal, sleeper
 
 
 def ok(*args: str, url: str) -> str:
-    ran = cli(*args, url=url)
+    ran = run_cli(*args, url=url)
     assert ran.returncode == 0, ran.stderr
     return ran.stdout
 
@@ -60,7 +59,7 @@ def test_ps_lists_running_processes_and_all_with_all(
 
 
 def test_show_prints_the_record_and_the_whole_history(ledger: str) -> None:
-    ran = cli("run", "--json", "--", "sh", "-c", "exit 4", url=ledger)
+    ran = run_cli("run", "--json", "--", "sh", "-c", "exit 4", url=ledger)
     assert ran.returncode == 4
     record = orjson.loads(ran.stdout)
     shown = orjson.loads(ok("show", record["id"], "--json", url=ledger))
@@ -197,38 +196,28 @@ def test_restore_leaves_a_live_run_alone(
 
 
 def test_unknown_ids_are_one_line_errors(ledger: str) -> None:
-    one_line_error(cli("show", "no-such-id", url=ledger), "NotFound", "no-such-id")
-    one_line_error(cli("stop", "no-such-id", url=ledger), "NotFound", "no-such-id")
+    one_line_error(run_cli("show", "no-such-id", url=ledger), "NotFound", "no-such-id")
+    one_line_error(run_cli("stop", "no-such-id", url=ledger), "NotFound", "no-such-id")
 
 
 def test_a_bad_url_is_a_one_line_error() -> None:
-    one_line_error(cli("ps", url="nosuchscheme://x"), "StoreError", "nosuchscheme")
+    one_line_error(run_cli("ps", url="nosuchscheme://x"), "StoreError", "nosuchscheme")
     one_line_error(
-        cli("run", "--", "true", url="postgresql://u:hunter2@127.0.0.1:1/db"), "StoreError"
+        run_cli("run", "--", "true", url="postgresql://u:hunter2@127.0.0.1:1/db"), "StoreError"
     )
-    assert "hunter2" not in cli("ps", url="postgresql://u:hunter2@127.0.0.1:1/db").stderr
+    assert "hunter2" not in run_cli("ps", url="postgresql://u:hunter2@127.0.0.1:1/db").stderr
 
 
 def test_an_unreadable_store_is_a_one_line_error(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not a database" * 100)
-    one_line_error(cli("ps", url=f"sqlite:///{garbage}"), "StoreError", "garbage.db")
+    one_line_error(run_cli("ps", url=f"sqlite:///{garbage}"), "StoreError", "garbage.db")
     missing = tmp_path / "no" / "such" / "folder" / "ledger.db"
-    one_line_error(cli("show", "x", url=f"sqlite:///{missing}"), "StoreError")
+    one_line_error(run_cli("show", "x", url=f"sqlite:///{missing}"), "StoreError")
 
 
 def test_the_environment_names_the_store(ledger: str) -> None:
-    import os
-
-    env = {**os.environ, "PROCLEDGER_URL": ledger}
-    ran = subprocess.run(
-        [*CLI, "run", "--json", "--", "true"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    ran = run_cli("run", "--json", "--", "true", env=child_env(PROCLEDGER_URL=ledger))
     assert ran.returncode == 0, ran.stderr
     assert (
         orjson.loads(ok("ps", "--all", "--json", url=ledger))[0]["id"]
@@ -237,13 +226,7 @@ def test_the_environment_names_the_store(ledger: str) -> None:
 
 
 def test_python_dash_m_works(ledger: str) -> None:
-    ran = subprocess.run(
-        [sys.executable, "-m", "procledger", "--url", ledger, "ps", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    ran = run_cli("ps", "--json", url=ledger)  # run_cli runs `python -m procledger`
     assert (ran.returncode, orjson.loads(ran.stdout)) == (0, [])
 
 

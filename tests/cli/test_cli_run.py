@@ -13,20 +13,20 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _shared import Processes, wait_until
+from _shared import Processes, run_cli, wait_until
 from procledger import ProcessState, TerminalReason, open_registry
 
-from .conftest import Terminal, cli, ignoring, sleeper
+from .conftest import Terminal, ignoring, sleeper
 
 
 def running_ids(url: str) -> list[str]:
-    listed = cli("ps", "--json", url=url)
+    listed = run_cli("ps", "--json", url=url)
     assert listed.returncode == 0, listed.stderr
     return [record["id"] for record in orjson.loads(listed.stdout)]
 
 
 def only_process(url: str) -> dict:
-    listed = cli("ps", "--all", "--json", url=url)
+    listed = run_cli("ps", "--all", "--json", url=url)
     assert listed.returncode == 0, listed.stderr
     (record,) = orjson.loads(listed.stdout)
     return record
@@ -91,7 +91,7 @@ def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
     term.ctrl_c()
     assert term.wait() == 130
     assert time.monotonic() - started >= 0.5  # two graces before the SIGKILL
-    records = orjson.loads(cli("ps", "--all", "--json", url=ledger).stdout)
+    records = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)
     killed = [r for r in records if r["state"] == "killed"]
     assert [(r["reason"], r["stop_requested"]) for r in killed] == [("killed", ["interrupted"])]
 
@@ -129,7 +129,7 @@ def test_stop_from_another_process_is_carried_out(
     term.expect("ready")
     procs.await_pid(pidfile)
     (process_id,) = running_ids(ledger)
-    stopped = cli("stop", process_id, "--mode", mode, url=ledger)
+    stopped = run_cli("stop", process_id, "--mode", mode, url=ledger)
     assert stopped.returncode == 0, stopped.stderr
     assert process_id in stopped.stdout
     assert term.wait() == 130
@@ -150,7 +150,7 @@ def test_an_unrequested_signal_exits_128_plus_its_number(
 
 
 def test_json_prints_the_final_record_on_stdout(ledger: str) -> None:
-    ran = cli("run", "--json", "--", "sh", "-c", "echo from-the-child", url=ledger)
+    ran = run_cli("run", "--json", "--", "sh", "-c", "echo from-the-child", url=ledger)
     assert ran.returncode == 0, ran.stderr
     record = orjson.loads(ran.stdout)  # stdout is the record alone
     assert (record["state"], record["exit_code"], record["status"]) == ("exited", 0, "completed")
@@ -159,7 +159,7 @@ def test_json_prints_the_final_record_on_stdout(ledger: str) -> None:
 
 
 def test_spawn_failure_is_one_line_and_recorded(ledger: str) -> None:
-    ran = cli("run", "--", "/no/such/program", url=ledger)
+    ran = run_cli("run", "--", "/no/such/program", url=ledger)
     assert ran.returncode == 1
     assert ran.stderr.count("\n") == 1
     assert "SpawnError" in ran.stderr
@@ -173,7 +173,7 @@ def test_background_returns_once_running_and_stops_on_request(
     ledger: str, procs: Processes, tmp_path: Path
 ) -> None:
     pidfile = procs.pidfile("background")
-    ran = cli("run", "--background", "--json", "--", *sleeper(pidfile), url=ledger)
+    ran = run_cli("run", "--background", "--json", "--", *sleeper(pidfile), url=ledger)
     assert ran.returncode == 0, ran.stderr
     record = orjson.loads(ran.stdout)
     assert (record["state"], record["backgrounded"]) == ("running", True)
@@ -185,7 +185,7 @@ def test_background_returns_once_running_and_stops_on_request(
         events = [event.kind for event in registry.events(record["id"])]
         assert "backgrounded" in events
         assert "started" not in events
-        assert cli("stop", record["id"], "--mode", "kill", url=ledger).returncode == 0
+        assert run_cli("stop", record["id"], "--mode", "kill", url=ledger).returncode == 0
         final = registry.await_terminal(record["id"], timeout=30)
     finally:
         registry.close()
@@ -193,14 +193,14 @@ def test_background_returns_once_running_and_stops_on_request(
 
 
 def test_run_usage_errors_exit_2(ledger: str) -> None:
-    assert cli("run", url=ledger).returncode == 2
-    bad_signal = cli("run", "--stop-signal", "NOPE", "--", "true", url=ledger)
+    assert run_cli("run", url=ledger).returncode == 2
+    bad_signal = run_cli("run", "--stop-signal", "NOPE", "--", "true", url=ledger)
     assert bad_signal.returncode == 2
     assert "NOPE" in bad_signal.stderr
 
 
 def test_command_options_after_the_separator_belong_to_the_command(ledger: str) -> None:
-    ran = cli("run", "--json", "--", sys.executable, "-c", "print('x')", "--json", url=ledger)
+    ran = run_cli("run", "--json", "--", sys.executable, "-c", "print('x')", "--json", url=ledger)
     assert ran.returncode == 0, ran.stderr
     assert orjson.loads(ran.stdout)["input"]["argv"][-1] == "--json"
 

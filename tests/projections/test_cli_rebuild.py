@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from _shared import child_env
+from _shared import child_env, run_cli
 from procledger import cli, open_registry
 
 from ._support import finish, registration, snapshot
@@ -54,15 +52,7 @@ def test_rebuild_command_rebuilds_and_reports(
 
 
 def test_rebuild_command_draws_a_progress_bar_on_stderr(ledger: str) -> None:
-    env = child_env(COLUMNS="100")
-    done = subprocess.run(
-        [sys.executable, "-m", "procledger", "--url", ledger, "rebuild"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    done = run_cli("rebuild", url=ledger, env=child_env(COLUMNS="100"), timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "rebuilt the read models from 13 events\n"
     assert "rebuilding read models" in done.stderr
@@ -70,16 +60,8 @@ def test_rebuild_command_draws_a_progress_bar_on_stderr(ledger: str) -> None:
 
 
 def test_rebuild_command_failure_is_one_line(tmp_path: Path) -> None:
-    env = child_env()
     missing = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}"
-    done = subprocess.run(
-        [sys.executable, "-m", "procledger", "--url", missing, "rebuild"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    done = run_cli("rebuild", url=missing, timeout=120)
     assert done.returncode == 1
     assert len(done.stderr.splitlines()) == 1
     assert "rebuild" in done.stderr
