@@ -3,77 +3,20 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from _shared import child_env
+from _design import DESIGN_ROWS, DESIGN_TRANSITIONS
+from _shared import run_cli
 from procledger import cli
 from procledger.domain.errors import InvalidTransition, NotFound
 from procledger.domain.lifecycle import render_markdown, render_mermaid
 
 # DESIGN.md §2.1 as `procledger table` prints it: "none" where there is no reason.
-EXPECTED_MARKDOWN_ROWS = [
-    ("started", "running", "none"),
-    ("backgrounded", "running", "none"),
-    ("stop_requested", "starting", "interrupted"),
-    ("stop_requested", "starting", "terminated"),
-    ("stop_requested", "starting", "killed"),
-    ("stop_requested", "running", "interrupted"),
-    ("stop_requested", "running", "terminated"),
-    ("stop_requested", "running", "killed"),
-    ("completed", "exited", "exited"),
-    ("completed", "failed", "failed"),
-    ("completed", "timed_out", "timed_out"),
-    ("completed", "interrupted", "interrupted"),
-    ("completed", "terminated", "terminated"),
-    ("completed", "terminated", "runner_shutdown"),
-    ("completed", "terminated", "output_limit"),
-    ("completed", "killed", "killed"),
-    ("completed", "killed", "runner_shutdown"),
-    ("completed", "killed", "output_limit"),
-    ("lost", "lost_on_restore", "lost_on_restore"),
-    ("abandoned", "abandoned", "owner_drain"),
-    ("abandoned", "abandoned", "owner_dead"),
-    ("abandoned", "abandoned", "abandon_requested"),
-]
+EXPECTED_MARKDOWN_ROWS = [(kind, state, reason or "none") for kind, state, reason in DESIGN_ROWS]
 
 # DESIGN.md §2.2: (from, to, kind), as Mermaid edges `from --> to: kind`.
-EXPECTED_EDGES = {
-    ("starting", "running", "started"),
-    ("starting", "running", "backgrounded"),
-    ("running", "running", "backgrounded"),
-    ("starting", "starting", "stop_requested"),
-    ("running", "running", "stop_requested"),
-    ("starting", "failed", "completed"),
-    ("starting", "terminated", "completed"),
-    ("starting", "killed", "completed"),
-    ("starting", "lost_on_restore", "lost"),
-    ("starting", "abandoned", "abandoned"),
-    ("running", "exited", "completed"),
-    ("running", "failed", "completed"),
-    ("running", "timed_out", "completed"),
-    ("running", "interrupted", "completed"),
-    ("running", "terminated", "completed"),
-    ("running", "killed", "completed"),
-    ("running", "lost_on_restore", "lost"),
-    ("running", "abandoned", "abandoned"),
-}
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m procledger ARGS`` in a child, importing the procledger under test."""
-    env = child_env()
-    env.pop("PROCLEDGER_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "procledger", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+EXPECTED_EDGES = {(source, target, kind) for source, kind, target in DESIGN_TRANSITIONS}
 
 
 def markdown_rows(text: str) -> list[tuple[str, ...]]:

@@ -7,6 +7,7 @@ import itertools
 import pytest
 from statemachine import StateMachine
 
+from _design import DESIGN_ROWS, DESIGN_TRANSITIONS
 from procledger.domain.errors import InvalidTransition, ProcessLifecycleValidationError
 from procledger.domain.lifecycle import (
     NOTIFICATION_ROWS,
@@ -21,53 +22,9 @@ from procledger.domain.lifecycle import (
 )
 from procledger.domain.vocabulary import LifecycleKind, ProcessState, TerminalReason
 
-# §2.1, written out: one (kind, state, reason) per valid triple; None where the table says none.
-EXPECTED_ROWS = [
-    ("started", "running", None),
-    ("backgrounded", "running", None),
-    ("stop_requested", "starting", "interrupted"),
-    ("stop_requested", "starting", "terminated"),
-    ("stop_requested", "starting", "killed"),
-    ("stop_requested", "running", "interrupted"),
-    ("stop_requested", "running", "terminated"),
-    ("stop_requested", "running", "killed"),
-    ("completed", "exited", "exited"),
-    ("completed", "failed", "failed"),
-    ("completed", "timed_out", "timed_out"),
-    ("completed", "interrupted", "interrupted"),
-    ("completed", "terminated", "terminated"),
-    ("completed", "terminated", "runner_shutdown"),
-    ("completed", "terminated", "output_limit"),
-    ("completed", "killed", "killed"),
-    ("completed", "killed", "runner_shutdown"),
-    ("completed", "killed", "output_limit"),
-    ("lost", "lost_on_restore", "lost_on_restore"),
-    ("abandoned", "abandoned", "owner_drain"),
-    ("abandoned", "abandoned", "owner_dead"),
-    ("abandoned", "abandoned", "abandon_requested"),
-]
-
-# §2.2, written out: (from_state, kind, to_state).
-EXPECTED_TRANSITIONS = {
-    ("starting", "started", "running"),
-    ("starting", "backgrounded", "running"),
-    ("running", "backgrounded", "running"),
-    ("starting", "stop_requested", "starting"),
-    ("running", "stop_requested", "running"),
-    ("starting", "completed", "failed"),
-    ("starting", "completed", "terminated"),
-    ("starting", "completed", "killed"),
-    ("starting", "lost", "lost_on_restore"),
-    ("starting", "abandoned", "abandoned"),
-    ("running", "completed", "exited"),
-    ("running", "completed", "failed"),
-    ("running", "completed", "timed_out"),
-    ("running", "completed", "interrupted"),
-    ("running", "completed", "terminated"),
-    ("running", "completed", "killed"),
-    ("running", "lost", "lost_on_restore"),
-    ("running", "abandoned", "abandoned"),
-}
+# DESIGN.md §2.1 and §2.2, written out (tests/_design.py).
+EXPECTED_ROWS = DESIGN_ROWS
+EXPECTED_TRANSITIONS = DESIGN_TRANSITIONS
 
 TERMINAL_STATES = [
     s for s in ProcessState if s not in (ProcessState.starting, ProcessState.running)
