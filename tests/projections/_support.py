@@ -1,15 +1,9 @@
-"""Shared pieces of the projection tests: registrations, store bases and snapshots of every read
-model (to compare incremental maintenance with a rebuild). The hand-moved clock is
-``procledger.testing.FakeClock``."""
+"""Shared pieces of the projection tests: registrations and snapshots of every read model (to
+compare incremental maintenance with a rebuild). The store bases are in ``tests/_stores.py``."""
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from procledger import (
     CompletionAuthority,
@@ -21,11 +15,9 @@ from procledger import (
     ProcessRegistry,
     RecoveryDisposition,
     SessionScope,
-    open_registry,
 )
 from procledger.domain.registration import env_ref_for
 from procledger.projections import ChangeCursor
-from procledger.testing import FakeClock
 
 ENV_REF = env_ref_for({"PATH": "/usr/bin"})
 KEY = CompletionAuthority.workflow_key("projection-tests")
@@ -99,45 +91,3 @@ def snapshot(registry: ProcessRegistry) -> dict[str, Any]:
         "tip": tip.value,
         "tracking": int(position),
     }
-
-
-class StoreCase(abc.ABC):
-    """One store kind; subclasses say how to open a fresh, empty ledger."""
-
-    @abc.abstractmethod
-    def make_registry(self, clock: Callable[[], int]) -> ProcessRegistry: ...
-
-    @pytest.fixture
-    def clock(self) -> FakeClock:
-        return FakeClock()
-
-    @pytest.fixture
-    def registry(self, clock: FakeClock) -> Iterator[ProcessRegistry]:
-        opened = self.make_registry(clock)
-        try:
-            yield opened
-        finally:
-            opened.close()
-
-
-class MemoryCase(StoreCase):
-    def make_registry(self, clock: Callable[[], int]) -> ProcessRegistry:
-        return open_registry("memory://", clock=clock)
-
-
-class SQLiteCase(StoreCase):
-    @pytest.fixture(autouse=True)
-    def _database(self, tmp_path: Path) -> None:
-        self.url = f"sqlite:///{tmp_path / 'ledger.db'}"
-
-    def make_registry(self, clock: Callable[[], int]) -> ProcessRegistry:
-        return open_registry(self.url, clock=clock)
-
-
-class PostgresCase(StoreCase):
-    @pytest.fixture(autouse=True)
-    def _schema(self, postgres_schema_url: str) -> None:
-        self.url = postgres_schema_url
-
-    def make_registry(self, clock: Callable[[], int]) -> ProcessRegistry:
-        return open_registry(self.url, clock=clock)

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from _stores import StoreCase
 from procledger import (
     ExternalRef,
     HandleDescriptor,
@@ -28,7 +29,6 @@ from procledger.testing import FakeClock
 
 from ._support import (
     KEY,
-    StoreCase,
     drain_feed,
     finish,
     registration,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ._support import MemoryCase, PostgresCase, SQLiteCase
+from _stores import MemoryCase, PostgresCase, SQLiteCase
+
 from .contract import ProjectionContract
 
 

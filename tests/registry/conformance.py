@@ -1,22 +1,23 @@
 """The registry's contract (DESIGN.md §3, §3.5, §7, §9) as one abstract conformance suite.
 
 ``RegistryConformance`` is subclassed once per store (``test_memory.py``, ``test_sqlite.py``,
-``test_postgres.py``); a subclass only says how to open a registry with a given clock. Every
+``test_postgres.py``), mixed with the store's case from ``tests/_stores.py``, which says how to
+open a registry with a given clock. Every
 test drives the public ``ProcessRegistry`` API with an injected ``FakeClock``, so lease expiry
 is a clock step, never a sleep.
 """
 
 from __future__ import annotations
 
-import abc
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from _stores import StoreCase
 from procledger import (
     Acquired,
     AlreadyTerminal,
@@ -119,26 +120,11 @@ def valid_registration_dict(**overrides: Any) -> dict[str, Any]:
     return data
 
 
-class RegistryConformance(abc.ABC):
-    """Everything a store must honour; subclasses implement ``make_registry``."""
+class RegistryConformance(StoreCase):
+    """Everything a store must honour; run per store by mixing in a ``_stores`` case.
 
-    @abc.abstractmethod
-    def make_registry(self, clock: Callable[[], int]) -> ProcessRegistry:
-        """Open a registry on a fresh, empty ledger of this store kind."""
-
-    # -- fixtures --------------------------------------------------------------------------------
-
-    @pytest.fixture
-    def clock(self) -> FakeClock:
-        return FakeClock()
-
-    @pytest.fixture
-    def registry(self, clock: FakeClock) -> Iterator[ProcessRegistry]:
-        opened = self.make_registry(clock)
-        try:
-            yield opened
-        finally:
-            opened.close()
+    Fixtures: ``clock`` and ``registry`` (``StoreCase``), ``running``.
+    """
 
     @pytest.fixture
     def running(self, registry: ProcessRegistry) -> str:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from procledger import ProcessRegistry, open_registry
+from _stores import MemoryCase
+from procledger import open_registry
 
 from .conformance import RegistryConformance
 
 
-class TestMemoryRegistry(RegistryConformance):
-    def make_registry(self, clock: Callable[[], int]) -> ProcessRegistry:
-        return open_registry("memory://", clock=clock)
+class TestMemoryRegistry(MemoryCase, RegistryConformance):
+    pass
 
 
 def test_memory_registries_are_private() -> None:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from procledger import ProcessRegistry, open_registry
+from _stores import SQLiteCase
+from procledger import open_registry
 
 from .conformance import RegistryConformance, registration
 
 
-class TestSQLiteRegistry(RegistryConformance):
-    @pytest.fixture(autouse=True)
-    def _database(self, tmp_path: Path) -> None:
-        self.path = tmp_path / "ledger.db"
-
-    def make_registry(self, clock: Callable[[], int]) -> ProcessRegistry:
-        return open_registry(f"sqlite:///{self.path}", clock=clock)
+class TestSQLiteRegistry(SQLiteCase, RegistryConformance):
+    pass
 
 
 def test_sqlite_ledger_survives_reopening(tmp_path: Path) -> None:
