@@ -38,6 +38,16 @@ def _journal_rows(registry: ProcessRegistry) -> list[Any]:
         return tx.execute(f"SELECT * FROM {registry.store.table('journal')} ORDER BY seq").all()
 
 
+@pytest.fixture
+def session() -> uuid.UUID:
+    return uuid.uuid4()
+
+
+@pytest.fixture
+def loop() -> uuid.UUID:
+    return uuid.uuid4()
+
+
 class NotifierContract:
     """Subclasses provide the ``open`` fixture (see conftest)."""
 
@@ -48,14 +58,6 @@ class NotifierContract:
     @pytest.fixture
     def registry(self, open: Opener) -> ProcessRegistry:
         return open()
-
-    @pytest.fixture
-    def session(self) -> uuid.UUID:
-        return uuid.uuid4()
-
-    @pytest.fixture
-    def loop(self) -> uuid.UUID:
-        return uuid.uuid4()
 
     @pytest.fixture
     def notifier(self, registry: ProcessRegistry, session: uuid.UUID) -> Notifier:
@@ -375,14 +377,6 @@ class TestPostgres(NotifierContract):
 
 
 class TestHeadless:
-    @pytest.fixture
-    def session(self) -> uuid.UUID:
-        return uuid.uuid4()
-
-    @pytest.fixture
-    def loop(self) -> uuid.UUID:
-        return uuid.uuid4()
-
     @pytest.fixture
     def notifier(self, session: uuid.UUID) -> Notifier:
         return Notifier(None, session)
