@@ -5,10 +5,12 @@
   exact pid* at teardown (children write their pid to a file the test names).
 - ``Terminal``: ``procledger`` running in a pseudo-terminal that is its controlling terminal, so
   writing ``\\x03`` is a real Ctrl-C (the line discipline sends SIGINT to the foreground group).
+- ``supervise_sleeper``: ``procledger run`` supervising a sleeper in such a terminal.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import subprocess
@@ -18,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from _shared import Processes
@@ -129,6 +132,20 @@ class Terminal:
             self.process.wait(30)
         self._reader.join(30)
         os.close(self._master)
+
+
+_SLEEPERS = itertools.count()
+
+
+def supervise_sleeper(
+    terminal: Callable[..., Terminal], procs: Processes, url: str, *options: str
+) -> tuple[Terminal, psutil.Process]:
+    """``procledger --url URL run [OPTIONS] -- <sleeper>`` in a terminal, once the sleeper has
+    said ``ready``: the terminal and the sleeper's process."""
+    pidfile = procs.pidfile(f"sleeper-{next(_SLEEPERS)}")
+    term = terminal("--url", url, "run", *options, "--", *sleeper(pidfile))
+    term.expect("ready")
+    return term, procs.await_pid(pidfile)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from procledger.notifications import Notifier
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.handles import handle_for_process
 
-from .conftest import Terminal, sleeper
+from .conftest import Terminal, supervise_sleeper
 
 
 def ok(*args: str, url: str) -> str:
@@ -42,10 +42,7 @@ def test_ps_lists_running_processes_and_all_with_all(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
     ok("run", "--", "true", url=ledger)
-    pidfile = procs.pidfile("sleep")
-    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
-    term.expect("ready")
-    procs.await_pid(pidfile)
+    term, _ = supervise_sleeper(terminal, procs, ledger)
     running = orjson.loads(ok("ps", "--json", url=ledger))
     everything = orjson.loads(ok("ps", "--all", "--json", url=ledger))
     assert [r["state"] for r in running] == ["running"]
@@ -140,10 +137,7 @@ def test_restore_after_run_was_killed(
     store: str,
 ) -> None:
     url = request.getfixturevalue("ledger" if store == "sqlite" else "postgres_ledger")
-    pidfile = procs.pidfile("orphan")
-    term = terminal("--url", url, "run", "--", *sleeper(pidfile))
-    term.expect("ready")
-    orphan = procs.await_pid(pidfile)
+    term, orphan = supervise_sleeper(terminal, procs, url)
     (process_id,) = [r["id"] for r in orjson.loads(ok("ps", "--json", url=url))]
 
     term.process.send_signal(signal.SIGKILL)  # mid-run: nothing records the end
@@ -182,10 +176,7 @@ def test_restore_after_run_was_killed(
 def test_restore_leaves_a_live_run_alone(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    pidfile = procs.pidfile("alive")
-    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
-    term.expect("ready")
-    procs.await_pid(pidfile)
+    term, _ = supervise_sleeper(terminal, procs, ledger)
     assert orjson.loads(ok("restore", "--json", url=ledger)) == []
     assert "restored 0 processes" in ok("restore", url=ledger)
     term.ctrl_c()

@@ -16,7 +16,7 @@ import pytest
 from _shared import Processes, run_cli, wait_until
 from procledger import ProcessState, TerminalReason, open_registry
 
-from .conftest import Terminal, ignoring, sleeper
+from .conftest import Terminal, ignoring, sleeper, supervise_sleeper
 
 
 def running_ids(url: str) -> list[str]:
@@ -46,10 +46,7 @@ def test_output_streams_through_and_the_exit_code_is_the_commands(
 def test_first_ctrl_c_interrupts_the_tree(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    pidfile = procs.pidfile("sleep")
-    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
-    term.expect("ready")
-    child = procs.await_pid(pidfile)
+    term, child = supervise_sleeper(terminal, procs, ledger)
     term.ctrl_c()
     assert term.wait() == 130
     wait_until(lambda: not child.is_running() or child.status() == "zombie", what="child gone")
@@ -124,10 +121,7 @@ def test_second_ctrl_c_kills_at_once(
 def test_stop_from_another_process_is_carried_out(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes, mode: str
 ) -> None:
-    pidfile = procs.pidfile("sleep")
-    term = terminal("--url", ledger, "run", "--", *sleeper(pidfile))
-    term.expect("ready")
-    procs.await_pid(pidfile)
+    term, _ = supervise_sleeper(terminal, procs, ledger)
     (process_id,) = running_ids(ledger)
     stopped = run_cli("stop", process_id, "--mode", mode, url=ledger)
     assert stopped.returncode == 0, stopped.stderr
@@ -208,10 +202,7 @@ def test_command_options_after_the_separator_belong_to_the_command(ledger: str) 
 def test_sigterm_to_run_shuts_the_supervisor_down(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    pidfile = procs.pidfile("sleep")
-    term = terminal("--url", ledger, "run", "--grace", "5", "--", *sleeper(pidfile))
-    term.expect("ready")
-    procs.await_pid(pidfile)
+    term, _ = supervise_sleeper(terminal, procs, ledger, "--grace", "5")
     term.process.send_signal(signal.SIGTERM)
     assert term.wait() == 128 + signal.SIGTERM
     record = only_process(ledger)
