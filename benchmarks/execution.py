@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 
+from _common import interleaved, median_ms
 from procledger.domain.errors import Interrupted
 from procledger.supervisor.execution import run_captured, run_streaming
 
@@ -35,31 +36,18 @@ HOLD_S = 2.0
 CONCURRENT = 200
 
 
-def median_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1e3
-
-
-def timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
 def overhead(rounds: int, calls: int = 200) -> tuple[float, float]:
     """(a) Median of per-round medians. Calls alternate one by one, so the drift of a shared,
     busy machine hits both alike."""
-    ours, theirs = [], []
-    for _ in range(rounds):
-        pairs = [
-            (
-                timed(lambda: run_captured(["true"])),
-                timed(lambda: subprocess.run(["true"], capture_output=True, check=False)),
-            )
-            for _ in range(calls)
-        ]
-        ours.append(statistics.median(p[0] for p in pairs))
-        theirs.append(statistics.median(p[1] for p in pairs))
-    return median_ms(ours), median_ms(theirs)
+    results = [
+        interleaved(
+            lambda: run_captured(["true"]),
+            lambda: subprocess.run(["true"], capture_output=True, check=False),
+            calls,
+        )
+        for _ in range(rounds)
+    ]
+    return statistics.median(r[0] for r in results), statistics.median(r[1] for r in results)
 
 
 def _holder_argv(pidfile: Path) -> list[str]:

@@ -32,11 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import psycopg
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate
-from psycopg import sql
 
+from _common import (
+    create_schema,
+    drop_schemas,
+    eventsourcing_postgres_env,
+    new_schema_name,
+    with_schema,
+)
 from procledger.notifications import LoopInbox, NotificationDisposition, Notifier
 from procledger.registry import ProcessRegistry, open_registry
 
@@ -185,32 +190,14 @@ def _postgres_store() -> Store:
     base = os.environ.get("PROCLEDGER_TEST_POSTGRES_URL", "").strip()
     if not base:
         sys.exit("--postgres needs $PROCLEDGER_TEST_POSTGRES_URL")
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(base)
-    ledger_schema = f"bench_{uuid.uuid4().hex[:12]}"
-    raw_schema = f"bench_{uuid.uuid4().hex[:12]}"
-    conninfo = base.split("?")[0]
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(raw_schema)))
-
-    def drop() -> None:
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            for schema in (ledger_schema, raw_schema):
-                conn.execute(
-                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
-                )
-
-    raw_env = {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "POSTGRES_DBNAME": parts.path.lstrip("/"),
-        "POSTGRES_HOST": parts.hostname or "127.0.0.1",
-        "POSTGRES_PORT": str(parts.port or 5432),
-        "POSTGRES_USER": parts.username or "postgres",
-        "POSTGRES_PASSWORD": parts.password or "",
-        "POSTGRES_SCHEMA": raw_schema,
-    }
-    return Store("postgresql", f"{conninfo}?schema={ledger_schema}", raw_env, [drop])
+    ledger_schema, raw_schema = new_schema_name(), new_schema_name()
+    create_schema(base, raw_schema)
+    return Store(
+        "postgresql",
+        with_schema(base, ledger_schema),
+        eventsourcing_postgres_env(base, raw_schema),
+        [lambda: drop_schemas(base, [ledger_schema, raw_schema])],
+    )
 
 
 def report(name: str, rates: Rates) -> dict[str, Any]:

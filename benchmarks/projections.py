@@ -30,17 +30,12 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
+from _common import postgres_ledger, sqlite_ledger
 from procledger import (
     CompletionAuthority,
     EventType,
@@ -291,23 +286,6 @@ def feed_lag(url: str, samples: int) -> dict[str, float]:
 # -- stores -------------------------------------------------------------------------------------
 
 
-@contextmanager
-def sqlite_url(folder: Path, name: str) -> Iterator[str]:
-    yield f"sqlite:///{folder / name}"
-
-
-@contextmanager
-def postgres_url(base: str) -> Iterator[str]:
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    separator = "&" if "?" in base else "?"
-    try:
-        yield f"{base}{separator}schema={schema}"
-    finally:
-        conninfo = base.split("?", 1)[0]
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
@@ -321,20 +299,19 @@ def main() -> None:
     if args.child:
         run_child(args.child)
         return
-    with tempfile.TemporaryDirectory(prefix="procledger-bench-") as folder:
-        stores: list[tuple[str, Any]] = [("sqlite", sqlite_url(Path(folder), "ledger.db"))]
-        if args.postgres_url:
-            stores.append(("postgresql", postgres_url(args.postgres_url)))
-        for name, opener in stores:
-            with opener as url:
-                report_store(name, url, args)
-        if not args.skip_big:
-            with sqlite_url(Path(folder), "big.db") as url:
-                generated = child("generate", url, str(args.big_events))
-                memory = child("rebuild", url)
-                seconds = generated["seconds"]
-                print(f"sqlite  generated {args.big_events:,} events in {seconds:.0f} s")
-                print_memory("sqlite", memory)
+    stores: list[tuple[str, Any]] = [("sqlite", sqlite_ledger())]
+    if args.postgres_url:
+        stores.append(("postgresql", postgres_ledger(args.postgres_url)))
+    for name, opener in stores:
+        with opener as url:
+            report_store(name, url, args)
+    if not args.skip_big:
+        with sqlite_ledger("big.db") as url:
+            generated = child("generate", url, str(args.big_events))
+            memory = child("rebuild", url)
+            seconds = generated["seconds"]
+            print(f"sqlite  generated {args.big_events:,} events in {seconds:.0f} s")
+            print_memory("sqlite", memory)
 
 
 def print_memory(name: str, memory: dict[str, Any]) -> None:

@@ -18,19 +18,15 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
-import psycopg
-from psycopg import sql
 
+from _common import postgres_ledger, sqlite_ledger
 from procledger import (
     Lease,
     LeaseOwner,
@@ -103,20 +99,6 @@ def serve_workers(url: str, count: int) -> int:
 
 
 # -- the driver ------------------------------------------------------------------------------------
-
-
-def _with_schema(url: str, schema: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"] + [("schema", schema)]
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
-    conninfo = urlunsplit(parts._replace(query=urlencode(query)))
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def _register(url: str, processes: int, work: str) -> None:
@@ -222,27 +204,6 @@ def measure(
     return rate
 
 
-class _PostgresSchema:
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.schema = f"bench_{uuid.uuid4().hex[:12]}"
-
-    def __enter__(self) -> str:
-        return _with_schema(self.base, self.schema)
-
-    def __exit__(self, *exc: object) -> None:
-        _drop_schema(self.base, self.schema)
-
-
-class _SqliteFile:
-    def __enter__(self) -> str:
-        self.folder = tempfile.TemporaryDirectory(prefix="procledger-bench-")
-        return f"sqlite://{Path(self.folder.name) / 'ledger.db'}"
-
-    def __exit__(self, *exc: object) -> None:
-        self.folder.cleanup()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--serve", nargs=2, metavar=("URL", "COUNT"), help=argparse.SUPPRESS)
@@ -262,13 +223,13 @@ def main() -> None:
     )
     counts = [int(n) for n in args.workers.split(",")]
     sizes = {"processes": args.processes, "rounds": args.rounds}
-    sqlite_rate = measure("SQLite file", _SqliteFile, workers=1, work=args.work, **sizes)
+    sqlite_rate = measure("SQLite file", sqlite_ledger, workers=1, work=args.work, **sizes)
     if not args.postgres:
         print("PostgreSQL skipped: set $PROCLEDGER_TEST_POSTGRES_URL or pass --postgres URL")
         return
     pg = {
         n: measure(
-            "PostgreSQL", lambda: _PostgresSchema(args.postgres), workers=n, work=args.work, **sizes
+            "PostgreSQL", lambda: postgres_ledger(args.postgres), workers=n, work=args.work, **sizes
         )
         for n in counts
     }

@@ -33,8 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ import orjson
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
+from _common import conninfo, eventsourcing_postgres_env, postgres_schemas, with_schema
 from procledger import (
     CompletionAuthority,
     LeaseOwner,
@@ -214,7 +214,7 @@ class RawPostgresRunner(Runner):
     def __init__(self, url: str, schema: str) -> None:
         import psycopg
 
-        self.db = psycopg.connect(_conninfo(url))
+        self.db = psycopg.connect(conninfo(url))
         with self.db.transaction():
             self.db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             self.db.execute(f'SET search_path TO "{schema}"')
@@ -276,61 +276,6 @@ class RawPostgresRunner(Runner):
 # -- stores ---------------------------------------------------------------------------------------
 
 
-def _conninfo(url: str) -> str:
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-def _with_schema(url: str, schema: str) -> str:
-    return f"{_conninfo(url)}{'&' if '?' in _conninfo(url) else '?'}schema={schema}"
-
-
-def _postgres_env(url: str, schema: str) -> dict[str, str]:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    return {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "POSTGRES_DBNAME": parts.path.lstrip("/"),
-        "POSTGRES_HOST": parts.hostname or "localhost",
-        "POSTGRES_PORT": str(parts.port or 5432),
-        "POSTGRES_USER": parts.username or "postgres",
-        "POSTGRES_PASSWORD": parts.password or "",
-        "POSTGRES_SCHEMA": schema,
-    }
-
-
-@contextmanager
-def postgres_schemas(url: str) -> Iterator[Callable[[], str]]:
-    """Fresh schemas for one run, all dropped at the end."""
-    made: list[str] = []
-
-    def make() -> str:
-        import psycopg
-
-        made.append(f"bench_{uuid.uuid4().hex[:12]}")
-        with psycopg.connect(_conninfo(url), autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{made[-1]}"')
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        if made:
-            _drop_schemas(url, made)
-
-
-def _drop_schemas(url: str, schemas: list[str]) -> None:
-    import psycopg
-
-    with psycopg.connect(_conninfo(url), autocommit=True) as conn:
-        for schema in schemas:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 def runners(store: str, folder: Path, postgres: Callable[[], str] | None, url: str) -> list[Runner]:
     tag = uuid.uuid4().hex[:8]
     if store == "sqlite":
@@ -358,8 +303,8 @@ def runners(store: str, folder: Path, postgres: Callable[[], str] | None, url: s
     assert postgres is not None
     schema = postgres()
     return [
-        RegistryRunner(_with_schema(url, schema)),
-        RawEventsourcingRunner(_postgres_env(url, postgres())),
+        RegistryRunner(with_schema(url, schema)),
+        RawEventsourcingRunner(eventsourcing_postgres_env(url, postgres())),
         RawPostgresRunner(url, postgres()),
     ]
 
@@ -507,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.renewal_store == "postgres":
             if not args.postgres:
                 parser.error("--renewal-store postgres needs --postgres URL")
-            renewal_url = _with_schema(args.postgres, schemas())
+            renewal_url = with_schema(args.postgres, schemas())
         else:
             renewal_url = "memory://"
         print(f"(b) loading a process after {args.renewals:,} renewals ({args.renewal_store})")

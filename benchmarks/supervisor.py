@@ -7,8 +7,8 @@
     CPU) and, with ``--postgres``, on PostgreSQL. Also lists the durable writes (store write
     transactions) one supervised ``true`` needs, by the registry operation that made each.
 (b) ``procledger run -- true`` (a whole CLI process) beside ``subprocess.run(["true"])``, and
-    beside ``procledger table`` (the same interpreter start and imports, no store), so the
-    share of the run itself is visible.
+    beside ``procledger table`` (the interpreter, the CLI and the domain model; no store, no
+    supervisor), so the share of the store, the supervisor and the run itself is visible.
 (c) 100 processes supervised concurrently (``sleep 0.2`` each): wall time from the first
     ``start`` to the last terminal recorded, beside 100 ``subprocess.Popen`` + ``wait``.
 """
@@ -18,37 +18,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _common import interleaved, median_ms, timed
 from procledger import LeaseOwner, ProcessRegistry, open_registry
 from procledger.supervisor.supervisor import Supervisor
 
 CONCURRENT = 100
-
-
-def timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
-def interleaved(
-    ours: Callable[[], object], theirs: Callable[[], object], calls: int
-) -> tuple[float, float]:
-    """Medians (ms) of ``calls`` alternating calls, so a busy machine's drift hits both alike."""
-    pairs = [(timed(ours), timed(theirs)) for _ in range(calls)]
-    return (
-        statistics.median(p[0] for p in pairs) * 1e3,
-        statistics.median(p[1] for p in pairs) * 1e3,
-    )
 
 
 def raw_true() -> None:
@@ -130,7 +113,8 @@ def cli(url: str, calls: int) -> tuple[float, float, float]:
         )
         for _ in range(calls)
     ]
-    return tuple(statistics.median(s[i] for s in samples) * 1e3 for i in range(3))  # type: ignore[return-value]
+    run_ms, table_ms, raw_ms = (median_ms(s[i] for s in samples) for i in range(3))
+    return run_ms, table_ms, raw_ms
 
 
 def concurrent(url: str) -> tuple[float, float]:
