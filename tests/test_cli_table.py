@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 
 from _design import DESIGN_ROWS, DESIGN_TRANSITIONS
-from _shared import run_cli
+from _shared import child_env, run_cli
 from procledger import cli
 from procledger.domain.errors import InvalidTransition, NotFound
 from procledger.domain.lifecycle import render_markdown, render_mermaid
@@ -60,6 +62,34 @@ def test_mermaid_draws_every_transition_of_the_design() -> None:
     }
     assert edges == EXPECTED_EDGES
     assert "    [*] --> starting" in lines
+
+
+# Start-up time: the CLI imports a command's heavy pieces in the command's body.
+TABLE_AND_IMPORTS = """
+import sys
+from procledger import cli
+try:
+    cli.main(["table"])
+except SystemExit:
+    pass
+heavy = ("psycopg", "eventsourcing", "rich", "psutil", "procledger.registry",
+         "procledger.supervisor.supervisor", "procledger.recovery", "procledger.projections")
+print(" ".join(sorted(name for name in heavy if name in sys.modules)) or "none", file=sys.stderr)
+"""
+
+
+def test_table_imports_neither_stores_nor_supervisor_nor_rich() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", TABLE_AND_IMPORTS],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == render_markdown()
+    assert done.stderr.strip() == "none"
 
 
 def test_table_opens_no_store() -> None:
