@@ -29,11 +29,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import IO, Final
-
-import psutil
+from typing import IO, TYPE_CHECKING, Final
 
 from procledger.domain.errors import SpawnError
+
+if TYPE_CHECKING:
+    import psutil
 
 READ_CHUNK: Final = 65536
 """Bytes asked of a pipe per read: one default Linux pipe buffer."""
@@ -245,10 +246,14 @@ else:
 
 
 # --- the tree --------------------------------------------------------------------------------
+# psutil (a C extension, ~50 ms to import) is imported by the functions that need it: only
+# stopping a tree does, and most runs end on their own.
 
 
 def _pgid(process: psutil.Process) -> int | None:
     """The group of a process we discovered, or None if it is gone (or its pid reused)."""
+    import psutil
+
     try:
         if not process.is_running():  # compares the start time: a reused pid is not ours
             return None
@@ -259,6 +264,8 @@ def _pgid(process: psutil.Process) -> int | None:
 
 def _alive(process: psutil.Process) -> bool:
     """Running and not a zombie (a killed orphan may wait a while for init to reap it)."""
+    import psutil
+
     try:
         return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
@@ -267,6 +274,8 @@ def _alive(process: psutil.Process) -> bool:
 
 def _group_members(pgid: int) -> list[int]:
     """Pids now in group ``pgid``: members whose parent died are no longer descendants."""
+    import psutil
+
     members = []
     for pid in psutil.pids():
         with contextlib.suppress(OSError):
@@ -281,6 +290,8 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def _signal_process(process: psutil.Process, sig: int) -> None:
+    import psutil
+
     with contextlib.suppress(psutil.Error):  # psutil refuses a reused pid (NoSuchProcess)
         process.send_signal(sig)
 
@@ -299,6 +310,8 @@ class Tree:
 
     def discover(self) -> None:
         """Add what is in the tree now. Only while the child is unreaped: its pid is ours."""
+        import psutil
+
         seen: set[int] = set()
         for pid in (self._child_pid, *_group_members(self._child_pid)):
             if pid in seen:  # already found below an earlier root
