@@ -63,7 +63,7 @@ from procledger.domain.vocabulary import (
     TerminalReason,
 )
 from procledger.projections.records import read_record
-from procledger.registry import ProcessRegistry
+from procledger.registry import ProcessRegistry, lease_from_row
 from procledger.supervisor.execution import StopPolicy, run_captured
 
 __all__ = [
@@ -452,14 +452,7 @@ class RecoveryWorker:
             ).one()
         if row is None or row["released"] or record.disposition is EXTERNALLY_OWNED:
             return record, None, False
-        lease = Lease(
-            process_id=process_id,
-            owner=LeaseOwner.model_validate_json(row["owner"]),
-            lease_token=row["lease_token"],
-            fencing_token=int(row["fencing_token"]),
-            claimed_at_ms=int(row["claimed_at_ms"]),
-            expires_at_ms=int(row["expires_at_ms"]),
-        )
+        lease = lease_from_row(process_id, row)
         return record, lease, self.registry.probe.provably_dead(lease.owner, self.owner)
 
     def _recover(self, process_id: str, tally: _Tally) -> None:

@@ -143,7 +143,8 @@ class _DecideUnit(_SaveUnit):
         return [self.registry.mapper.to_stored_event(event) for event in events]
 
 
-def _lease_from_row(process_id: str, row: Any) -> Lease:
+def lease_from_row(process_id: str, row: Any) -> Lease:
+    """A ``leases`` table row as a ``Lease`` (the row's ``released`` flag is not checked)."""
     return Lease(
         process_id=process_id,
         owner=LeaseOwner.model_validate_json(row["owner"]),
@@ -416,8 +417,11 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         lease: Lease | None = None,
         authority: CompletionAuthority | None = None,
     ) -> ProcessRecord:
-        def decide(process: Process, now: int) -> None:
-            if process.complete(
+        return self._write_terminal(
+            process_id,
+            lease,
+            authority,
+            lambda process, now: process.complete(
                 state,
                 reason,
                 exit_code=exit_code,
@@ -426,10 +430,8 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
                 event_id=_id(event_id),
                 authority=authority,
                 at_ms=now,
-            ):
-                self._require_lease_or_authority(process, lease, authority)
-
-        return self._write(process_id, decide, lease=lease)
+            ),
+        )
 
     def record_lost(
         self,
@@ -440,13 +442,14 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         lease: Lease | None = None,
         authority: CompletionAuthority | None = None,
     ) -> ProcessRecord:
-        def decide(process: Process, now: int) -> None:
-            if process.lose(
+        return self._write_terminal(
+            process_id,
+            lease,
+            authority,
+            lambda process, now: process.lose(
                 diagnostic=diagnostic, event_id=_id(event_id), authority=authority, at_ms=now
-            ):
-                self._require_lease_or_authority(process, lease, authority)
-
-        return self._write(process_id, decide, lease=lease)
+            ),
+        )
 
     def record_abandoned(
         self,
@@ -460,8 +463,11 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         lease: Lease | None = None,
         authority: CompletionAuthority | None = None,
     ) -> ProcessRecord:
-        def decide(process: Process, now: int) -> None:
-            if process.abandon(
+        return self._write_terminal(
+            process_id,
+            lease,
+            authority,
+            lambda process, now: process.abandon(
                 reason,
                 owner=owner,
                 evidence_at_ms=at_ms,
@@ -469,7 +475,21 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
                 event_id=_id(event_id),
                 authority=authority,
                 at_ms=now,
-            ):
+            ),
+        )
+
+    def _write_terminal(
+        self,
+        process_id: str,
+        lease: Lease | None,
+        authority: CompletionAuthority | None,
+        command: Callable[[Process, int], bool],
+    ) -> ProcessRecord:
+        """A terminal write: the aggregate decides, then (only if it appends) the lease or
+        authority is required; with a lease, the append also checks and releases it."""
+
+        def decide(process: Process, now: int) -> None:
+            if command(process, now):
                 self._require_lease_or_authority(process, lease, authority)
 
         return self._write(process_id, decide, lease=lease)
@@ -592,7 +612,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
             row = _lease_row(tx, self.store, process_id)
             live = not row["released"] and int(row["expires_at_ms"]) > now
             if live:
-                holder = _lease_from_row(process_id, row)
+                holder = lease_from_row(process_id, row)
                 if observed is None and holder.owner.same_incarnation(owner):
                     return Acquired(lease=self._extend(tx, holder, now + ttl_ms))
                 if observed is None or holder != observed:
@@ -639,7 +659,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
             return None
         if row["released"]:
             return None
-        return _lease_from_row(process_id, row)
+        return lease_from_row(process_id, row)
 
     def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
         _check_ttl(ttl_ms)

@@ -19,12 +19,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import psycopg
 from eventsourcing.persistence import IntegrityError, InterfaceError, StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 from eventsourcing.sqlite import (
     SQLITE3_DEFAULT_LOCK_TIMEOUT,
     SQLiteApplicationRecorder,
@@ -33,10 +31,11 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 from eventsourcing.sqlite import SQLiteFactory as _EventsourcingSQLiteFactory
-from psycopg import sql as pgsql
-from psycopg.conninfo import make_conninfo
 
 from procledger.domain.errors import StoreError
+
+if TYPE_CHECKING:
+    from eventsourcing.postgres import PostgresDatastore
 
 Dialect = Literal["sqlite", "postgresql"]
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
@@ -178,7 +177,7 @@ class Store:
         self.location = location
         self.dialect: Dialect = location.dialect
         self.sqlite: SQLiteDatastore | None = None
-        self.postgres: PostgresDatastore | None = None
+        self.postgres: PostgresDatastore | None = None  # set by the registry when opened
 
     def table(self, name: str) -> str:
         """A side table's qualified name (events live in eventsourcing's own table)."""
@@ -217,7 +216,7 @@ class Store:
                 assert self.postgres is not None
                 with self.postgres.transaction(commit=write) as cursor:
                     yield Tx(cursor, "postgresql")
-        except (sqlite3.IntegrityError, psycopg.IntegrityError) as error:
+        except sqlite3.IntegrityError as error:  # eventsourcing maps psycopg's already
             raise IntegrityError(str(error)) from error
 
 
@@ -274,41 +273,6 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
                     ),
                 )
                 ids.append(int(tx.cursor.lastrowid))
-            if unit is not None:
-                unit.after(tx, ids)
-        return ids
-
-
-class PostgresRecorder(PostgresApplicationRecorder):
-    """Like eventsourcing's, with the table lock first so commit order equals id order."""
-
-    store: Store
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.insert_one_statement = pgsql.SQL(
-            "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
-            "VALUES (%s, %s, %s, %s) RETURNING notification_id"
-        ).format(pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name))
-
-    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        unit: WriteUnit | None = kwargs.get("unit")
-        with self.store.write() as tx:
-            for statement in self.lock_table_statements:
-                tx.cursor.execute(statement)
-            to_append = _events_to_append(tx, unit, stored_events)
-            if to_append is None:
-                return []
-            if unit is not None:
-                unit.before(tx)
-            ids = []
-            for stored in to_append:
-                tx.cursor.execute(
-                    self.insert_one_statement,
-                    (stored.originator_id, stored.originator_version, stored.topic, stored.state),
-                )
-                ids.append(int(tx.cursor.fetchone()["notification_id"]))
-            tx.cursor.execute(pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name)))
             if unit is not None:
                 unit.after(tx, ids)
         return ids
@@ -388,7 +352,7 @@ def application_env(location: StoreLocation) -> dict[str, str]:
         "POSTGRES_MAX_OVERFLOW": "8",
         "POSTGRES_CONNECT_TIMEOUT": "5",
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
-        "APPLICATION_RECORDER_TOPIC": f"{__name__}:PostgresRecorder",
+        "APPLICATION_RECORDER_TOPIC": "procledger.adapters.postgres:PostgresRecorder",
     }
 
 
@@ -403,41 +367,18 @@ def prepare_location(location: StoreLocation) -> None:
         except sqlite3.Error as error:
             raise StoreError(f"store URL {location.masked!r}: cannot open: {error}") from None
     if location.dialect == "postgresql":
-        _create_schema(location)
+        from procledger.adapters.postgres import create_schema  # psycopg only when needed
+
+        create_schema(location)
 
 
 @contextmanager
 def opening_lock(location: StoreLocation) -> Iterator[None]:
-    """Serialise opening one PostgreSQL schema across processes.
-
-    eventsourcing re-runs ``CREATE OR REPLACE FUNCTION`` on every open, and two processes doing
-    that at once fail with "tuple concurrently updated". A session advisory lock, held on a
-    side connection while the registry is constructed, makes concurrent opens wait instead.
-    """
+    """Serialise opening one PostgreSQL schema across processes (a no-op for SQLite)."""
     if location.dialect != "postgresql":
         yield
         return
-    try:
-        conn = psycopg.connect(make_conninfo(connect_timeout=5, **location.pg), autocommit=True)
-    except psycopg.Error as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
-        raise StoreError(f"store URL {location.masked!r}: cannot connect: {first_line}") from None
-    with conn:  # closing the connection releases the lock
-        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"procledger:{location.schema}",))
+    from procledger.adapters.postgres import schema_opening_lock  # psycopg only when needed
+
+    with schema_opening_lock(location):
         yield
-
-
-def _create_schema(location: StoreLocation) -> None:
-    try:
-        conninfo = make_conninfo(connect_timeout=5, **location.pg)
-        with psycopg.connect(conninfo, autocommit=True) as conn:
-            conn.execute(
-                pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(
-                    pgsql.Identifier(location.schema)
-                )
-            )
-    except psycopg.errors.UniqueViolation:
-        pass  # another process created it at the same moment
-    except psycopg.Error as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
-        raise StoreError(f"store URL {location.masked!r}: cannot connect: {first_line}") from None

@@ -20,7 +20,6 @@ from typing import Any
 from uuid import UUID
 
 import orjson
-from psycopg.rows import tuple_row
 
 from procledger.adapters.codec import decode_event
 from procledger.adapters.store import Store, Tx
@@ -74,6 +73,8 @@ def _stream(tx: Tx, store: Store) -> Iterator[Iterator[Row]]:
     )
     connection = tx.cursor.connection
     if store.dialect == "postgresql":
+        from psycopg.rows import tuple_row  # psycopg only for PostgreSQL stores
+
         with connection.cursor(name="procledger_rebuild", row_factory=tuple_row) as cursor:
             cursor.itersize = BATCH
             cursor.execute(query)

@@ -1,0 +1,88 @@
+"""The PostgreSQL half of the store, imported only for ``postgresql://`` URLs.
+
+Keeping psycopg and eventsourcing's PostgreSQL module out of ``store`` keeps every SQLite
+command (and ``procledger`` start-up) from paying for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder
+from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
+
+from procledger.adapters.store import Store, StoreLocation, WriteUnit, _events_to_append
+from procledger.domain.errors import StoreError
+
+
+class PostgresRecorder(PostgresApplicationRecorder):
+    """Like eventsourcing's, with the table lock first so commit order equals id order."""
+
+    store: Store
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.insert_one_statement = pgsql.SQL(
+            "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
+            "VALUES (%s, %s, %s, %s) RETURNING notification_id"
+        ).format(pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name))
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        unit: WriteUnit | None = kwargs.get("unit")
+        with self.store.write() as tx:
+            for statement in self.lock_table_statements:
+                tx.cursor.execute(statement)
+            to_append = _events_to_append(tx, unit, stored_events)
+            if to_append is None:
+                return []
+            if unit is not None:
+                unit.before(tx)
+            ids = []
+            for stored in to_append:
+                tx.cursor.execute(
+                    self.insert_one_statement,
+                    (stored.originator_id, stored.originator_version, stored.topic, stored.state),
+                )
+                ids.append(int(tx.cursor.fetchone()["notification_id"]))
+            tx.cursor.execute(pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name)))
+            if unit is not None:
+                unit.after(tx, ids)
+        return ids
+
+
+def _connect(location: StoreLocation) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(make_conninfo(connect_timeout=5, **location.pg), autocommit=True)
+    except psycopg.Error as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
+        raise StoreError(f"store URL {location.masked!r}: cannot connect: {first_line}") from None
+
+
+@contextmanager
+def schema_opening_lock(location: StoreLocation) -> Iterator[None]:
+    """eventsourcing re-runs ``CREATE OR REPLACE FUNCTION`` on every open, and two processes
+    doing that at once fail with "tuple concurrently updated". A session advisory lock, held on
+    a side connection while the registry is constructed, makes concurrent opens wait instead.
+    """
+    with _connect(location) as conn:  # closing the connection releases the lock
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"procledger:{location.schema}",))
+        yield
+
+
+def create_schema(location: StoreLocation) -> None:
+    with _connect(location) as conn:
+        try:
+            conn.execute(
+                pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(
+                    pgsql.Identifier(location.schema)
+                )
+            )
+        except psycopg.errors.UniqueViolation:
+            pass  # another process created it at the same moment
+        except psycopg.Error as error:
+            raise StoreError(f"store URL {location.masked!r}: {error}".strip()) from None
