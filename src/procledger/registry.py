@@ -104,9 +104,8 @@ class _SaveUnit:
         for process, events in self.processes:
             for _ in events:
                 last = next(ids)
-            document = process.record_document(change_seq=last)
-            documents.append(document)
-            self.records[process.process_id] = ProcessRecord.model_validate(document)
+            documents.append(process.record_document(change_seq=last))
+            self.records[process.process_id] = process.to_record(change_seq=last)
         for session, events in self.sessions:
             for event in events:
                 apply_session_event(tx, self.store, session.session_id, event)

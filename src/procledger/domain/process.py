@@ -16,7 +16,7 @@ import functools
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from eventsourcing.domain import Aggregate
 
@@ -35,6 +35,7 @@ from procledger.domain.records import (
     MAX_DIAGNOSTIC_BYTES,
     AbandonRequest,
     ExternalRef,
+    Identity,
     OwnerStamp,
     ProcessEvent,
     ProcessRecord,
@@ -84,6 +85,7 @@ def check_diagnostic(diagnostic: str | None) -> None:
 #: Value → member maps: a dict lookup is ~10× cheaper than ``Enum.__call__`` on the hot path.
 _STATES: dict[str, ProcessState] = {state.value: state for state in ProcessState}
 _REASONS: dict[str, TerminalReason] = {reason.value: reason for reason in TerminalReason}
+_DISPOSITIONS = {disposition.value: disposition for disposition in RecoveryDisposition}
 
 
 def _as_state(value: ProcessState | str) -> ProcessState:
@@ -127,9 +129,8 @@ class Process(Aggregate):
         at_ms: int
 
         def apply(self, aggregate: Any) -> None:
-            process = cast(Process, aggregate)
-            process.updated_at_ms = self.at_ms
-            self.evolve(process)
+            aggregate.updated_at_ms = self.at_ms
+            self.evolve(aggregate)
 
         def evolve(self, process: Process) -> None:
             """Assign this event's facts to the aggregate (runs on every replay)."""
@@ -324,6 +325,7 @@ class Process(Aggregate):
         self.started_at_ms: int | None = None
         self.finished_at_ms: int | None = None
         self.first_started_json: dict[str, Any] | None = None
+        self._first_started: OwnerStamp | None = None
         self.abandon_request: AbandonRequest | None = None
         self.abandon_evidence: OwnerStamp | None = None
         self.wait: WaitState | None = None
@@ -345,6 +347,7 @@ class Process(Aggregate):
             timestamp=timestamp_of(at_ms),
         )
         process._registration = registration
+        _remember_registration(process.registration_hash, registration)
         return process
 
     # -- helpers used by events -------------------------------------------------------------
@@ -366,11 +369,14 @@ class Process(Aggregate):
     def first_started(self) -> OwnerStamp | None:
         if self.first_started_json is None:
             return None
-        return OwnerStamp.model_validate(self.first_started_json)
+        if self._first_started is None:
+            self._first_started = OwnerStamp.model_validate(self.first_started_json)
+        return self._first_started
 
     @property
     def disposition(self) -> RecoveryDisposition:
-        return self.registration.disposition
+        known = _DISPOSITIONS.get(self.registration_json["disposition"])
+        return known if known is not None else self.registration.disposition
 
     def remember(self, event: Any) -> None:
         """Index an event by its caller-supplied id (fingerprinted only when there is one)."""
@@ -486,7 +492,7 @@ class Process(Aggregate):
         fingerprint: Callable[[], str],
     ) -> bool:
         """Replay, then state: True when the terminal must be appended."""
-        if self._is_replay(event_id, fingerprint):
+        if event_id is not None and self._is_replay(event_id, fingerprint):
             return False
         if self.state.is_terminal:
             if self.terminal_fingerprint == fingerprint():
@@ -745,7 +751,43 @@ class Process(Aggregate):
         }
 
     def to_record(self, change_seq: int) -> ProcessRecord:
-        return ProcessRecord.model_validate(self.record_document(change_seq))
+        """The record as a model, assembled from parts that are already validated (the
+        registration, the facts); ``record_document`` is its JSON form, and a property test
+        holds the two equal."""
+        registration = self.registration
+        kind, label = input_identity(self.registration_json["input"])
+        return ProcessRecord.model_construct(
+            id=registration.id,
+            registration_hash=self.registration_hash,
+            input=registration.input,
+            disposition=registration.disposition,
+            identity=Identity.model_construct(
+                kind=kind, label=label, definition=registration.definition
+            ),
+            originator=registration.originator,
+            wake_target=self.wake_target,
+            env_ref=registration.env_ref,
+            event_types=registration.event_types,
+            descriptor=registration.descriptor,
+            state=self.state,
+            reason=self.reason,
+            exit_code=self.exit_code,
+            diagnostic=self.diagnostic,
+            value=self.value,
+            status=coarse_status(self.state, self.reason, self.exit_code),
+            stop_requested=list(self.stop_requested),
+            backgrounded=self.backgrounded,
+            created_at_ms=self.created_at_ms,
+            updated_at_ms=self.updated_at_ms,
+            started_at_ms=self.started_at_ms,
+            finished_at_ms=self.finished_at_ms,
+            first_started=self.first_started,
+            abandon_request=self.abandon_request,
+            abandon_evidence=self.abandon_evidence,
+            wait=self.wait,
+            external_ref=self.external_ref,
+            change_seq=change_seq,
+        )
 
 
 def _json_or_none(model: Frozen | None) -> dict[str, Any] | None:
@@ -771,6 +813,12 @@ _REGISTRATIONS: dict[str, ProcessRegistration] = {}
 _REGISTRATIONS_KEPT = 4096
 
 
+def _remember_registration(registration_hash: str, registration: ProcessRegistration) -> None:
+    if len(_REGISTRATIONS) >= _REGISTRATIONS_KEPT:
+        _REGISTRATIONS.clear()
+    _REGISTRATIONS[registration_hash] = registration
+
+
 def _parsed_registration(data: dict[str, Any], registration_hash: str) -> ProcessRegistration:
     """The registration of a ``Registered`` event, validated once per content hash.
 
@@ -780,9 +828,7 @@ def _parsed_registration(data: dict[str, Any], registration_hash: str) -> Proces
     parsed = _REGISTRATIONS.get(registration_hash)
     if parsed is None:
         parsed = ProcessRegistration.model_validate(data)
-        if len(_REGISTRATIONS) >= _REGISTRATIONS_KEPT:
-            _REGISTRATIONS.clear()
-        _REGISTRATIONS[registration_hash] = parsed
+        _remember_registration(registration_hash, parsed)
     return parsed
 
 
