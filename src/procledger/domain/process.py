@@ -401,7 +401,10 @@ class Process(Aggregate):
             at_ms=at_ms,
             **fields,
         )
-        event.mutate(self)
+        # ``mutate`` would re-check the id and version we just set; replay still goes through it.
+        event.apply(self)
+        self.version = event.originator_version
+        self.modified_on = event.timestamp
         self.pending_events.append(event)
 
     def _is_replay(self, event_id: str | None, fingerprint: Callable[[], str]) -> bool:
