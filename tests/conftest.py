@@ -13,6 +13,7 @@ every process a test creates and kills it *by exact pid* at teardown (see ``_sha
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -27,6 +28,13 @@ from psycopg import sql
 from _shared import Processes
 
 IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+# A suite started from a non-interactive shell's background job inherits SIGINT *ignored*
+# (POSIX job-control rules), and an ignored signal stays ignored across exec: every child the
+# tests start would then shrug off Ctrl-C. A handler (unlike SIG_IGN) is reset to the default
+# in children, so install Python's own.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 POSTGRES_URL_VARIABLE = "PROCLEDGER_TEST_POSTGRES_URL"
 
 settings.register_profile("default", deadline=None)
