@@ -223,9 +223,6 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
             self.store.sqlite = datastore
         return recorder
 
-    def close(self) -> None:
-        super().close()
-
     def now_ms(self) -> int:
         return int(self._clock())
 

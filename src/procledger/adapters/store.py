@@ -15,7 +15,7 @@ import os
 import re
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,9 +241,6 @@ def _sqlite_transaction(datastore: SQLiteDatastore, *, write: bool) -> Iterator[
 
 
 # -- recorders ----------------------------------------------------------------------------------
-
-
-InsertHook = Callable[[Tx, Sequence[StoredEvent]], list[int]]
 
 
 class SQLiteRecorder(SQLiteApplicationRecorder):

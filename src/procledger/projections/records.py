@@ -89,11 +89,6 @@ def advance_tracking(tx: Tx, store: Store, position: int) -> None:
     )
 
 
-def tracking_position(tx: Tx, store: Store) -> int:
-    row = tx.execute(f"SELECT position FROM {store.table('tracking')} WHERE name='records'").one()
-    return int(row["position"]) if row else 0
-
-
 def decode_record(process_id: str, payload: str | bytes) -> ProcessRecord:
     """A stored record; a corrupt one is a ``StoreError`` naming it, not a crash."""
     try:
