@@ -317,11 +317,11 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
     # -- registration and reads -----------------------------------------------------------------
 
     def register(self, registration: ProcessRegistration) -> ProcessRecord:
-        new_hash = registration.registration_hash()
         for _ in range(_CONFLICT_RETRIES):
             # Insert first: a new id (the common case) costs no read; a known id collides.
             now = self.now_ms()
             process = Process.register(registration, at_ms=now)
+            new_hash = process.registration_hash
             try:
                 return self._save([process], now_ms=now)[registration.id]
             except IntegrityError:

@@ -758,15 +758,12 @@ class Process(Aggregate):
         registration, the facts); ``record_document`` is its JSON form, and a property test
         holds the two equal."""
         registration = self.registration
-        kind, label = input_identity(self.registration_json["input"])
         return ProcessRecord.model_construct(
             id=registration.id,
             registration_hash=self.registration_hash,
             input=registration.input,
             disposition=registration.disposition,
-            identity=Identity.model_construct(
-                kind=kind, label=label, definition=registration.definition
-            ),
+            identity=_identity_of(self.registration_hash, registration),
             originator=registration.originator,
             wake_target=self.wake_target,
             env_ref=registration.env_ref,
@@ -810,6 +807,23 @@ def _checked_registration_document(document: dict[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"stored registration lacks {', '.join(sorted(missing))}")
     return document
+
+
+_IDENTITIES: dict[str, Identity] = {}
+
+
+def _identity_of(registration_hash: str, registration: ProcessRegistration) -> Identity:
+    """A registration's identity, built once per content hash (it is frozen, so shareable)."""
+    identity = _IDENTITIES.get(registration_hash)
+    if identity is None:
+        kind, label = registration.input.identity()
+        identity = Identity.model_construct(
+            kind=kind, label=label, definition=registration.definition
+        )
+        if len(_IDENTITIES) >= _REGISTRATIONS_KEPT:
+            _IDENTITIES.clear()
+        _IDENTITIES[registration_hash] = identity
+    return identity
 
 
 _REGISTRATIONS: dict[str, ProcessRegistration] = {}
