@@ -16,7 +16,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
-from procledger.adapters.store import Store, StoreLocation, WriteUnit, _events_to_append
+from procledger.adapters.store import Store, StoreLocation, Tx, append_in
 from procledger.domain.errors import StoreError
 
 
@@ -33,26 +33,22 @@ class PostgresRecorder(PostgresApplicationRecorder):
         ).format(pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name))
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        unit: WriteUnit | None = kwargs.get("unit")
         with self.store.write() as tx:
             for statement in self.lock_table_statements:
                 tx.cursor.execute(statement)
-            to_append = _events_to_append(tx, unit, stored_events)
-            if to_append is None:
-                return []
-            if unit is not None:
-                unit.before(tx)
-            ids = []
-            for stored in to_append:
+            ids = append_in(tx, kwargs.get("unit"), stored_events, self._insert_one)
+            if ids:
                 tx.cursor.execute(
-                    self.insert_one_statement,
-                    (stored.originator_id, stored.originator_version, stored.topic, stored.state),
+                    pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name))
                 )
-                ids.append(int(tx.cursor.fetchone()["notification_id"]))
-            tx.cursor.execute(pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name)))
-            if unit is not None:
-                unit.after(tx, ids)
         return ids
+
+    def _insert_one(self, tx: Tx, stored: StoredEvent) -> int:
+        tx.cursor.execute(
+            self.insert_one_statement,
+            (stored.originator_id, stored.originator_version, stored.topic, stored.state),
+        )
+        return int(tx.cursor.fetchone()["notification_id"])
 
 
 def _connect(location: StoreLocation) -> psycopg.Connection[Any]:

@@ -15,7 +15,7 @@ import os
 import re
 import sqlite3
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,36 +243,46 @@ def _sqlite_transaction(datastore: SQLiteDatastore, *, write: bool) -> Iterator[
 # -- recorders ----------------------------------------------------------------------------------
 
 
+def append_in(
+    tx: Tx,
+    unit: WriteUnit | None,
+    stored_events: Sequence[StoredEvent],
+    insert_one: Callable[[Tx, StoredEvent], int],
+) -> list[int]:
+    """One append with its side effects, in the open write transaction ``tx``: let a deciding
+    unit add its events, check (``before``), insert each event, then project (``after``)."""
+    to_append = _events_to_append(tx, unit, stored_events)
+    if to_append is None:
+        return []
+    if unit is not None:
+        unit.before(tx)
+    ids = [insert_one(tx, stored) for stored in to_append]
+    if unit is not None:
+        unit.after(tx, ids)
+    return ids
+
+
 class SQLiteRecorder(SQLiteApplicationRecorder):
     """Appends events and runs the write unit's side effects in one transaction."""
 
     store: Store
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        unit: WriteUnit | None = kwargs.get("unit")
         with self.store.write() as tx:
-            to_append = _events_to_append(tx, unit, stored_events)
-            if to_append is None:
-                return []
-            if unit is not None:
-                unit.before(tx)
-            ids = []
-            for stored in to_append:
-                tx.execute(
-                    self.insert_events_statement,
-                    (
-                        stored.originator_id.hex
-                        if isinstance(stored.originator_id, uuid.UUID)
-                        else stored.originator_id,
-                        stored.originator_version,
-                        stored.topic,
-                        stored.state,
-                    ),
-                )
-                ids.append(int(tx.cursor.lastrowid))
-            if unit is not None:
-                unit.after(tx, ids)
-        return ids
+            return append_in(tx, kwargs.get("unit"), stored_events, self._insert_one)
+
+    def _insert_one(self, tx: Tx, stored: StoredEvent) -> int:
+        originator_id = stored.originator_id
+        tx.execute(
+            self.insert_events_statement,
+            (
+                originator_id.hex if isinstance(originator_id, uuid.UUID) else originator_id,
+                stored.originator_version,
+                stored.topic,
+                stored.state,
+            ),
+        )
+        return int(tx.cursor.lastrowid)
 
 
 class _StatementCachingPool(SQLiteConnectionPool):

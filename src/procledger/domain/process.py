@@ -820,9 +820,7 @@ def _identity_of(registration_hash: str, registration: ProcessRegistration) -> I
         identity = Identity.model_construct(
             kind=kind, label=label, definition=registration.definition
         )
-        if len(_IDENTITIES) >= _REGISTRATIONS_KEPT:
-            _IDENTITIES.clear()
-        _IDENTITIES[registration_hash] = identity
+        _keep(_IDENTITIES, registration_hash, identity)
     return identity
 
 
@@ -830,10 +828,15 @@ _REGISTRATIONS: dict[str, ProcessRegistration] = {}
 _REGISTRATIONS_KEPT = 4096
 
 
+def _keep(cache: dict[str, Any], registration_hash: str, value: Any) -> None:
+    """Per-registration caches stay bounded: past the limit, start again from empty."""
+    if len(cache) >= _REGISTRATIONS_KEPT:
+        cache.clear()
+    cache[registration_hash] = value
+
+
 def _remember_registration(registration_hash: str, registration: ProcessRegistration) -> None:
-    if len(_REGISTRATIONS) >= _REGISTRATIONS_KEPT:
-        _REGISTRATIONS.clear()
-    _REGISTRATIONS[registration_hash] = registration
+    _keep(_REGISTRATIONS, registration_hash, registration)
 
 
 def _parsed_registration(data: dict[str, Any], registration_hash: str) -> ProcessRegistration:
