@@ -27,6 +27,8 @@ from procledger.adapters.liveness import ProcProbe
 from procledger.adapters.schema import create_tables
 from procledger.adapters.store import (
     APPLICATION_NAME,
+    SQLITE_LOCK_TIMEOUT_S,
+    SQLiteConnections,
     Store,
     StoreLocation,
     Tx,
@@ -220,8 +222,16 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         if self.store.dialect == "postgresql":
             self.store.postgres = datastore
         else:
-            self.store.sqlite = datastore
+            self.store.sqlite = SQLiteConnections(
+                datastore.pool.db_name,
+                in_memory=self.location.in_memory,
+                timeout=SQLITE_LOCK_TIMEOUT_S,
+            )
         return recorder
+
+    def close(self) -> None:
+        super().close()
+        self.store.close()
 
     def now_ms(self) -> int:
         return int(self._clock())
@@ -234,24 +244,30 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
 
     def _load_in(self, tx: Tx, process_id: str) -> Process:
         """Replay a process from its log, read in the open transaction ``tx``."""
-        key = process_uuid(process_id)
-        rows = tx.execute(
-            f"SELECT originator_version, topic, state FROM {self.store.events_table} "
-            "WHERE originator_id=? ORDER BY originator_version",
-            (key if self.store.dialect == "postgresql" else key.hex,),
-        ).all()
-        if not rows:
+        stored = self._stored_events(tx, process_uuid(process_id))
+        if not stored:
             raise NotFound(f"process {process_id!r} not found")
         aggregate: Any = None
-        for row in rows:
-            stored = StoredEvent(
+        for item in stored:
+            aggregate = self._decode(item, process_id).mutate(aggregate)
+        return aggregate  # type: ignore[no-any-return]
+
+    def _stored_events(self, tx: Tx, key: UUID, after: int = 0) -> list[StoredEvent]:
+        """One aggregate's stored events after version ``after``, in order."""
+        rows = tx.execute(
+            f"SELECT originator_version, topic, state FROM {self.store.events_table} "
+            "WHERE originator_id=? AND originator_version>? ORDER BY originator_version",
+            (key if self.store.dialect == "postgresql" else key.hex, after),
+        ).all()
+        return [
+            StoredEvent(
                 originator_id=key,
                 originator_version=row["originator_version"],
                 topic=row["topic"],
                 state=row["state"],
             )
-            aggregate = self._decode(stored, process_id).mutate(aggregate)
-        return aggregate  # type: ignore[no-any-return]
+            for row in rows
+        ]
 
     def _decode(self, stored: Any, process_id: str | None = None) -> Any:
         """One stored event; a corrupt one is a ``StoreError`` naming its process."""
@@ -263,7 +279,8 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
             raise StoreError(f"process {process_id!r}: {error}") from error.__cause__
 
     def _load_session(self, session_id: str) -> Session | None:
-        stored = self.recorder.select_events(session_uuid(session_id))
+        with self.store.read() as tx:
+            stored = self._stored_events(tx, session_uuid(session_id))
         aggregate: Any = None
         for item in stored:
             aggregate = self._decode(item).mutate(aggregate)
@@ -345,7 +362,8 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
     def events(  # type: ignore[override]  # Application.events is moved to event_store
         self, process_id: str, after: int = 0
     ) -> list[ProcessEvent]:
-        stored = self.recorder.select_events(process_uuid(process_id), gt=after or None)
+        with self.store.read() as tx:
+            stored = self._stored_events(tx, process_uuid(process_id), after)
         if not stored and after == 0:
             raise NotFound(f"process {process_id!r} not found")
         if not stored:

@@ -14,23 +14,19 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from eventsourcing.persistence import IntegrityError, InterfaceError, StoredEvent
-from eventsourcing.sqlite import (
-    SQLITE3_DEFAULT_LOCK_TIMEOUT,
-    SQLiteApplicationRecorder,
-    SQLiteConnection,
-    SQLiteConnectionPool,
-    SQLiteDatastore,
-)
-from eventsourcing.sqlite import SQLiteFactory as _EventsourcingSQLiteFactory
+from eventsourcing.persistence import IntegrityError, StoredEvent
+from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from procledger.domain.errors import StoreError
 
@@ -40,6 +36,7 @@ if TYPE_CHECKING:
 Dialect = Literal["sqlite", "postgresql"]
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 APPLICATION_NAME = "procledger"
+SQLITE_LOCK_TIMEOUT_S = 60  # how long a writer waits for another to commit
 
 
 # -- URLs ---------------------------------------------------------------------------------------
@@ -176,8 +173,8 @@ class Store:
     def __init__(self, location: StoreLocation) -> None:
         self.location = location
         self.dialect: Dialect = location.dialect
-        self.sqlite: SQLiteDatastore | None = None
-        self.postgres: PostgresDatastore | None = None  # set by the registry when opened
+        self.sqlite: SQLiteConnections | None = None  # set by the registry when opened
+        self.postgres: PostgresDatastore | None = None
 
     def table(self, name: str) -> str:
         """A side table's qualified name (events live in eventsourcing's own table)."""
@@ -195,49 +192,188 @@ class Store:
     def notification_id_column(self) -> str:
         return "notification_id" if self.dialect == "postgresql" else "rowid"
 
-    @contextmanager
-    def write(self) -> Iterator[Tx]:
+    def write(self) -> AbstractContextManager[Tx]:
         """A serialised write transaction (SQLite: BEGIN IMMEDIATE, so no upgrade deadlock)."""
-        with self._transaction(write=True) as tx:
-            yield tx
+        if self.sqlite is not None:
+            return _SQLiteTransaction(self.sqlite, write=True)
+        return self._postgres_transaction(write=True)
+
+    def read(self) -> AbstractContextManager[Tx]:
+        if self.sqlite is not None:
+            return _SQLiteTransaction(self.sqlite, write=False)
+        return self._postgres_transaction(write=False)
 
     @contextmanager
-    def read(self) -> Iterator[Tx]:
-        with self._transaction(write=False) as tx:
-            yield tx
+    def _postgres_transaction(self, *, write: bool) -> Iterator[Tx]:
+        assert self.postgres is not None
+        with self.postgres.transaction(commit=write) as cursor:
+            yield Tx(cursor, "postgresql")
 
-    @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[Tx]:
-        try:
-            if self.sqlite is not None:
-                with _sqlite_transaction(self.sqlite, write=write) as cursor:
-                    yield Tx(cursor, "sqlite")
-            else:
-                assert self.postgres is not None
-                with self.postgres.transaction(commit=write) as cursor:
-                    yield Tx(cursor, "postgresql")
-        except sqlite3.IntegrityError as error:  # eventsourcing maps psycopg's already
-            raise IntegrityError(str(error)) from error
+    def close(self) -> None:
+        if self.sqlite is not None:
+            self.sqlite.close()
 
 
-@contextmanager
-def _sqlite_transaction(datastore: SQLiteDatastore, *, write: bool) -> Iterator[Any]:
-    with datastore.get_connection(commit=write) as connection:
-        raw: sqlite3.Connection = connection._sqlite_conn  # eventsourcing keeps it private
-        cursor = raw.cursor()
-        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            yield cursor
-        except BaseException:
-            raw.rollback()
-            raise
+class SQLiteConnections:
+    """The connections of one SQLite store, held here rather than borrowed per transaction
+    from eventsourcing's pool: the pool's fairness semaphore, writer lock and bookkeeping cost
+    more than an empty transaction, and a command is one transaction.
+
+    Each thread reuses its own connections (a nested transaction opens a second one); SQLite's
+    file locks and ``BEGIN IMMEDIATE`` serialise writers across threads and processes. A
+    shared-cache in-memory database reports lock conflicts as errors instead of waiting, so
+    there transactions also take one lock. A thread's connections close when the thread ends;
+    a forked child starts with none of its parent's.
+    """
+
+    _KEPT_PER_THREAD = 2
+
+    def __init__(self, database: str, *, in_memory: bool, timeout: float) -> None:
+        self.database = database
+        self.timeout = timeout
+        self.serialised: threading.RLock | None = threading.RLock() if in_memory else None
+        self._local = threading.local()
+        self._guard = threading.Lock()
+        self._finalizers: set[weakref.finalize[Any, Any]] = set()
+        self._closed = False
+        os.register_at_fork(after_in_child=_forget_in_child(self))
+
+    def acquire(self) -> sqlite3.Connection:
+        idle: _ThreadConnections | None = getattr(self._local, "idle", None)
+        if idle is None:
+            idle = self._local.idle = self._new_thread_list()
+        if idle.connections:
+            return idle.connections.pop()
+        return self._connect(idle)
+
+    def release(self, connection: sqlite3.Connection) -> None:
+        idle: _ThreadConnections = self._local.idle
+        if len(idle.connections) < self._KEPT_PER_THREAD and not self._closed:
+            idle.connections.append(connection)
         else:
-            if write:
-                raw.commit()
-            else:
-                raw.rollback()
+            idle.opened.remove(connection)
+            connection.close()
+
+    def close(self) -> None:
+        with self._guard:
+            self._closed = True
+            finalizers, self._finalizers = self._finalizers, set()
+        for finalizer in finalizers:
+            finalizer()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: never touch the parent's connections (not even to close them)."""
+        self._local = threading.local()
+        self._guard = threading.Lock()
+        for finalizer in self._finalizers:
+            finalizer.detach()
+        self._finalizers = set()
+
+    def _new_thread_list(self) -> _ThreadConnections:
+        idle = _ThreadConnections()
+        with self._guard:
+            self._finalizers = {f for f in self._finalizers if f.alive}
+            self._finalizers.add(weakref.finalize(idle, _close_all, idle.opened))
+        return idle
+
+    def _connect(self, idle: _ThreadConnections) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("the registry is closed")
+        try:
+            connection = sqlite3.connect(
+                self.database,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                cached_statements=256,
+                timeout=self.timeout,
+            )
+        except sqlite3.Error as error:
+            raise StoreError(f"cannot open the SQLite database: {error}") from error
+        connection.row_factory = sqlite3.Row
+        idle.opened.append(connection)
+        return connection
+
+
+class _ThreadConnections:
+    """One thread's connections: all it opened, and those idle now."""
+
+    __slots__ = ("__weakref__", "connections", "opened")
+
+    def __init__(self) -> None:
+        self.connections: list[sqlite3.Connection] = []
+        self.opened: list[sqlite3.Connection] = []
+
+
+def _close_all(connections: list[sqlite3.Connection]) -> None:
+    for connection in connections:
+        connection.close()
+    connections.clear()
+
+
+def _forget_in_child(connections: SQLiteConnections) -> Callable[[], None]:
+    reference = weakref.ref(connections)
+
+    def forget() -> None:
+        alive = reference()
+        if alive is not None:
+            alive.forget_after_fork()
+
+    return forget
+
+
+class _SQLiteTransaction:
+    """One SQLite transaction as a plain context manager (a generator-based one costs a few
+    microseconds per layer, and this runs once per command)."""
+
+    __slots__ = ("_connection", "_connections", "_cursor", "_write")
+
+    def __init__(self, connections: SQLiteConnections, *, write: bool) -> None:
+        self._connections = connections
+        self._write = write
+
+    def __enter__(self) -> Tx:
+        connections = self._connections
+        if connections.serialised is not None:
+            connections.serialised.acquire()
+        try:
+            self._connection = connection = connections.acquire()
+            try:
+                self._cursor = cursor = connection.cursor()
+                cursor.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+            except BaseException:
+                connections.release(connection)
+                raise
+        except BaseException:
+            if connections.serialised is not None:
+                connections.serialised.release()
+            raise
+        return Tx(cursor, "sqlite")
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        connection = self._connection
+        try:
+            try:
+                if error is None and self._write:
+                    connection.commit()
+                else:
+                    connection.rollback()
+            except BaseException:
+                connection.rollback()
+                raise
+            finally:
+                self._cursor.close()
         finally:
-            cursor.close()
+            self._connections.release(connection)
+            if self._connections.serialised is not None:
+                self._connections.serialised.release()
+        if isinstance(error, sqlite3.IntegrityError):  # eventsourcing maps psycopg's already
+            raise IntegrityError(str(error)) from error
 
 
 # -- recorders ----------------------------------------------------------------------------------
@@ -285,50 +421,6 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         return int(tx.cursor.lastrowid)
 
 
-class _StatementCachingPool(SQLiteConnectionPool):
-    """eventsourcing opens connections with ``cached_statements=True``, a cache of ONE compiled
-    statement, so every statement of a command was compiled again on each use (about half of
-    a command's time on memory://). The same connections, keeping 256 compiled statements."""
-
-    def _create_connection(self) -> SQLiteConnection:
-        try:
-            raw = sqlite3.connect(
-                database=self.db_name,
-                uri=True,
-                check_same_thread=False,
-                isolation_level=None,
-                cached_statements=256,
-                timeout=self.lock_timeout or SQLITE3_DEFAULT_LOCK_TIMEOUT,
-            )
-        except (sqlite3.Error, TypeError) as error:
-            raise InterfaceError(error) from error
-        if not self.is_sqlite_memory_mode and not self.is_journal_mode_wal:
-            if raw.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                raw.execute("PRAGMA journal_mode=WAL")
-                self.journal_mode_was_changed_to_wal = True
-            self.is_journal_mode_wal = True
-        raw.row_factory = sqlite3.Row
-        return SQLiteConnection(sqlite_conn=raw, max_age=self.max_age)
-
-
-class SQLiteFactory(_EventsourcingSQLiteFactory):
-    """eventsourcing's SQLite factory with a statement-caching connection pool."""
-
-    def __init__(self, env: Any) -> None:
-        super().__init__(env)
-        stock = self.datastore.pool  # opens connections lazily: none yet
-        self.datastore.pool = _StatementCachingPool(
-            db_name=stock.db_name,
-            lock_timeout=stock.lock_timeout,
-            pool_size=stock.pool_size,
-            max_overflow=stock.max_overflow,
-            pool_timeout=stock.pool_timeout,
-            max_age=stock.max_age,
-            pre_ping=stock.pre_ping,
-        )
-        stock.close()
-
-
 # -- opening ------------------------------------------------------------------------------------
 
 
@@ -341,9 +433,9 @@ def application_env(location: StoreLocation) -> dict[str, str]:
             else location.sqlite_path
         )
         return {
-            "PERSISTENCE_MODULE": f"{__name__}:SQLiteFactory",
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
             "SQLITE_DBNAME": name,
-            "SQLITE_LOCK_TIMEOUT": "60",
+            "SQLITE_LOCK_TIMEOUT": str(SQLITE_LOCK_TIMEOUT_S),
             "APPLICATION_RECORDER_TOPIC": f"{__name__}:SQLiteRecorder",
         }
     pg = location.pg
