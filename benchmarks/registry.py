@@ -68,6 +68,10 @@ def registration(process_id: str) -> ProcessRegistration:
     )
 
 
+def registrations(prefix: str, count: int) -> list[ProcessRegistration]:
+    return [registration(f"{prefix}-{index}") for index in range(count)]
+
+
 # -- (a) the three implementations ------------------------------------------------------------
 
 
@@ -91,11 +95,15 @@ class Job(Aggregate):
 
 
 class Runner:
-    """One implementation on one store: ``run(n)`` does n processes' work."""
+    """One implementation on one store: ``run(registrations)`` does their processes' work.
+
+    Every implementation is handed the same registrations, built before the clock starts:
+    constructing the caller's input models is the caller's cost, not the store's.
+    """
 
     name = ""
 
-    def run(self, prefix: str, count: int) -> None:
+    def run(self, registrations: list[ProcessRegistration]) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -108,11 +116,11 @@ class RegistryRunner(Runner):
     def __init__(self, url: str) -> None:
         self.registry = open_registry(url)
 
-    def run(self, prefix: str, count: int) -> None:
+    def run(self, registrations: list[ProcessRegistration]) -> None:
         registry = self.registry
-        for index in range(count):
-            pid = f"{prefix}-{index}"
-            registry.register(registration(pid))
+        for item in registrations:
+            pid = item.id
+            registry.register(item)
             registry.record_started(pid, 1)
             registry.record_completed(pid, "exited", "exited", exit_code=0, authority=AUTHORITY)
 
@@ -126,10 +134,10 @@ class RawEventsourcingRunner(Runner):
     def __init__(self, env: dict[str, str]) -> None:
         self.app: Application[Any] = Application(env=env)
 
-    def run(self, prefix: str, count: int) -> None:
+    def run(self, registrations: list[ProcessRegistration]) -> None:
         app = self.app
-        for index in range(count):
-            job = Job(registration(f"{prefix}-{index}").model_dump(mode="json"), at_ms=1)
+        for item in registrations:
+            job = Job(item.model_dump(mode="json"), at_ms=1)
             app.save(job)
             job = app.repository.get(job.id)
             job.start(1)
@@ -194,9 +202,9 @@ class RawSqliteRunner(Runner):
         ).fetchall()
         return len(rows)
 
-    def run(self, prefix: str, count: int) -> None:
-        for index in range(count):
-            pid = f"{prefix}-{index}"
+    def run(self, registrations: list[ProcessRegistration]) -> None:
+        for item in registrations:
+            pid = item.id
             self.db.execute("SELECT record FROM records WHERE process_id=?", (pid,)).fetchone()
             self._append(pid, 1, "Registered")
             self._append(pid, self._read_events(pid) + 1, "Started")
@@ -260,9 +268,9 @@ class RawPostgresRunner(Runner):
             ).fetchall()
         return len(rows)
 
-    def run(self, prefix: str, count: int) -> None:
-        for index in range(count):
-            pid = f"{prefix}-{index}"
+    def run(self, registrations: list[ProcessRegistration]) -> None:
+        for item in registrations:
+            pid = item.id
             with self.db.transaction():
                 self.db.execute("SELECT record FROM raw_records WHERE process_id=%s", (pid,))
             self._append(pid, 1, "Registered")
@@ -326,11 +334,12 @@ def measure_throughput(
     samples: dict[str, list[float]] = {r.name: [] for r in implementations}
     try:
         for runner in implementations:
-            runner.run("warmup", 5)
+            runner.run(registrations("warmup", 5))
         for round_index in range(rounds):
             for runner in implementations:
+                batch = registrations(f"r{round_index}", count)
                 started = time.perf_counter()
-                runner.run(f"r{round_index}", count)
+                runner.run(batch)
                 samples[runner.name].append(count / (time.perf_counter() - started))
     finally:
         for runner in implementations:

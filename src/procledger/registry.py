@@ -13,8 +13,9 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 from uuid import UUID
 
 import orjson
@@ -70,6 +71,8 @@ from procledger.projections.records import (
 Clock = Callable[[], int]
 T = TypeVar("T")
 _CONFLICT_RETRIES = 50
+_AGGREGATES_KEPT = 1024  # processes whose last written state a registry keeps for reuse
+_LOG_KEPT = 32  # ...if their logs are no longer than this (the copy keeps each event's bytes)
 
 
 def system_clock() -> int:
@@ -81,38 +84,54 @@ class _SaveUnit:
 
     def __init__(
         self,
-        store: Store,
+        registry: ProcessRegistry,
         processes: Sequence[tuple[Process, list[Any]]],
         sessions: Sequence[tuple[Session, list[Any]]],
         *,
         lease: Lease | None,
         now_ms: int,
     ) -> None:
-        self.store = store
+        self.registry = registry
+        self.store = registry.store
         self.processes = processes
         self.sessions = sessions
         self.lease = lease
         self.now_ms = now_ms
+        self.stored = self._encode()
         self.records: dict[str, ProcessRecord] = {}
+        self.appended: dict[str, tuple[tuple[int, bytes], ...]] = {}  # see ``_Loaded.log``
+
+    def _encode(self) -> list[StoredEvent]:
+        to_stored_event = self.registry.mapper.to_stored_event
+        return [
+            to_stored_event(event)
+            for _, events in (*self.processes, *self.sessions)
+            for event in events
+        ]
 
     def before(self, tx: Tx) -> None:
         if self.lease is not None:
             check_live_lease(tx, self.store, self.lease, self.now_ms)
 
     def after(self, tx: Tx, notification_ids: Sequence[int]) -> None:
-        ids = iter(notification_ids)
-        last = 0
+        appended = zip(notification_ids, self.stored, strict=True)
         documents = []
+        loaded = set()
         for process, events in self.processes:
-            for _ in events:
-                last = next(ids)
+            if not events:
+                continue
+            log = tuple(
+                (position, stored.state) for position, stored in islice(appended, len(events))
+            )
+            last = log[-1][0]
             documents.append(process.record_document(change_seq=last))
             self.records[process.process_id] = process.to_record(change_seq=last)
+            self.appended[process.process_id] = log
+            if events[0].originator_version > 1:
+                loaded.add(process.process_id)
         for session, events in self.sessions:
             for event in events:
                 apply_session_event(tx, self.store, session.session_id, event)
-                last = max(last, next(ids))
-        loaded = {p.process_id for p, ev in self.processes if ev and ev[0].originator_version > 1}
         upsert_records(tx, self.store, documents, must_exist=loaded)
         advance_tracking(tx, self.store, max(notification_ids, default=0))
         if self.lease is not None:
@@ -131,17 +150,49 @@ class _DecideUnit(_SaveUnit):
         lease: Lease | None,
         now_ms: int,
     ) -> None:
-        super().__init__(registry.store, [], [], lease=lease, now_ms=now_ms)
-        self.registry = registry
+        super().__init__(registry, [], [], lease=lease, now_ms=now_ms)
         self.process_id = process_id
         self.decide_on = decide
+        self.loaded: _Loaded | None = None
 
     def decide(self, tx: Tx) -> list[StoredEvent]:
-        process = self.registry._load_in(tx, self.process_id)
+        self.loaded = loaded = self.registry._checkout(tx, self.process_id)
+        process = loaded.process
         self.decide_on(process, self.now_ms)
-        events = list(process.collect_events())
-        self.processes = [(process, events)]
-        return [self.registry.mapper.to_stored_event(event) for event in events]
+        self.processes = [(process, list(process.collect_events()))]
+        self.stored = self._encode()
+        return self.stored
+
+    def committed(self) -> _Loaded:
+        """The process as this write left it (call only after the commit)."""
+        assert self.loaded is not None
+        process, log = self.loaded
+        return _Loaded(process, log + self.appended.get(self.process_id, ()))
+
+
+class _Loaded(NamedTuple):
+    """A process, and the notification id and stored bytes of each event it reflects: what
+    must still be in the log, unchanged, for this copy to be reused."""
+
+    process: Process
+    log: tuple[tuple[int, bytes], ...]
+
+    def still_matches(self, rows: Sequence[Any]) -> bool:
+        if len(rows) < len(self.log):
+            return False
+        for row, (position, state) in zip(rows, self.log, strict=False):
+            if row["position"] != position or row["state"] != state:
+                return False
+        return True
+
+
+def _stored(key: UUID, row: Any) -> StoredEvent:
+    return StoredEvent(
+        originator_id=key,
+        originator_version=row["originator_version"],
+        topic=row["topic"],
+        state=row["state"],
+    )
 
 
 def lease_from_row(process_id: str, row: Any) -> Lease:
@@ -201,6 +252,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         self._clock: Clock = clock or system_clock
         self.probe = ProcProbe()
         self._changed = threading.Condition()
+        self._aggregates: dict[str, _Loaded] = {}
         super().__init__(env=application_env(location))
         # eventsourcing keeps its EventStore in ``self.events``; our contract names a method
         # ``events``. We append through the recorder directly, so move the store aside.
@@ -244,30 +296,51 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
 
     def _load_in(self, tx: Tx, process_id: str) -> Process:
         """Replay a process from its log, read in the open transaction ``tx``."""
-        stored = self._stored_events(tx, process_uuid(process_id))
-        if not stored:
-            raise NotFound(f"process {process_id!r} not found")
-        aggregate: Any = None
-        for item in stored:
-            aggregate = self._decode(item, process_id).mutate(aggregate)
-        return aggregate  # type: ignore[no-any-return]
+        return self._replay(tx, process_id, None).process
 
-    def _stored_events(self, tx: Tx, key: UUID, after: int = 0) -> list[StoredEvent]:
-        """One aggregate's stored events after version ``after``, in order."""
-        rows = tx.execute(
-            f"SELECT originator_version, topic, state FROM {self.store.events_table} "
+    def _checkout(self, tx: Tx, process_id: str) -> _Loaded:
+        """The process as its log stands, for a write in the open transaction ``tx``.
+
+        The log is read whole, as always, but decoding and applying it is most of loading: this
+        registry keeps the copy its last write of the process left, and reuses it when every
+        event that copy reflects is still in the log with the same notification id and bytes
+        (a prune, a re-registration or a damaged event would differ); only newer events are
+        then applied. A checked-out copy is out of the cache until its write commits, so a
+        decision that fails half-way never leaves a half-mutated aggregate behind.
+        """
+        return self._replay(tx, process_id, self._aggregates.pop(process_id, None))
+
+    def _keep(self, loaded: _Loaded) -> None:
+        if len(loaded.log) > _LOG_KEPT:
+            return
+        if len(self._aggregates) >= _AGGREGATES_KEPT:
+            self._aggregates.clear()
+        self._aggregates[loaded.process.process_id] = loaded
+
+    def _replay(self, tx: Tx, process_id: str, cached: _Loaded | None) -> _Loaded:
+        key = process_uuid(process_id)
+        rows = self._event_rows(tx, key, 0)
+        if not rows:
+            raise NotFound(f"process {process_id!r} not found")
+        process: Any = None
+        reused = 0
+        if cached is not None and cached.still_matches(rows):
+            process, reused = cached.process, len(cached.log)
+        for row in rows[reused:]:
+            process = self._decode(_stored(key, row), process_id).mutate(process)
+        return _Loaded(process, tuple((row["position"], row["state"]) for row in rows))
+
+    def _event_rows(self, tx: Tx, key: UUID, after: int) -> list[Any]:
+        """One aggregate's stored events after version ``after``, in order, with positions."""
+        return tx.execute(
+            f"SELECT {self.store.notification_id_column} AS position, originator_version, "
+            f"topic, state FROM {self.store.events_table} "
             "WHERE originator_id=? AND originator_version>? ORDER BY originator_version",
             (key if self.store.dialect == "postgresql" else key.hex, after),
         ).all()
-        return [
-            StoredEvent(
-                originator_id=key,
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=row["state"],
-            )
-            for row in rows
-        ]
+
+    def _stored_events(self, tx: Tx, key: UUID, after: int = 0) -> list[StoredEvent]:
+        return [_stored(key, row) for row in self._event_rows(tx, key, after)]
 
     def _decode(self, stored: Any, process_id: str | None = None) -> Any:
         """One stored event; a corrupt one is a ``StoreError`` naming its process."""
@@ -293,19 +366,14 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         *,
         lease: Lease | None = None,
         now_ms: int,
-    ) -> dict[str, ProcessRecord]:
+    ) -> _SaveUnit:
         collected = [(p, list(p.collect_events())) for p in processes]
         session_events = [(s, list(s.collect_events())) for s in sessions]
-        unit = _SaveUnit(self.store, collected, session_events, lease=lease, now_ms=now_ms)
-        stored = [
-            self.mapper.to_stored_event(event)
-            for _, events in (*collected, *session_events)
-            for event in events
-        ]
-        if stored:
-            self.recorder.insert_events(stored, unit=unit)
+        unit = _SaveUnit(self, collected, session_events, lease=lease, now_ms=now_ms)
+        if unit.stored:
+            self.recorder.insert_events(unit.stored, unit=unit)
             self._notify_changed()
-        return unit.records
+        return unit
 
     def _notify_changed(self) -> None:
         with self._changed:
@@ -325,6 +393,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
                 self.recorder.insert_events([], unit=unit)
             except IntegrityError:
                 continue
+            self._keep(unit.committed())
             if process_id not in unit.records:  # decided to write nothing
                 return self.get(process_id)
             self._notify_changed()
@@ -340,9 +409,12 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
             process = Process.register(registration, at_ms=now)
             new_hash = process.registration_hash
             try:
-                return self._save([process], now_ms=now)[registration.id]
+                unit = self._save([process], now_ms=now)
             except IntegrityError:
                 pass
+            else:
+                self._keep(_Loaded(process, unit.appended[registration.id]))
+                return unit.records[registration.id]
             try:
                 existing = self.get(registration.id)
             except NotFound:  # pruned in between: register afresh

@@ -20,7 +20,7 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate
 
-from procledger.domain._model import Frozen, canonical_json
+from procledger.domain._model import Frozen, assemble, canonical_json
 from procledger.domain.errors import (
     AlreadyTerminal,
     AuthorityRejected,
@@ -758,35 +758,38 @@ class Process(Aggregate):
         registration, the facts); ``record_document`` is its JSON form, and a property test
         holds the two equal."""
         registration = self.registration
-        return ProcessRecord.model_construct(
-            id=registration.id,
-            registration_hash=self.registration_hash,
-            input=registration.input,
-            disposition=registration.disposition,
-            identity=_identity_of(self.registration_hash, registration),
-            originator=registration.originator,
-            wake_target=self.wake_target,
-            env_ref=registration.env_ref,
-            event_types=registration.event_types,
-            descriptor=registration.descriptor,
-            state=self.state,
-            reason=self.reason,
-            exit_code=self.exit_code,
-            diagnostic=self.diagnostic,
-            value=self.value,
-            status=coarse_status(self.state, self.reason, self.exit_code),
-            stop_requested=list(self.stop_requested),
-            backgrounded=self.backgrounded,
-            created_at_ms=self.created_at_ms,
-            updated_at_ms=self.updated_at_ms,
-            started_at_ms=self.started_at_ms,
-            finished_at_ms=self.finished_at_ms,
-            first_started=self.first_started,
-            abandon_request=self.abandon_request,
-            abandon_evidence=self.abandon_evidence,
-            wait=self.wait,
-            external_ref=self.external_ref,
-            change_seq=change_seq,
+        return assemble(
+            ProcessRecord,
+            {
+                "id": registration.id,
+                "registration_hash": self.registration_hash,
+                "input": registration.input,
+                "disposition": registration.disposition,
+                "identity": _identity_of(self.registration_hash, registration),
+                "originator": registration.originator,
+                "wake_target": self.wake_target,
+                "env_ref": registration.env_ref,
+                "event_types": registration.event_types,
+                "descriptor": registration.descriptor,
+                "state": self.state,
+                "reason": self.reason,
+                "exit_code": self.exit_code,
+                "diagnostic": self.diagnostic,
+                "value": self.value,
+                "status": coarse_status(self.state, self.reason, self.exit_code),
+                "stop_requested": list(self.stop_requested),
+                "backgrounded": self.backgrounded,
+                "created_at_ms": self.created_at_ms,
+                "updated_at_ms": self.updated_at_ms,
+                "started_at_ms": self.started_at_ms,
+                "finished_at_ms": self.finished_at_ms,
+                "first_started": self.first_started,
+                "abandon_request": self.abandon_request,
+                "abandon_evidence": self.abandon_evidence,
+                "wait": self.wait,
+                "external_ref": self.external_ref,
+                "change_seq": change_seq,
+            },
         )
 
 
@@ -817,8 +820,8 @@ def _identity_of(registration_hash: str, registration: ProcessRegistration) -> I
     identity = _IDENTITIES.get(registration_hash)
     if identity is None:
         kind, label = registration.input.identity()
-        identity = Identity.model_construct(
-            kind=kind, label=label, definition=registration.definition
+        identity = assemble(
+            Identity, {"kind": kind, "label": label, "definition": registration.definition}
         )
         _keep(_IDENTITIES, registration_hash, identity)
     return identity
