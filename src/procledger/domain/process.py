@@ -312,6 +312,7 @@ class Process(Aggregate):
         # it, so replaying for a read model never pays for validation it does not use.
         self.registration_json = _checked_registration_document(registration)
         self._registration: ProcessRegistration | None = None
+        self._registration_fields: dict[str, Any] | None = None
         self.registration_hash = registration_hash
         self.created_at_ms = at_ms
         self.updated_at_ms = at_ms
@@ -720,19 +721,14 @@ class Process(Aggregate):
         This is what the read model stores and what ``to_record`` validates, so the row and
         the returned record can never disagree. Field order follows ``ProcessRecord``.
         """
-        registration = self.registration_json
-        kind, label = input_identity(registration["input"])
         return {
-            "id": registration["id"],
-            "registration_hash": self.registration_hash,
-            "input": registration["input"],
-            "disposition": registration["disposition"],
-            "identity": {"kind": kind, "label": label, "definition": registration["definition"]},
-            "originator": registration["originator"],
-            "wake_target": None if self.wake_target_cleared else registration["wake_target"],
-            "env_ref": registration["env_ref"],
-            "event_types": registration["event_types"],
-            "descriptor": registration["descriptor"],
+            **self._registration_part(),
+            "wake_target": (
+                None if self.wake_target_cleared else self.registration_json["wake_target"]
+            ),
+            "env_ref": self.registration_json["env_ref"],
+            "event_types": self.registration_json["event_types"],
+            "descriptor": self.registration_json["descriptor"],
             "state": self.state.value,
             "reason": None if self.reason is None else self.reason.value,
             "exit_code": self.exit_code,
@@ -752,6 +748,27 @@ class Process(Aggregate):
             "external_ref": _json_or_none(self.external_ref),
             "change_seq": change_seq,
         }
+
+    def _registration_part(self) -> dict[str, Any]:
+        """The leading record fields, which only the registration decides: built once per
+        aggregate, since a registry reuses an aggregate across its writes."""
+        part = self._registration_fields
+        if part is None:
+            registration = self.registration_json
+            kind, label = input_identity(registration["input"])
+            part = self._registration_fields = {
+                "id": registration["id"],
+                "registration_hash": self.registration_hash,
+                "input": registration["input"],
+                "disposition": registration["disposition"],
+                "identity": {
+                    "kind": kind,
+                    "label": label,
+                    "definition": registration["definition"],
+                },
+                "originator": registration["originator"],
+            }
+        return part
 
     def to_record(self, change_seq: int) -> ProcessRecord:
         """The record as a model, assembled from parts that are already validated (the
