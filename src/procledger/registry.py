@@ -252,6 +252,7 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         self._clock: Clock = clock or system_clock
         self.probe = ProcProbe()
         self._changed = threading.Condition()
+        self._waiters = 0  # how many ``_wait_for`` calls are in progress (changed under the lock)
         self._aggregates: dict[str, _Loaded] = {}
         super().__init__(env=application_env(location))
         # eventsourcing keeps its EventStore in ``self.events``; our contract names a method
@@ -376,8 +377,11 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         return unit
 
     def _notify_changed(self) -> None:
-        with self._changed:
-            self._changed.notify_all()
+        # A waiter counts itself in before its first look, so one that this skips looks after
+        # the write committed; writers nobody waits for never touch the lock.
+        if self._waiters:
+            with self._changed:
+                self._changed.notify_all()
 
     def _write(
         self,
@@ -660,16 +664,22 @@ class ProcessRegistry(ProjectionQueries, JournalMixin, Application[UUID]):
         """Re-check on every local write, and poll with backoff for other processes' writes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = 0.005
-        while True:
+        with self._changed:
+            self._waiters += 1
+        try:
+            while True:
+                with self._changed:
+                    found = find()
+                    if found is not None:
+                        return found
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError(f"timed out waiting for {what}")
+                    self._changed.wait(pause if remaining is None else min(pause, remaining))
+                pause = min(pause * 2, 0.1)
+        finally:
             with self._changed:
-                found = find()
-                if found is not None:
-                    return found
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError(f"timed out waiting for {what}")
-                self._changed.wait(pause if remaining is None else min(pause, remaining))
-            pause = min(pause * 2, 0.1)
+                self._waiters -= 1
 
     # -- leases ---------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ Error order for every write: validation, identical replay (a no-op), state, then
 from __future__ import annotations
 
 import functools
+import hashlib
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -63,7 +64,24 @@ TERMINAL_KINDS = frozenset({LifecycleKind.completed, LifecycleKind.lost, Lifecyc
 @functools.lru_cache(maxsize=4096)
 def process_uuid(process_id: str) -> uuid.UUID:
     """Deterministic aggregate id: registering one id twice collides in the store."""
-    return uuid.uuid5(_NAMESPACE, process_id)
+    return uuid5(_NAMESPACE_BYTES, process_id)
+
+
+_NAMESPACE_BYTES = _NAMESPACE.bytes
+_NOT_VERSION_OR_VARIANT = ~((0xF000 << 64) | (0xC000 << 48))
+_VERSION_5_RFC_4122 = (5 << 76) | (0x8000 << 48)
+
+
+def uuid5(namespace: bytes, name: str) -> uuid.UUID:
+    """``uuid.uuid5(UUID(bytes=namespace), name)``, exactly, at a third of its cost (the stock
+    one recomputes the namespace's bytes and re-checks its arguments). Every new process id
+    pays this once."""
+    digest = hashlib.sha1(namespace + name.encode(), usedforsecurity=False).digest()
+    value = int.from_bytes(digest[:16]) & _NOT_VERSION_OR_VARIANT | _VERSION_5_RFC_4122
+    identifier = object.__new__(uuid.UUID)
+    object.__setattr__(identifier, "int", value)
+    object.__setattr__(identifier, "is_safe", uuid.SafeUUID.unknown)
+    return identifier
 
 
 def timestamp_of(at_ms: int) -> datetime:

@@ -29,6 +29,11 @@ _UPDATE = (
     + ", ".join(f"{column}=?" for column in _UPDATED_COLUMNS)
     + " WHERE process_id=?"
 )
+_UPSERT = (
+    f"INSERT INTO {{table}} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (process_id) DO UPDATE SET "
+    + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
+)
 
 
 def document_row(document: Mapping[str, Any]) -> tuple[object, ...]:
@@ -71,11 +76,7 @@ def upsert_records(
             fresh.append(row)
     if not fresh:
         return
-    statement = (
-        f"INSERT INTO {store.table('records')} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-        "ON CONFLICT (process_id) DO UPDATE SET "
-        + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
-    )
+    statement = _UPSERT.format(table=store.table("records"))
     if store.dialect == "postgresql":
         tx.cursor.executemany(statement.replace("?", "%s"), fresh)
     else:
