@@ -331,6 +331,7 @@ class Process(Aggregate):
         self.registration_json = _checked_registration_document(registration)
         self._registration: ProcessRegistration | None = None
         self._registration_fields: dict[str, Any] | None = None
+        self._registration_model_fields: dict[str, Any] | None = None
         self.registration_hash = registration_hash
         self.created_at_ms = at_ms
         self.updated_at_ms = at_ms
@@ -792,20 +793,14 @@ class Process(Aggregate):
         """The record as a model, assembled from parts that are already validated (the
         registration, the facts); ``record_document`` is its JSON form, and a property test
         holds the two equal."""
-        registration = self.registration
         return assemble(
             ProcessRecord,
             {
-                "id": registration.id,
-                "registration_hash": self.registration_hash,
-                "input": registration.input,
-                "disposition": registration.disposition,
-                "identity": _identity_of(self.registration_hash, registration),
-                "originator": registration.originator,
+                **self._registration_models(),
                 "wake_target": self.wake_target,
-                "env_ref": registration.env_ref,
-                "event_types": registration.event_types,
-                "descriptor": registration.descriptor,
+                "env_ref": self.registration.env_ref,
+                "event_types": self.registration.event_types,
+                "descriptor": self.registration.descriptor,
                 "state": self.state,
                 "reason": self.reason,
                 "exit_code": self.exit_code,
@@ -827,6 +822,22 @@ class Process(Aggregate):
             },
         )
 
+    def _registration_models(self) -> dict[str, Any]:
+        """``_registration_part`` as models, for ``to_record`` (built once per aggregate)."""
+        part = self._registration_model_fields
+        if part is None:
+            registration = self.registration
+            identity = assemble(Identity, dict(self._registration_part()["identity"]))
+            part = self._registration_model_fields = {
+                "id": registration.id,
+                "registration_hash": self.registration_hash,
+                "input": registration.input,
+                "disposition": registration.disposition,
+                "identity": identity,
+                "originator": registration.originator,
+            }
+        return part
+
 
 def _json_or_none(model: Frozen | None) -> dict[str, Any] | None:
     return None if model is None else model.model_dump(mode="json")
@@ -845,21 +856,6 @@ def _checked_registration_document(document: dict[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"stored registration lacks {', '.join(sorted(missing))}")
     return document
-
-
-_IDENTITIES: dict[str, Identity] = {}
-
-
-def _identity_of(registration_hash: str, registration: ProcessRegistration) -> Identity:
-    """A registration's identity, built once per content hash (it is frozen, so shareable)."""
-    identity = _IDENTITIES.get(registration_hash)
-    if identity is None:
-        kind, label = registration.input.identity()
-        identity = assemble(
-            Identity, {"kind": kind, "label": label, "definition": registration.definition}
-        )
-        _keep(_IDENTITIES, registration_hash, identity)
-    return identity
 
 
 _REGISTRATIONS: dict[str, ProcessRegistration] = {}

@@ -24,9 +24,11 @@ RECORD_COLUMNS = (
 )
 _TERMINAL_STATES = frozenset(state.value for state in ProcessState if state.is_terminal)
 _UPDATED_COLUMNS = [column.strip() for column in RECORD_COLUMNS.split(",")][1:]
+# What a write after the registration can change; the rest comes from the registration alone.
+_CHANGING_COLUMNS = ("change_seq", "status", "terminal", "waiting", "updated_at_ms", "record")
 _UPDATE = (
     "UPDATE {table} SET "
-    + ", ".join(f"{column}=?" for column in _UPDATED_COLUMNS)
+    + ", ".join(f"{column}=?" for column in _CHANGING_COLUMNS)
     + " WHERE process_id=?"
 )
 _UPSERT = (
@@ -38,18 +40,31 @@ _UPSERT = (
 
 def document_row(document: Mapping[str, Any]) -> tuple[object, ...]:
     """A row from a record's JSON form (``Process.record_document``): no model round trip."""
+    change_seq, status, terminal, waiting, updated_at_ms, record = _changing_values(document)
     definition = document["identity"]["definition"]
     return (
         document["id"],
-        document["change_seq"],
-        document["status"],
-        int(document["state"] in _TERMINAL_STATES),
-        int(document["wait"] is not None),
+        change_seq,
+        status,
+        terminal,
+        waiting,
         originator_scope_id(document["originator"]),
         document["identity"]["kind"],
         document["identity"]["label"],
         None if definition is None else canonical_json(definition).decode(),
         document["created_at_ms"],
+        updated_at_ms,
+        record,
+    )
+
+
+def _changing_values(document: Mapping[str, Any]) -> tuple[object, ...]:
+    """The ``_CHANGING_COLUMNS`` of a record's row."""
+    return (
+        document["change_seq"],
+        document["status"],
+        int(document["state"] in _TERMINAL_STATES),
+        int(document["wait"] is not None),
         document["updated_at_ms"],
         orjson.dumps(document).decode(),
     )
@@ -67,13 +82,13 @@ def upsert_records(
     write rolls back, instead of resurrecting a partial log."""
     fresh: list[tuple[object, ...]] = []
     for document in documents:
-        row = document_row(document)
         if document["id"] in must_exist:
-            tx.execute(_UPDATE.format(table=store.table("records")), (*row[1:], row[0]))
+            values = (*_changing_values(document), document["id"])
+            tx.execute(_UPDATE.format(table=store.table("records")), values)
             if tx.rowcount == 0:
                 raise NotFound(f"process {document['id']!r} not found")
         else:
-            fresh.append(row)
+            fresh.append(document_row(document))
     if not fresh:
         return
     statement = _UPSERT.format(table=store.table("records"))
