@@ -223,7 +223,9 @@ class SQLiteConnections:
     file locks and ``BEGIN IMMEDIATE`` serialise writers across threads and processes. A
     shared-cache in-memory database reports lock conflicts as errors instead of waiting, so
     there transactions also take one lock. A thread's connections close when the thread ends;
-    a forked child starts with none of its parent's.
+    ``close`` closes idle ones at once and those in use when their transaction ends (closing
+    a connection under another thread's statement crashes the interpreter); a forked child
+    starts with none of its parent's.
     """
 
     _KEPT_PER_THREAD = 2
@@ -234,51 +236,62 @@ class SQLiteConnections:
         self.serialised: threading.RLock | None = threading.RLock() if in_memory else None
         self._local = threading.local()
         self._guard = threading.Lock()
-        self._finalizers: set[weakref.finalize[Any, Any]] = set()
+        self._threads: weakref.WeakSet[_ThreadConnections] = weakref.WeakSet()
         self._closed = False
         os.register_at_fork(after_in_child=_forget_in_child(self))
 
     def acquire(self) -> sqlite3.Connection:
-        idle: _ThreadConnections | None = getattr(self._local, "idle", None)
-        if idle is None:
-            idle = self._local.idle = self._new_thread_list()
-        if idle.connections:
-            return idle.connections.pop()
-        return self._connect(idle)
+        if self._closed:
+            raise StoreError("the registry is closed")
+        mine: _ThreadConnections | None = getattr(self._local, "connections", None)
+        if mine is None:
+            mine = self._local.connections = self._for_this_thread()
+        try:
+            return mine.idle.pop()
+        except IndexError:  # none idle (or ``close`` just took them)
+            return self._connect(mine)
 
     def release(self, connection: sqlite3.Connection) -> None:
-        idle: _ThreadConnections = self._local.idle
-        if len(idle.connections) < self._KEPT_PER_THREAD and not self._closed:
-            idle.connections.append(connection)
-        else:
-            idle.opened.remove(connection)
-            connection.close()
+        mine: _ThreadConnections = self._local.connections
+        if len(mine.idle) < self._KEPT_PER_THREAD and not self._closed:
+            mine.idle.append(connection)
+            if not self._closed:
+                return
+            try:  # ``close`` ran in between: whoever takes it back closes it
+                mine.idle.remove(connection)
+            except ValueError:
+                return
+        if connection in mine.opened:
+            mine.opened.remove(connection)
+        connection.close()
 
     def close(self) -> None:
         with self._guard:
             self._closed = True
-            finalizers, self._finalizers = self._finalizers, set()
-        for finalizer in finalizers:
-            finalizer()
+            threads = list(self._threads)
+        for connections in threads:
+            while True:
+                try:
+                    idle = connections.idle.pop()  # atomic: a connection is idle or in use
+                except IndexError:
+                    break
+                idle.close()
 
     def forget_after_fork(self) -> None:
         """In a forked child: never touch the parent's connections (not even to close them)."""
+        for connections in list(self._threads):
+            connections.finalizer.detach()
+        self._threads = weakref.WeakSet()
         self._local = threading.local()
         self._guard = threading.Lock()
-        for finalizer in self._finalizers:
-            finalizer.detach()
-        self._finalizers = set()
 
-    def _new_thread_list(self) -> _ThreadConnections:
-        idle = _ThreadConnections()
+    def _for_this_thread(self) -> _ThreadConnections:
+        mine = _ThreadConnections()
         with self._guard:
-            self._finalizers = {f for f in self._finalizers if f.alive}
-            self._finalizers.add(weakref.finalize(idle, _close_all, idle.opened))
-        return idle
+            self._threads.add(mine)
+        return mine
 
-    def _connect(self, idle: _ThreadConnections) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError("the registry is closed")
+    def _connect(self, mine: _ThreadConnections) -> sqlite3.Connection:
         try:
             connection = sqlite3.connect(
                 self.database,
@@ -291,24 +304,26 @@ class SQLiteConnections:
         except sqlite3.Error as error:
             raise StoreError(f"cannot open the SQLite database: {error}") from error
         connection.row_factory = sqlite3.Row
-        idle.opened.append(connection)
+        mine.opened.append(connection)
         return connection
 
 
 class _ThreadConnections:
-    """One thread's connections: all it opened, and those idle now."""
+    """One thread's connections: all it opened, and those idle now. When the thread ends its
+    thread-local reference goes, and the finalizer closes them all (none can be in use)."""
 
-    __slots__ = ("__weakref__", "connections", "opened")
+    __slots__ = ("__weakref__", "finalizer", "idle", "opened")
 
     def __init__(self) -> None:
-        self.connections: list[sqlite3.Connection] = []
+        self.idle: list[sqlite3.Connection] = []
         self.opened: list[sqlite3.Connection] = []
+        self.finalizer = weakref.finalize(self, _close_all, self.opened)
 
 
-def _close_all(connections: list[sqlite3.Connection]) -> None:
-    for connection in connections:
+def _close_all(opened: list[sqlite3.Connection]) -> None:
+    for connection in opened:
         connection.close()
-    connections.clear()
+    opened.clear()
 
 
 def _forget_in_child(connections: SQLiteConnections) -> Callable[[], None]:
