@@ -238,7 +238,7 @@ class SQLiteConnections:
         self._guard = threading.Lock()
         self._threads: weakref.WeakSet[_ThreadConnections] = weakref.WeakSet()
         self._closed = False
-        os.register_at_fork(after_in_child=_forget_in_child(self))
+        _OPEN_STORES.add(self)
 
     def acquire(self) -> sqlite3.Connection:
         if self._closed:
@@ -326,15 +326,15 @@ def _close_all(opened: list[sqlite3.Connection]) -> None:
     opened.clear()
 
 
-def _forget_in_child(connections: SQLiteConnections) -> Callable[[], None]:
-    reference = weakref.ref(connections)
+_OPEN_STORES: weakref.WeakSet[SQLiteConnections] = weakref.WeakSet()
 
-    def forget() -> None:
-        alive = reference()
-        if alive is not None:
-            alive.forget_after_fork()
 
-    return forget
+def _forget_parents_connections() -> None:
+    for connections in list(_OPEN_STORES):
+        connections.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_parents_connections)
 
 
 class _SQLiteTransaction:
