@@ -233,7 +233,7 @@ class SQLiteConnections:
     def __init__(self, database: str, *, in_memory: bool, timeout: float) -> None:
         self.database = database
         self.timeout = timeout
-        self.serialised: threading.RLock | None = threading.RLock() if in_memory else None
+        self._serialised: threading.RLock | None = threading.RLock() if in_memory else None
         self._local = threading.local()
         self._guard = threading.Lock()
         self._threads: weakref.WeakSet[_ThreadConnections] = weakref.WeakSet()
@@ -241,6 +241,24 @@ class SQLiteConnections:
         _OPEN_STORES.add(self)
 
     def acquire(self) -> sqlite3.Connection:
+        """This thread's connection for one transaction; give it back with ``release``."""
+        if self._serialised is not None:
+            self._serialised.acquire()
+        try:
+            return self._take()
+        except BaseException:
+            if self._serialised is not None:
+                self._serialised.release()
+            raise
+
+    def release(self, connection: sqlite3.Connection) -> None:
+        try:
+            self._give_back(connection)
+        finally:
+            if self._serialised is not None:
+                self._serialised.release()
+
+    def _take(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError("the registry is closed")
         mine: _ThreadConnections | None = getattr(self._local, "connections", None)
@@ -251,7 +269,7 @@ class SQLiteConnections:
         except IndexError:  # none idle (or ``close`` just took them)
             return self._connect(mine)
 
-    def release(self, connection: sqlite3.Connection) -> None:
+    def _give_back(self, connection: sqlite3.Connection) -> None:
         mine: _ThreadConnections = self._local.connections
         if len(mine.idle) < self._KEPT_PER_THREAD and not self._closed:
             mine.idle.append(connection)
@@ -348,20 +366,12 @@ class _SQLiteTransaction:
         self._write = write
 
     def __enter__(self) -> Tx:
-        connections = self._connections
-        if connections.serialised is not None:
-            connections.serialised.acquire()
+        self._connection = connection = self._connections.acquire()
         try:
-            self._connection = connection = connections.acquire()
-            try:
-                self._cursor = cursor = connection.cursor()
-                cursor.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
-            except BaseException:
-                connections.release(connection)
-                raise
+            self._cursor = cursor = connection.cursor()
+            cursor.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
         except BaseException:
-            if connections.serialised is not None:
-                connections.serialised.release()
+            self._connections.release(connection)
             raise
         return Tx(cursor, "sqlite")
 
@@ -385,8 +395,6 @@ class _SQLiteTransaction:
                 self._cursor.close()
         finally:
             self._connections.release(connection)
-            if self._connections.serialised is not None:
-                self._connections.serialised.release()
         if isinstance(error, sqlite3.IntegrityError):  # eventsourcing maps psycopg's already
             raise IntegrityError(str(error)) from error
 

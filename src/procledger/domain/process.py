@@ -13,7 +13,6 @@ Error order for every write: validation, identical replay (a no-op), state, then
 from __future__ import annotations
 
 import functools
-import hashlib
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -64,24 +63,7 @@ TERMINAL_KINDS = frozenset({LifecycleKind.completed, LifecycleKind.lost, Lifecyc
 @functools.lru_cache(maxsize=4096)
 def process_uuid(process_id: str) -> uuid.UUID:
     """Deterministic aggregate id: registering one id twice collides in the store."""
-    return uuid5(_NAMESPACE_BYTES, process_id)
-
-
-_NAMESPACE_BYTES = _NAMESPACE.bytes
-_NOT_VERSION_OR_VARIANT = ~((0xF000 << 64) | (0xC000 << 48))
-_VERSION_5_RFC_4122 = (5 << 76) | (0x8000 << 48)
-
-
-def uuid5(namespace: bytes, name: str) -> uuid.UUID:
-    """``uuid.uuid5(UUID(bytes=namespace), name)``, exactly, at a third of its cost (the stock
-    one recomputes the namespace's bytes and re-checks its arguments). Every new process id
-    pays this once."""
-    digest = hashlib.sha1(namespace + name.encode(), usedforsecurity=False).digest()
-    value = int.from_bytes(digest[:16]) & _NOT_VERSION_OR_VARIANT | _VERSION_5_RFC_4122
-    identifier = object.__new__(uuid.UUID)
-    object.__setattr__(identifier, "int", value)
-    object.__setattr__(identifier, "is_safe", uuid.SafeUUID.unknown)
-    return identifier
+    return uuid.uuid5(_NAMESPACE, process_id)
 
 
 def timestamp_of(at_ms: int) -> datetime:
@@ -331,7 +313,7 @@ class Process(Aggregate):
         self.registration_json = _checked_registration_document(registration)
         self._registration: ProcessRegistration | None = None
         self._registration_fields: dict[str, Any] | None = None
-        self._registration_model_fields: dict[str, Any] | None = None
+        self._identity_model: Identity | None = None
         self.registration_hash = registration_hash
         self.created_at_ms = at_ms
         self.updated_at_ms = at_ms
@@ -793,14 +775,20 @@ class Process(Aggregate):
         """The record as a model, assembled from parts that are already validated (the
         registration, the facts); ``record_document`` is its JSON form, and a property test
         holds the two equal."""
+        registration = self.registration
         return assemble(
             ProcessRecord,
             {
-                **self._registration_models(),
+                "id": registration.id,
+                "registration_hash": self.registration_hash,
+                "input": registration.input,
+                "disposition": registration.disposition,
+                "identity": self._identity(),
+                "originator": registration.originator,
                 "wake_target": self.wake_target,
-                "env_ref": self.registration.env_ref,
-                "event_types": self.registration.event_types,
-                "descriptor": self.registration.descriptor,
+                "env_ref": registration.env_ref,
+                "event_types": registration.event_types,
+                "descriptor": registration.descriptor,
                 "state": self.state,
                 "reason": self.reason,
                 "exit_code": self.exit_code,
@@ -822,21 +810,12 @@ class Process(Aggregate):
             },
         )
 
-    def _registration_models(self) -> dict[str, Any]:
-        """``_registration_part`` as models, for ``to_record`` (built once per aggregate)."""
-        part = self._registration_model_fields
-        if part is None:
-            registration = self.registration
-            identity = assemble(Identity, dict(self._registration_part()["identity"]))
-            part = self._registration_model_fields = {
-                "id": registration.id,
-                "registration_hash": self.registration_hash,
-                "input": registration.input,
-                "disposition": registration.disposition,
-                "identity": identity,
-                "originator": registration.originator,
-            }
-        return part
+    def _identity(self) -> Identity:
+        """The record's identity, from the same fields as the document's (built once)."""
+        if self._identity_model is None:
+            fields = dict(self._registration_part()["identity"])
+            self._identity_model = assemble(Identity, fields)
+        return self._identity_model
 
 
 def _json_or_none(model: Frozen | None) -> dict[str, Any] | None:
