@@ -1,9 +1,8 @@
-"""The SQLite store's own connections: one set per thread, closed with the thread or the registry,
-never shared with a forked child."""
+"""The SQLite store's own connections: shared by threads, few kept open, all closed with the
+registry, never shared with a forked child."""
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import sqlite3
@@ -41,7 +40,7 @@ def is_open(connection: sqlite3.Connection) -> bool:
     return True
 
 
-def test_a_thread_reuses_one_connection(registry: ProcessRegistry) -> None:
+def test_a_thread_reuses_the_connection_it_gave_back(registry: ProcessRegistry) -> None:
     registry.register(registration("p"))
     with registry.store.read() as tx:
         first = tx.cursor.connection
@@ -55,26 +54,35 @@ def test_a_nested_transaction_gets_its_own_connection(registry: ProcessRegistry)
         assert inner.cursor.connection is not outer.cursor.connection
 
 
-def test_a_finished_threads_connections_are_closed(registry: ProcessRegistry) -> None:
+def test_threads_share_the_idle_connections_and_few_stay_open(registry: ProcessRegistry) -> None:
+    """Many threads, each inside a transaction at once, open one connection each; once they
+    are done at most ``_KEPT_IDLE`` stay open, and the next transaction reuses one of them."""
+    count = SQLiteConnections._KEPT_IDLE + 4
+    inside, done = threading.Barrier(count + 1), threading.Event()
     opened: list[sqlite3.Connection] = []
 
-    def work() -> None:
-        registry.register(registration("from-thread"))
+    def hold() -> None:
         with registry.store.read() as tx:
             opened.append(tx.cursor.connection)
+            inside.wait(timeout=30)
+            done.wait(timeout=30)
 
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
-    del thread
-    gc.collect()
-    assert opened
-    assert not is_open(opened[0])
-    assert registry.get("from-thread").id == "from-thread"
+    threads = [threading.Thread(target=hold) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    inside.wait(timeout=30)
+    done.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    assert len(set(map(id, opened))) == count
+    still_open = [connection for connection in opened if is_open(connection)]
+    assert len(still_open) == SQLiteConnections._KEPT_IDLE
+    with registry.store.read() as tx:
+        assert any(tx.cursor.connection is connection for connection in still_open)
 
 
-def test_closing_the_registry_closes_every_threads_connections(tmp_path: Path) -> None:
+def test_closing_the_registry_closes_every_connection(tmp_path: Path) -> None:
     registry = open_registry(f"sqlite:///{tmp_path / 'ledger.db'}")
     registry.register(registration("p"))
     opened: list[sqlite3.Connection] = []

@@ -219,29 +219,28 @@ class SQLiteConnections:
     from eventsourcing's pool: the pool's fairness semaphore, writer lock and bookkeeping cost
     more than an empty transaction, and a command is one transaction.
 
-    Each thread reuses its own connections (a nested transaction opens a second one); SQLite's
-    file locks and ``BEGIN IMMEDIATE`` serialise writers across threads and processes. A
-    shared-cache in-memory database reports lock conflicts as errors instead of waiting, so
-    there transactions also take one lock. A thread's connections close when the thread ends;
-    ``close`` closes idle ones at once and those in use when their transaction ends (closing
-    a connection under another thread's statement crashes the interpreter); a forked child
-    starts with none of its parent's.
+    Idle connections wait on one stack; a transaction takes the last one put back (a nested
+    transaction takes a second) and any thread may take any of them. SQLite's file locks and
+    ``BEGIN IMMEDIATE`` serialise writers across threads and processes. A shared-cache
+    in-memory database reports lock conflicts as errors instead of waiting, so there
+    transactions also take one lock. At most ``_KEPT_IDLE`` stay open between transactions;
+    ``close`` closes the idle ones at once and those in use when their transaction ends
+    (closing a connection under another thread's statement crashes the interpreter). A forked
+    child starts with none of its parent's.
     """
 
-    _KEPT_PER_THREAD = 2
+    _KEPT_IDLE = 8
 
     def __init__(self, database: str, *, in_memory: bool, timeout: float) -> None:
         self.database = database
         self.timeout = timeout
         self._serialised: threading.RLock | None = threading.RLock() if in_memory else None
-        self._local = threading.local()
-        self._guard = threading.Lock()
-        self._threads: weakref.WeakSet[_ThreadConnections] = weakref.WeakSet()
+        self._idle: list[sqlite3.Connection] = []
         self._closed = False
         _OPEN_STORES.add(self)
 
     def acquire(self) -> sqlite3.Connection:
-        """This thread's connection for one transaction; give it back with ``release``."""
+        """A connection for one transaction; give it back with ``release``."""
         if self._serialised is not None:
             self._serialised.acquire()
         try:
@@ -258,58 +257,39 @@ class SQLiteConnections:
             if self._serialised is not None:
                 self._serialised.release()
 
-    def _take(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError("the registry is closed")
-        mine: _ThreadConnections | None = getattr(self._local, "connections", None)
-        if mine is None:
-            mine = self._local.connections = self._for_this_thread()
-        try:
-            return mine.idle.pop()
-        except IndexError:  # none idle (or ``close`` just took them)
-            return self._connect(mine)
-
-    def _give_back(self, connection: sqlite3.Connection) -> None:
-        mine: _ThreadConnections = self._local.connections
-        if len(mine.idle) < self._KEPT_PER_THREAD and not self._closed:
-            mine.idle.append(connection)
-            if not self._closed:
-                return
-            try:  # ``close`` ran in between: whoever takes it back closes it
-                mine.idle.remove(connection)
-            except ValueError:
-                return
-        if connection in mine.opened:
-            mine.opened.remove(connection)
-        connection.close()
-
     def close(self) -> None:
-        with self._guard:
-            self._closed = True
-            threads = list(self._threads)
-        for connections in threads:
-            while True:
-                try:
-                    idle = connections.idle.pop()  # atomic: a connection is idle or in use
-                except IndexError:
-                    break
-                idle.close()
+        self._closed = True
+        while True:
+            try:
+                idle = self._idle.pop()  # atomic: a connection is idle or in use, never both
+            except IndexError:
+                break
+            idle.close()
 
     def forget_after_fork(self) -> None:
         """In a forked child: never touch the parent's connections (not even to close them)."""
-        for connections in list(self._threads):
-            connections.finalizer.detach()
-        self._threads = weakref.WeakSet()
-        self._local = threading.local()
-        self._guard = threading.Lock()
+        self._idle = []
 
-    def _for_this_thread(self) -> _ThreadConnections:
-        mine = _ThreadConnections()
-        with self._guard:
-            self._threads.add(mine)
-        return mine
+    def _take(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("the registry is closed")
+        try:
+            return self._idle.pop()
+        except IndexError:  # none idle (or ``close`` just took them)
+            return self._connect()
 
-    def _connect(self, mine: _ThreadConnections) -> sqlite3.Connection:
+    def _give_back(self, connection: sqlite3.Connection) -> None:
+        if len(self._idle) < self._KEPT_IDLE and not self._closed:
+            self._idle.append(connection)
+            if not self._closed:
+                return
+            try:  # ``close`` ran in between: whoever takes it back closes it
+                self._idle.remove(connection)
+            except ValueError:
+                return
+        connection.close()
+
+    def _connect(self) -> sqlite3.Connection:
         try:
             connection = sqlite3.connect(
                 self.database,
@@ -322,26 +302,7 @@ class SQLiteConnections:
         except sqlite3.Error as error:
             raise StoreError(f"cannot open the SQLite database: {error}") from error
         connection.row_factory = sqlite3.Row
-        mine.opened.append(connection)
         return connection
-
-
-class _ThreadConnections:
-    """One thread's connections: all it opened, and those idle now. When the thread ends its
-    thread-local reference goes, and the finalizer closes them all (none can be in use)."""
-
-    __slots__ = ("__weakref__", "finalizer", "idle", "opened")
-
-    def __init__(self) -> None:
-        self.idle: list[sqlite3.Connection] = []
-        self.opened: list[sqlite3.Connection] = []
-        self.finalizer = weakref.finalize(self, _close_all, self.opened)
-
-
-def _close_all(opened: list[sqlite3.Connection]) -> None:
-    for connection in opened:
-        connection.close()
-    opened.clear()
 
 
 _OPEN_STORES: weakref.WeakSet[SQLiteConnections] = weakref.WeakSet()
