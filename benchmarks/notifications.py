@@ -42,8 +42,8 @@ from _common import (
     new_schema_name,
     with_schema,
 )
+from procledger import ProcessRegistry, open_registry
 from procledger.notifications import LoopInbox, NotificationDisposition, Notifier
-from procledger.registry import ProcessRegistry, open_registry
 
 N = NotificationDisposition
 

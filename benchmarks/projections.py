@@ -43,6 +43,7 @@ from procledger import (
     Originator,
     ProcessInput,
     ProcessRegistration,
+    ProcessRegistry,
     RecoveryDisposition,
     SessionScope,
     open_registry,
@@ -51,7 +52,6 @@ from procledger.domain.process import Process
 from procledger.domain.registration import env_ref_for
 from procledger.domain.session import Session
 from procledger.projections import ChangeCursor
-from procledger.registry import ProcessRegistry
 
 EVENTS_PER_PROCESS = 6
 SESSIONS = 50
@@ -105,7 +105,7 @@ def generate(registry: ProcessRegistry, events: int) -> int:
             session = sessions.get(session_id) or Session.open(session_id, at_ms=now)
             sessions[session_id] = touched[session_id] = session
             session.grant(process.process_id, {"kind": "command", "label": "make"}, at_ms=now)
-        registry._save(batch, list(touched.values()), now_ms=now)
+        registry._ledger.save(batch, list(touched.values()), now_ms=now)
     return processes
 
 
@@ -115,11 +115,11 @@ def generate(registry: ProcessRegistry, events: int) -> int:
 def raw_scan(registry: ProcessRegistry) -> int:
     count, start = 0, 1
     while True:
-        page = registry.recorder.select_notifications(start, 1_000)
+        page = registry._ledger.recorder.select_notifications(start, 1_000)
         if not page:
             return count
         for item in page:
-            registry.mapper.to_domain_event(item)
+            registry._ledger.mapper.to_domain_event(item)
         count += len(page)
         start = page[-1].id + 1
 

@@ -16,7 +16,7 @@ rounds)::
       (WAL, synchronous=FULL on SQLite files).
     on a SQLite file and memory (and PostgreSQL with ``--postgres`` or
     ``$PROCLEDGER_TEST_POSTGRES_URL``).
-(b) Loading a process (``get`` and replaying its aggregate with ``registry._load``) after
+(b) Loading a process (``get`` and replaying its aggregate with ``registry._ledger.load_process``) after
     ``--renewals`` lease renewals, against a fresh process with the same events.
 
 Targets: registry ≥ 70% of raw es and ≥ 40% of raw sql on SQLite; (b) within 2×.
@@ -389,7 +389,7 @@ def measure_load_after_renewals(url: str, renewals: int, rounds: int) -> dict[st
             for pid in ("fresh", "renewed"):
                 calls: dict[str, Callable[[str], object]] = {
                     "get": registry.get,
-                    "load": registry._load,
+                    "load": registry._ledger.load_process,
                 }
                 for what, call in calls.items():
                     samples.setdefault(f"{what} {pid}", []).append(
@@ -486,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             fresh, renewed = load[f"{what} fresh"], load[f"{what} renewed"]
             rows.append(
                 [
-                    "get (read model)" if what == "get" else "_load (replay)",
+                    "get (read model)" if what == "get" else "load_process (replay)",
                     f"{fresh * 1e6:,.1f}",
                     f"{renewed * 1e6:,.1f}",
                     f"{renewed / fresh:.2f}×",

@@ -81,7 +81,7 @@ def _caller() -> str:
     for frame in inspect.stack()[2:]:
         module = frame.frame.f_globals.get("__name__", "")
         if module in {
-            "procledger.registry",
+            "procledger.application.registry",
             "procledger.supervisor.handles",
         } and not frame.function.startswith("_"):
             return f"{module.rsplit('.', 1)[-1]}.{frame.function}"

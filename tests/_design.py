@@ -1,4 +1,4 @@
-"""DESIGN.md's lifecycle table (§2.1) and transitions (§2.2), written out once by hand for the
+"""docs/design.md's lifecycle table (§2.1) and transitions (§2.2), written out once by hand for the
 tests that compare the code with the design (``domain/test_lifecycle.py``, ``test_cli_table.py``).
 """
 

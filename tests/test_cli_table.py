@@ -1,4 +1,4 @@
-"""``procledger table`` (DESIGN.md §8) and the CLI's central error handling."""
+"""``procledger table`` (docs/design.md §8) and the CLI's central error handling."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from procledger import cli
 from procledger.domain.errors import InvalidTransition, NotFound
 from procledger.domain.lifecycle import render_markdown, render_mermaid
 
-# DESIGN.md §2.1 as `procledger table` prints it: "none" where there is no reason.
+# docs/design.md §2.1 as `procledger table` prints it: "none" where there is no reason.
 EXPECTED_MARKDOWN_ROWS = [(kind, state, reason or "none") for kind, state, reason in DESIGN_ROWS]
 
-# DESIGN.md §2.2: (from, to, kind), as Mermaid edges `from --> to: kind`.
+# docs/design.md §2.2: (from, to, kind), as Mermaid edges `from --> to: kind`.
 EXPECTED_EDGES = {(source, target, kind) for source, kind, target in DESIGN_TRANSITIONS}
 
 
@@ -72,7 +72,7 @@ try:
     cli.main(["table"])
 except SystemExit:
     pass
-heavy = ("psycopg", "eventsourcing", "rich", "psutil", "procledger.registry",
+heavy = ("psycopg", "eventsourcing", "rich", "psutil", "procledger.application.registry",
          "procledger.supervisor.supervisor", "procledger.recovery", "procledger.projections")
 print(" ".join(sorted(name for name in heavy if name in sys.modules)) or "none", file=sys.stderr)
 """

@@ -1,6 +1,6 @@
-"""The public names of ``procledger`` are exactly those of DESIGN.md §10, pinned here.
+"""The public names of ``procledger`` are exactly those of docs/design.md §10, pinned here.
 
-Adding a public name is a deliberate act: extend DESIGN.md §10 and this list together.
+Adding a public name is a deliberate act: extend docs/design.md §10 and this list together.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ ERRORS = [
     "RegistrationConflict", "RegistrationError", "UndeclaredEventType", "NotFound", "LeaseLost",
     "AuthorityRejected", "ProcessLifecycleValidationError", "OwnerMismatch", "LoopNotFound",
     "UnsupportedLoop", "DeliveryStopped", "IdempotencyCollision", "FilterError", "SpawnError",
-    "StdinError", "Interrupted", "SupervisorClosed", "StoreError",
+    "StdinError", "Interrupted", "SupervisorClosed", "StoreError", "StoreURLError",
+    "StoreUnavailable", "StoreCorrupt", "WriteConflict",
 ]  # fmt: skip
 
 EXPECTED = [
@@ -56,7 +57,7 @@ EXPECTED = [
 
 
 def test_the_expected_list_has_no_duplicates() -> None:
-    assert len(EXPECTED) == len(set(EXPECTED)) == 70
+    assert len(EXPECTED) == len(set(EXPECTED)) == 74
 
 
 def test_all_is_exactly_the_names_of_the_design() -> None:

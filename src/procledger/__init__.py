@@ -25,10 +25,14 @@ from procledger.domain.errors import (
     ReplayConflict,
     SpawnError,
     StdinError,
+    StoreCorrupt,
     StoreError,
+    StoreUnavailable,
+    StoreURLError,
     SupervisorClosed,
     UndeclaredEventType,
     UnsupportedLoop,
+    WriteConflict,
 )
 from procledger.domain.leases import (
     Acquired,
@@ -47,6 +51,8 @@ from procledger.domain.vocabulary import (
 )
 
 if TYPE_CHECKING:
+    from procledger.application.bootstrap import open_registry
+    from procledger.application.registry import ProcessRegistry
     from procledger.domain.lifecycle import LifecycleRow, lifecycle_table
     from procledger.domain.notification import ProcessCompletionNotification
     from procledger.domain.records import (
@@ -74,7 +80,6 @@ if TYPE_CHECKING:
         SessionDeleteReport,
     )
     from procledger.recovery import RecoveryWorker, RunResult, SweepReport
-    from procledger.registry import ProcessRegistry, open_registry
     from procledger.supervisor.execution import (
         CapturedOutput,
         StopPolicy,
@@ -116,8 +121,8 @@ _LAZY: dict[str, str] = {
     "RecoveryWorker": "procledger.recovery",
     "RunResult": "procledger.recovery",
     "SweepReport": "procledger.recovery",
-    "ProcessRegistry": "procledger.registry",
-    "open_registry": "procledger.registry",
+    "ProcessRegistry": "procledger.application.registry",
+    "open_registry": "procledger.application.bootstrap",
     "CapturedOutput": "procledger.supervisor.execution",
     "StopPolicy": "procledger.supervisor.execution",
     "Streamed": "procledger.supervisor.execution",
@@ -145,7 +150,7 @@ def __dir__() -> list[str]:
 
 del _liveness
 
-__all__ = [  # noqa: RUF022  (grouped as in DESIGN.md §10, not sorted)
+__all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     # vocabulary
     "MAX_DIAGNOSTIC_BYTES",
     "MAX_PROCESS_HANDLE_BYTES",
@@ -221,8 +226,12 @@ __all__ = [  # noqa: RUF022  (grouped as in DESIGN.md §10, not sorted)
     "ReplayConflict",
     "SpawnError",
     "StdinError",
+    "StoreCorrupt",
     "StoreError",
+    "StoreURLError",
+    "StoreUnavailable",
     "SupervisorClosed",
     "UndeclaredEventType",
     "UnsupportedLoop",
+    "WriteConflict",
 ]

@@ -1,4 +1,6 @@
-"""Recovery by declared disposition: the sweep, the owner drain, self-fencing runs (DESIGN §3.6).
+"""Recovery by declared disposition: the sweep, the owner drain, self-fencing runs.
+
+See docs/design.md §3.6.
 
 A ``RecoveryWorker`` walks the non-terminal processes in id order and does for each what its
 declared disposition allows -- nothing more::
@@ -29,6 +31,7 @@ successor's must notice on its own that the work is no longer its to report.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -37,11 +40,14 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 from pydantic import Field, JsonValue
 
-from procledger.domain._model import Frozen
+from procledger.adapters.sql import recovery_reads
+from procledger.application.lease_keeper import LeaseKeeper, Renewal
+from procledger.application.leases import lease_from_row
+from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
     AuthorityRejected,
     ExecutionError,
@@ -56,15 +62,18 @@ from procledger.domain.leases import (
     LeaseOwner,
     LeaseTimings,
 )
-from procledger.domain.records import MAX_DIAGNOSTIC_BYTES, ProcessRecord
+from procledger.domain.model import Frozen
+from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import (
     ProcessState,
     RecoveryDisposition,
     TerminalReason,
 )
 from procledger.projections.records import read_record
-from procledger.registry import ProcessRegistry, lease_from_row
 from procledger.supervisor.execution import StopPolicy, run_captured
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
 
 __all__ = [
     "Action",
@@ -78,6 +87,8 @@ __all__ = [
     "plan",
     "recovery_owner_id",
 ]
+
+log = logging.getLogger("procledger.recovery")
 
 EXTERNALLY_OWNED: Final = RecoveryDisposition.externally_owned
 RECOVERY_MARK: Final = ":recovery:"
@@ -192,9 +203,8 @@ def _still_runnable(record: ProcessRecord) -> bool:
 
 
 def diagnostic_of(error: BaseException) -> str:
-    """``"<Type>: <message>"``, cut to the diagnostic limit on a character boundary."""
-    text = f"{type(error).__name__}: {error}".rstrip(": ")
-    return text.encode()[:MAX_DIAGNOSTIC_BYTES].decode("utf-8", "ignore")
+    """``"<Type>: <message>"`` as a record can hold it (``clip_diagnostic``)."""
+    return clip_diagnostic(f"{type(error).__name__}: {error}".rstrip(": "))
 
 
 # -- the default runner ---------------------------------------------------------------------------
@@ -247,34 +257,24 @@ def default_stop_policy(timings: LeaseTimings) -> StopPolicy:
 # -- lease renewal while a runner runs ------------------------------------------------------------
 
 
-class _Renewal:
-    """Renews one attempt's lease every ``renew_ms`` on its own thread until ``finish``.
+class _RenewalThread:
+    """Drives one attempt's ``LeaseKeeper`` on a thread of its own until the ``with`` ends.
 
-    Gives up -- sets ``cancel`` and ``lost`` -- when a renewal is refused, or when less than one
-    renewal period of the lease is left by the local monotonic clock (the deadline is counted
-    from *before* the claim or renewal that set it, so it is never later than the store's)."""
+    Gives up -- sets ``cancel`` and ``lost`` -- when a renewal is refused, or when the keeper
+    says the lease is lapsing (a paused worker, or a store that kept failing): the runner then
+    has half a renewal period to stop its tree, and the lease still has at least a whole one.
+    """
 
-    def __init__(
-        self,
-        registry: ProcessRegistry,
-        lease: Lease,
-        timings: LeaseTimings,
-        cancel: threading.Event,
-        since: float,
-    ) -> None:
-        self.registry = registry
-        self.lease = lease
+    def __init__(self, keeper: LeaseKeeper, cancel: threading.Event) -> None:
+        self.keeper = keeper
         self.lost = False
-        self._ttl_ms = timings.ttl_ms
-        self._period_s = timings.renew_ms / 1000
-        self._deadline = since + timings.ttl_ms / 1000
         self._cancel = cancel
         self._done = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, name=f"procledger-renew:{lease.process_id}", daemon=True
+            target=self._run, name=f"procledger-renew:{keeper.lease.process_id}", daemon=True
         )
 
-    def __enter__(self) -> _Renewal:
+    def __enter__(self) -> _RenewalThread:
         self._thread.start()
         return self
 
@@ -282,31 +282,21 @@ class _Renewal:
         self._done.set()
         self._thread.join()
 
-    @property
-    def lapsed(self) -> bool:
-        """Whether the lease may have expired by now (by the local clock): checked before the
-        result is written, because the store accepts an identical terminal without a lease."""
-        return time.monotonic() >= self._deadline
-
     def _run(self) -> None:
-        while not self._done.wait(self._period_s):
-            if not self._renew_once():
+        while not self._done.wait(self.keeper.wait_s(time.monotonic())):
+            if not _keep_alive(self.keeper, time.monotonic()):
                 self.lost = True
                 self._cancel.set()
                 return
 
-    def _renew_once(self) -> bool:
-        before = time.monotonic()
-        if self._deadline - before < self._period_s:
-            return False  # paused, or the store kept failing: too late to renew safely
-        try:
-            self.lease = self.registry.renew_lease(self.lease, self._ttl_ms)
-        except LeaseLost:
-            return False
-        except Exception:  # a transient store failure: retried next period until the deadline
-            return True
-        self._deadline = before + self._ttl_ms / 1000
+
+def _keep_alive(keeper: LeaseKeeper, now: float) -> bool:
+    """Renew if due; False once the lease is no longer safely ours (refused, or lapsing)."""
+    if keeper.is_lapsing(now):
+        return False  # paused, or the store kept failing: too late to renew safely
+    if not keeper.is_due(now):
         return True
+    return keeper.renew(now) is not Renewal.lost
 
 
 # -- the worker ----------------------------------------------------------------------------------
@@ -330,13 +320,6 @@ class _Tally:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Claim:
-    lease: Lease
-    since: float
-    """``time.monotonic()`` just before the claim: the local start of the lease's ttl."""
-
-
 @final
 class RecoveryWorker:
     """Recovers processes by their declared disposition; see the module docstring.
@@ -356,6 +339,18 @@ class RecoveryWorker:
         engines: Mapping[str, Engine] | None = None,
         stop: StopPolicy | None = None,
     ) -> None:
+        """A worker that does nothing until ``sweep``, ``drain`` or ``serve`` is called.
+
+        Args:
+            owner: the worker's identity; give each worker its own, so that liveness can tell
+                a dead worker's attempts from a live one's.
+            runner: executes a claimed process; ``DefaultRunner`` (commands, ``engines``)
+                when omitted.
+            timings: the ttl and renewal period of every attempt's lease. An attempt gives
+                up with a whole period of lease left and its tree gets half of one to stop,
+                so two holders never run the same process at once.
+            stop: the default runner's stop policy (``default_stop_policy(timings)``).
+        """
         self.registry = registry
         self.owner = owner
         self.timings = timings
@@ -369,16 +364,38 @@ class RecoveryWorker:
     # -- public ---------------------------------------------------------------------------------
 
     def sweep(self) -> SweepReport:
-        """One pass over the non-terminal processes, in id order; returns when it is done."""
+        """One pass over the non-terminal processes, doing for each what its disposition
+        allows (the module docstring's table) and nothing more.
+
+        Workers sweeping at once visit ids in the same (code point) order and settle every
+        contested process through its lease, so each process is run or abandoned once.
+
+        Returns:
+            Every visited process id by what happened to it; ``stop`` ends the pass early.
+
+        Raises:
+            StoreError: the store failed; what was recorded so far stands, and an attempt
+                whose lease was left held is taken over once that lease lapses.
+        """
         tally = _Tally()
         for process_id in self._walk():
             self._recover(process_id, tally)
         return tally.report()
 
     def drain(self) -> SweepReport:
-        """Abandon (``owner_drain``, evidence: this owner) every started owner_bound process
-        first started by this owner or one of its recovery attempts -- and nothing else. One
-        whose lease a live holder keeps is skipped."""
+        """Abandon every started owner_bound process this owner (or one of its recovery
+        attempts) first started, as ``owner_drain`` with this owner as evidence.
+
+        For an owner that is going away for good: its owner_bound work may never run
+        elsewhere, so it is closed rather than left for a sweep that would only skip it.
+        Nothing else is touched, and a process whose lease a live holder keeps is skipped.
+
+        Returns:
+            Every visited process id by what happened to it.
+
+        Raises:
+            StoreError: the store failed; what was recorded so far stands.
+        """
         tally = _Tally()
         for process_id in self._walk():
             self._drain_one(process_id, tally)
@@ -391,8 +408,20 @@ class RecoveryWorker:
         max_sweeps: int | None = None,
         on_report: Callable[[SweepReport], None] | None = None,
     ) -> int:
-        """Sweep, wait ``interval_s`` (cut short by ``stop``), repeat; until ``stop`` is called
-        or ``max_sweeps`` passes are done. Returns the number of passes."""
+        """Sweep, wait ``interval_s`` (cut short by ``stop``), and repeat, so work left by a
+        dead holder is picked up within about ``interval_s`` of its lease lapsing.
+
+        Args:
+            max_sweeps: stop after this many passes (``None``: until ``stop``).
+            on_report: called with each pass's report, on this thread.
+
+        Returns:
+            The number of passes made.
+
+        Raises:
+            StoreError: a pass failed; the loop ends with it (a caller retries by calling
+                ``serve`` again).
+        """
         passes = 0
         while not self._stopping.is_set():
             report = self.sweep()
@@ -405,8 +434,9 @@ class RecoveryWorker:
         return passes
 
     def stop(self) -> None:
-        """Stop for good, from any thread (not from a signal handler): running attempts are
-        cancelled (their trees stopped), and ``sweep``/``serve`` return after them."""
+        """Stop for good, from any thread (not from a signal handler, which could deadlock on
+        the worker's lock): running attempts are cancelled (their trees stopped), rerunnable
+        work is handed back at once, and ``sweep``/``serve`` return after them."""
         self._stopping.set()
         with self._lock:
             for cancel in self._cancels:
@@ -414,6 +444,7 @@ class RecoveryWorker:
 
     @property
     def stopping(self) -> bool:
+        """Whether ``stop`` was called: a caller's loop around ``sweep`` should end."""
         return self._stopping.is_set()
 
     # -- walking --------------------------------------------------------------------------------
@@ -427,12 +458,8 @@ class RecoveryWorker:
     def _non_terminal_ids(self) -> list[str]:
         """Ids of the non-terminal processes, from the records read model, in code point order
         (a PostgreSQL collation may order them otherwise)."""
-        store = self.registry.store
-        with store.read() as tx:
-            rows = tx.execute(
-                f"SELECT process_id FROM {store.table('records')} WHERE terminal=0"
-            ).all()
-        return sorted(str(row["process_id"]) for row in rows)
+        with self.registry.store.read() as tx:
+            return recovery_reads.non_terminal_ids(tx)
 
     def _facts(self, process_id: str) -> tuple[ProcessRecord, Lease | None, bool] | None:
         """The fresh record, its stored lease (as ``get_lease`` returns it) and whether the
@@ -440,16 +467,11 @@ class RecoveryWorker:
 
         One read transaction of the read model and the lease table, rather than ``get`` and
         ``get_lease``: several workers walk the same ids, and most of their visits end here."""
-        store = self.registry.store
-        with store.read() as tx:
-            record = read_record(tx, store, process_id)
+        with self.registry.store.read() as tx:
+            record = read_record(tx, process_id)
             if record is None or record.state.is_terminal:
                 return None if record is None else (record, None, False)
-            row = tx.execute(
-                f"SELECT owner, lease_token, fencing_token, claimed_at_ms, expires_at_ms, "
-                f"released FROM {store.table('leases')} WHERE process_id=?",
-                (process_id,),
-            ).one()
+            row = recovery_reads.lease_row(tx, process_id)
         if row is None or row["released"] or record.disposition is EXTERNALLY_OWNED:
             return record, None, False
         lease = lease_from_row(process_id, row)
@@ -479,14 +501,17 @@ class RecoveryWorker:
             liveness=self.owner.liveness,
         )
 
-    def _claim(self, process_id: str, observed: Lease | None) -> _Claim | None:
-        """Claim as a fresh incarnation, or reclaim from ``observed`` (a provably dead holder)."""
+    def _claim(self, process_id: str, observed: Lease | None) -> LeaseKeeper | None:
+        """Claim as a fresh incarnation, or reclaim from ``observed`` (a provably dead holder);
+        the keeper's local deadline counts from just before the claim."""
         claimant, ttl, since = self._incarnation(), self.timings.ttl_ms, time.monotonic()
         if observed is None:
             outcome = self.registry.claim_lease(process_id, claimant, ttl)
         else:
             outcome = self.registry.reclaim_lease(process_id, claimant, observed, ttl)
-        return _Claim(outcome.lease, since) if isinstance(outcome, Acquired) else None
+        if not isinstance(outcome, Acquired):
+            return None
+        return LeaseKeeper(self.registry, outcome.lease, self.timings, since=since, log=log)
 
     @contextmanager
     def _cancel_scope(self) -> Iterator[threading.Event]:
@@ -518,11 +543,11 @@ class RecoveryWorker:
                 return
             tally.abandoned.append(process_id)
             return
-        claim = self._claim(process_id, lease if decision.reclaim else None)
-        if claim is None:
+        keeper = self._claim(process_id, lease if decision.reclaim else None)
+        if keeper is None:
             tally.skipped.append(process_id)
             return
-        self._abandon_with(claim.lease, reason, decision.evidence, tally)
+        self._abandon_with(keeper.lease, reason, decision.evidence, tally)
 
     def _abandon_with(
         self, lease: Lease, reason: TerminalReason, evidence: LeaseOwner | None, tally: _Tally
@@ -547,11 +572,11 @@ class RecoveryWorker:
         if lease is not None and lease.is_live(self.registry.now_ms()) and not dead:
             tally.skipped.append(process_id)  # a live holder is still executing it
             return
-        claim = self._claim(process_id, lease if dead else None)
-        if claim is None:
+        keeper = self._claim(process_id, lease if dead else None)
+        if keeper is None:
             tally.skipped.append(process_id)
             return
-        self._abandon_with(claim.lease, TerminalReason.owner_drain, self.owner, tally)
+        self._abandon_with(keeper.lease, TerminalReason.owner_drain, self.owner, tally)
 
     def _drainable(self, record: ProcessRecord) -> bool:
         return (
@@ -565,65 +590,58 @@ class RecoveryWorker:
 
     def _attempt(self, record: ProcessRecord, observed: Lease | None, tally: _Tally) -> None:
         process_id = record.id
-        claim = self._claim(process_id, observed)
-        if claim is None:
+        keeper = self._claim(process_id, observed)
+        if keeper is None:
             tally.skipped.append(process_id)
             return
         try:
-            prepared = self._prepare(claim)
+            prepared = self._prepare(keeper)
         except LeaseLost:
             tally.lost.append(process_id)
             return
         if prepared is None:
-            self.registry.release_lease(claim.lease)
+            self.registry.release_lease(keeper.lease)
             tally.skipped.append(process_id)
             return
-        record, claim = prepared
-        self._execute(record, claim, tally)
+        self._execute(prepared, keeper, tally)
 
-    def _prepare(self, claim: _Claim) -> tuple[ProcessRecord, _Claim] | None:
+    def _prepare(self, keeper: LeaseKeeper) -> ProcessRecord | None:
         """With the lease held: re-read, then (owner_bound) renew and record first_started --
         before anything executes -- and record ``started`` while still ``starting``. ``None``
         when the process is no longer ours to run."""
-        process_id = claim.lease.process_id
+        process_id = keeper.lease.process_id
         record = self.registry.get(process_id)
         if not _still_runnable(record):
             return None
         if record.disposition is RecoveryDisposition.owner_bound:
-            since = time.monotonic()
-            lease = self.registry.renew_lease(claim.lease, self.timings.ttl_ms)
-            claim = _Claim(lease, since)
+            lease = keeper.renew_or_raise(time.monotonic())
             record = self.registry.record_first_started(
                 process_id, lease.owner, self.registry.now_ms()
             )
             if record.first_started is None or record.first_started.owner != lease.owner:
                 return None  # someone else's first start won: never run it twice
-        if record.state is ProcessState.starting:
-            try:
-                record = self.registry.record_started(process_id, self.registry.now_ms())
-            except InvalidTransition:
-                record = self.registry.get(process_id)  # started or finished meanwhile
-                if record.state is not ProcessState.running:
-                    return None
-        return record, claim
+        if record.state is not ProcessState.starting:
+            return record
+        try:
+            return self.registry.record_started(process_id, self.registry.now_ms())
+        except InvalidTransition:
+            record = self.registry.get(process_id)  # started or finished meanwhile
+            return record if record.state is ProcessState.running else None
 
-    def _execute(self, record: ProcessRecord, claim: _Claim, tally: _Tally) -> None:
+    def _execute(self, record: ProcessRecord, keeper: LeaseKeeper, tally: _Tally) -> None:
         result: RunResult | None = None
         error: Exception | None = None
-        with (
-            self._cancel_scope() as cancel,
-            _Renewal(self.registry, claim.lease, self.timings, cancel, claim.since) as renewal,
-        ):
+        with self._cancel_scope() as cancel, _RenewalThread(keeper, cancel) as renewal:
             try:
-                result = _checked(self.runner(record, renewal.lease, cancel))
+                result = _checked(self.runner(record, keeper.lease, cancel))
             except Exception as exc:
                 error = exc
-        if renewal.lost or renewal.lapsed:
+        if renewal.lost or keeper.is_lapsed(time.monotonic()):
             tally.lost.append(record.id)  # fenced off: the new holder owns it; write nothing
         elif error is not None and cancel.is_set():
-            self._stand_down(record, renewal.lease, tally)
+            self._stand_down(record, keeper.lease, tally)
         else:
-            self._record_outcome(renewal.lease, result, error, tally)
+            self._record_outcome(keeper.lease, result, error, tally)
 
     def _record_outcome(
         self, lease: Lease, result: RunResult | None, error: Exception | None, tally: _Tally

@@ -52,6 +52,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "procledger.testing needs hypothesis: pip install 'procledger[dev]' (or hypothesis)"
     ) from error
 
+from procledger.application.bootstrap import open_registry
+from procledger.application.registry import ProcessRegistry
 from procledger.domain.errors import (
     AlreadyTerminal,
     InvalidTransition,
@@ -89,7 +91,6 @@ from procledger.domain.vocabulary import (
     RecoveryDisposition,
     TerminalReason,
 )
-from procledger.registry import ProcessRegistry, open_registry
 
 __all__ = [
     "FakeClock",
@@ -242,7 +243,7 @@ class Outcome:
 def expected_status(
     state: ProcessState, reason: TerminalReason | None, exit_code: int | None
 ) -> ProcessStatus:
-    """DESIGN.md §3.4, written out independently of ``procledger.domain.vocabulary``."""
+    """docs/design.md §3.4, written out independently of ``procledger.domain.vocabulary``."""
     if state in (_S.starting, _S.running):
         return ProcessStatus.running
     if state is _S.exited:
@@ -758,7 +759,7 @@ def _is_handle(value: Any) -> bool:
 
 
 def notification_error_field(payload: Mapping[str, Any]) -> str | None:
-    """The ``.field`` DESIGN.md §4 says validation reports first, or ``None`` when valid."""
+    """The ``.field`` docs/design.md §4 says validation reports first, or ``None`` when valid."""
     for key in payload:
         if key not in _NOTIFICATION_FIELDS:
             return str(key)

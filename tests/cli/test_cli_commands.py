@@ -1,5 +1,5 @@
-"""``ps``, ``show``, ``feed``, ``stop`` and ``restore`` end to end (DESIGN.md §8), and bad input
-giving exactly one line on stderr (no traceback) and exit code 1."""
+"""``ps``, ``show``, ``feed``, ``stop`` and ``restore`` end to end (docs/design.md §8), and bad
+input giving exactly one line on stderr (no traceback) and exit code 1."""
 
 from __future__ import annotations
 
@@ -192,9 +192,10 @@ def test_unknown_ids_are_one_line_errors(ledger: str) -> None:
 
 
 def test_a_bad_url_is_a_one_line_error() -> None:
-    one_line_error(run_cli("ps", url="nosuchscheme://x"), "StoreError", "nosuchscheme")
+    one_line_error(run_cli("ps", url="nosuchscheme://x"), "StoreURLError", "nosuchscheme")
     one_line_error(
-        run_cli("run", "--", "true", url="postgresql://u:hunter2@127.0.0.1:1/db"), "StoreError"
+        run_cli("run", "--", "true", url="postgresql://u:hunter2@127.0.0.1:1/db"),
+        "StoreUnavailable",
     )
     assert "hunter2" not in run_cli("ps", url="postgresql://u:hunter2@127.0.0.1:1/db").stderr
 
@@ -202,9 +203,9 @@ def test_a_bad_url_is_a_one_line_error() -> None:
 def test_an_unreadable_store_is_a_one_line_error(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not a database" * 100)
-    one_line_error(run_cli("ps", url=f"sqlite:///{garbage}"), "StoreError", "garbage.db")
+    one_line_error(run_cli("ps", url=f"sqlite:///{garbage}"), "StoreCorrupt", "garbage.db")
     missing = tmp_path / "no" / "such" / "folder" / "ledger.db"
-    one_line_error(run_cli("show", "x", url=f"sqlite:///{missing}"), "StoreError")
+    one_line_error(run_cli("show", "x", url=f"sqlite:///{missing}"), "StoreURLError")
 
 
 def test_the_environment_names_the_store(ledger: str) -> None:

@@ -1,4 +1,4 @@
-"""``procledger run`` end to end in a pseudo-terminal (DESIGN.md §8): output streams through,
+"""``procledger run`` end to end in a pseudo-terminal (docs/design.md §8): output streams through,
 Ctrl-C stops the tree, a second Ctrl-C kills it, ``procledger stop`` from another process is
 carried out, exit codes follow how the command ended, ``--json`` prints the final record."""
 

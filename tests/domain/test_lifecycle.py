@@ -1,4 +1,4 @@
-"""The closed lifecycle table (DESIGN.md §2.1) and its transitions (§2.2), exhaustively."""
+"""The closed lifecycle table (docs/design.md §2.1) and its transitions (§2.2), exhaustively."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from procledger.domain.lifecycle import (
 )
 from procledger.domain.vocabulary import LifecycleKind, ProcessState, TerminalReason
 
-# DESIGN.md §2.1 and §2.2, written out (tests/_design.py).
+# docs/design.md §2.1 and §2.2, written out (tests/_design.py).
 EXPECTED_ROWS = DESIGN_ROWS
 EXPECTED_TRANSITIONS = DESIGN_TRANSITIONS
 

@@ -1,4 +1,4 @@
-"""The Process aggregate, command by command (DESIGN.md §2.2, §3.2's rules, §3.3, §3.4).
+"""The Process aggregate, command by command (docs/design.md §2.2, §3.2's rules, §3.3, §3.4).
 
 Commands validate and decide; a refused command appends nothing. Error order: validation, an
 identical replay (a no-op), state, then authority.
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from procledger.adapters.codec import OrjsonMapper
 from procledger.domain.errors import (
     AlreadyTerminal,
     AuthorityRejected,
@@ -20,9 +21,11 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import CompletionAuthority, LeaseOwner, Liveness
 from procledger.domain.lifecycle import lifecycle_table
-from procledger.domain.process import Process, process_uuid, to_process_event
-from procledger.domain.records import ExternalRef, WaitState
+from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.process import Process, process_uuid
+from procledger.domain.records import ExternalRef, OsFacts, WaitState
 from procledger.domain.registration import ProcessRegistration, env_ref_for
+from procledger.domain.rendering import render_record, to_process_event
 from procledger.domain.vocabulary import (
     LifecycleKind,
     ProcessState,
@@ -111,24 +114,24 @@ def exited(process: Process, code: int = 0, **fields: Any) -> bool:
 
 def refuses(process: Process, error: type[Exception], call: Any) -> Exception:
     """``call()`` raises ``error`` and leaves the aggregate exactly as it was."""
-    version, record = process.version, process.to_record(change_seq=0)
+    version, record = process.version, render_record(process, change_seq=0)
     pending = len(process.pending_events)
     with pytest.raises(error) as caught:
         call()
     assert process.version == version
     assert len(process.pending_events) == pending
-    assert process.to_record(change_seq=0) == record
+    assert render_record(process, change_seq=0) == record
     return caught.value
 
 
 def no_op(process: Process, call: Any) -> None:
     """``call()`` returns False and appends nothing."""
-    version, record = process.version, process.to_record(change_seq=0)
+    version, record = process.version, render_record(process, change_seq=0)
     pending = len(process.pending_events)
     assert call() is False
     assert process.version == version
     assert len(process.pending_events) == pending
-    assert process.to_record(change_seq=0) == record
+    assert render_record(process, change_seq=0) == record
 
 
 # -- registration ------------------------------------------------------------------------------
@@ -153,7 +156,7 @@ def test_the_aggregate_id_is_deterministic_per_process_id() -> None:
 
 
 def test_a_fresh_record() -> None:
-    record = new().to_record(change_seq=1)
+    record = render_record(new(), change_seq=1)
     assert record.id == "job-1"
     assert record.state is S.starting
     assert record.status is ProcessStatus.running
@@ -183,7 +186,7 @@ def test_started_moves_starting_to_running() -> None:
     (event,) = process.collect_events()
     assert isinstance(event, Process.Started)
     assert event.state == "running"
-    record = process.to_record(change_seq=2)
+    record = render_record(process, change_seq=2)
     assert record.state is S.running
     assert record.started_at_ms == 150  # the caller's time
     assert record.updated_at_ms == 200  # the clock's
@@ -205,7 +208,7 @@ def test_backgrounded_from_starting_also_starts() -> None:
     assert process.record_backgrounded(160, at_ms=210, event_id=None)
     (event,) = process.collect_events()
     assert event.state == "running"
-    record = process.to_record(change_seq=2)
+    record = render_record(process, change_seq=2)
     assert (record.state, record.backgrounded, record.started_at_ms) == (S.running, True, 160)
     refuses(process, InvalidTransition, lambda: process.record_started(1, at_ms=2, event_id=None))
 
@@ -214,7 +217,7 @@ def test_a_running_process_is_backgrounded_at_most_once() -> None:
     process = running()
     assert process.record_backgrounded(300, at_ms=310, event_id=None)
     process.collect_events()
-    record = process.to_record(change_seq=0)
+    record = render_record(process, change_seq=0)
     assert record.backgrounded is True
     assert record.started_at_ms == 150  # not moved by backgrounding
     refuses(
@@ -243,7 +246,7 @@ def test_stop_requested_keeps_the_state(start: str, reason: str) -> None:
     assert process.request_stop(reason, at_ms=300, event_id=None)
     (event,) = process.collect_events()
     assert (event.state, event.reason) == (start, reason)
-    record = process.to_record(change_seq=0)
+    record = render_record(process, change_seq=0)
     assert record.state is S(start)
     assert record.stop_requested == [R(reason)]
     assert record.status is ProcessStatus.running
@@ -258,7 +261,11 @@ def test_each_signal_is_recorded_once_in_request_order() -> None:
     assert process.request_stop("killed", at_ms=303, event_id=None)
     assert process.request_stop("terminated", at_ms=304, event_id=None)
     assert len(process.collect_events()) == 2
-    assert process.to_record(change_seq=0).stop_requested == [R.interrupted, R.killed, R.terminated]
+    assert render_record(process, change_seq=0).stop_requested == [
+        R.interrupted,
+        R.killed,
+        R.terminated,
+    ]
 
 
 @pytest.mark.parametrize(
@@ -309,7 +316,7 @@ def test_every_completed_row_from_running(row: Any) -> None:
     (event,) = process.collect_events()
     assert isinstance(event, Process.Completed)
     assert (event.state, event.reason) == (row.state.value, row.reason.value)
-    record = process.to_record(change_seq=0)
+    record = render_record(process, change_seq=0)
     assert (record.state, record.reason) == (row.state, row.reason)
     assert record.exit_code == extra.get("exit_code")
     assert record.value == extra.get("value")
@@ -399,14 +406,14 @@ def test_completion_field_rules(
 def test_diagnostics_up_to_512_bytes_are_kept(diagnostic: str) -> None:
     process = running()
     assert complete(process, "failed", "failed", diagnostic=diagnostic)
-    assert process.to_record(change_seq=0).diagnostic == diagnostic
+    assert render_record(process, change_seq=0).diagnostic == diagnostic
 
 
 @pytest.mark.parametrize("code", [0, 1, 255, -15])
 def test_exit_code_and_value_belong_to_exited(code: int) -> None:
     process = running()
     assert exited(process, code, value=["result", {"n": code}])
-    record = process.to_record(change_seq=0)
+    record = render_record(process, change_seq=0)
     assert (record.exit_code, record.value) == (code, ["result", {"n": code}])
     assert record.status is (ProcessStatus.completed if code == 0 else ProcessStatus.failed)
 
@@ -416,7 +423,7 @@ def test_lost_carries_an_optional_diagnostic() -> None:
     assert lose(process, diagnostic="host rebooted")
     (event,) = process.collect_events()
     assert isinstance(event, Process.Lost)
-    record = process.to_record(change_seq=0)
+    record = render_record(process, change_seq=0)
     assert (record.state, record.reason) == (S.lost_on_restore, R.lost_on_restore)
     assert record.diagnostic == "host rebooted"
     assert record.status is ProcessStatus.abandoned
@@ -443,7 +450,7 @@ def test_a_lost_diagnostic_is_at_most_512_bytes() -> None:
 def test_abandoned_rows(reason: str, start: str) -> None:
     process = new() if start == "starting" else running()
     assert abandon(process, reason, diagnostic="owner gone")
-    record = process.to_record(change_seq=0)
+    record = render_record(process, change_seq=0)
     assert (record.state, record.reason) == (S.abandoned, R(reason))
     assert record.diagnostic == "owner gone"
     assert record.status is ProcessStatus.abandoned
@@ -474,12 +481,12 @@ def test_abandon_records_the_owner_as_evidence() -> None:
     dead = LeaseOwner(owner_id="w", incarnation_id="i", liveness=local)
     process = running()
     assert abandon(process, "owner_dead", owner=dead, evidence_at_ms=850)
-    evidence = process.to_record(change_seq=0).abandon_evidence
+    evidence = render_record(process, change_seq=0).abandon_evidence
     assert evidence is not None
     assert (evidence.owner, evidence.at_ms) == (dead, 850)
     other = running()
     assert abandon(other, "owner_drain", owner=OWNER)
-    evidence = other.to_record(change_seq=0).abandon_evidence
+    evidence = render_record(other, change_seq=0).abandon_evidence
     assert evidence is not None
     assert (evidence.owner, evidence.at_ms) == (OWNER, 900)  # defaults to the write's time
 
@@ -601,6 +608,73 @@ def test_a_retried_start_after_the_terminal_is_still_a_no_op() -> None:
     no_op(process, lambda: process.record_started(150, at_ms=300, event_id=E1))
 
 
+# -- OS facts of the child -------------------------------------------------------------------------
+
+FACTS = OsFacts(pid=4242, pgid=4242, start_time=987654, host_id="host-a")
+OTHER_CHILD = OsFacts(pid=4243, pgid=4243, start_time=987655, host_id="host-a")
+
+
+def replayed(process: Process) -> Process:
+    """The aggregate as a load rebuilds it: every event through the stored JSON form."""
+    mapper = OrjsonMapper()
+    aggregate: Any = None
+    for event in process.collect_events():
+        aggregate = mapper.to_domain_event(mapper.to_stored_event(event)).mutate(aggregate)
+    rebuilt: Process = aggregate
+    return rebuilt
+
+
+@pytest.mark.parametrize("command", ["record_started", "record_backgrounded"])
+def test_an_identical_retry_with_os_facts_is_a_no_op(command: str) -> None:
+    process = Process.register(registration(), at_ms=100)
+    assert getattr(process, command)(150, at_ms=200, event_id=E1, os=FACTS)
+    rebuilt = replayed(process)
+    for aggregate in (process, rebuilt):
+        retry = getattr(aggregate, command)
+        same = OsFacts.model_validate(FACTS.model_dump(mode="json"))
+        no_op(aggregate, lambda retry=retry, same=same: retry(150, at_ms=999, event_id=E1, os=same))
+        for other in (OTHER_CHILD, None):
+            refuses(
+                aggregate,
+                ReplayConflict,
+                lambda retry=retry, other=other: retry(150, at_ms=999, event_id=E1, os=other),
+            )
+    assert render_record(rebuilt, change_seq=0) == render_record(process, change_seq=0)
+
+
+def test_the_event_that_made_it_running_gives_the_os_facts() -> None:
+    process = Process.register(registration(), at_ms=100)
+    process.record_started(150, at_ms=200, event_id=None, os=FACTS)
+    process.record_backgrounded(160, at_ms=210, event_id=None, os=OTHER_CHILD)
+    record = render_record(process, change_seq=0)
+    assert (record.os, record.os_pid) == (FACTS, FACTS.pid)
+    assert render_record(replayed(process), change_seq=0) == record
+
+    background = new()
+    background.record_backgrounded(160, at_ms=210, event_id=None, os=FACTS)
+    assert render_record(background, change_seq=0).os == FACTS
+
+
+def test_a_later_backgrounded_fills_facts_a_start_lacked() -> None:
+    process = new()
+    process.record_started(150, at_ms=200, event_id=None)
+    assert render_record(process, change_seq=0).os is None
+    process.record_backgrounded(160, at_ms=210, event_id=None, os=FACTS)
+    assert render_record(process, change_seq=0).os_pid == FACTS.pid
+
+
+def test_os_facts_stay_through_the_terminal() -> None:
+    process = new()
+    process.record_started(150, at_ms=200, event_id=None, os=FACTS)
+    exited(process, 0)
+    assert render_record(process, change_seq=0).os == FACTS
+
+
+def test_a_completion_notification_has_no_place_for_os_facts() -> None:
+    fields = set(ProcessCompletionNotification.model_fields)
+    assert fields.isdisjoint({"os", "os_pid", "pid", "pgid", "start_time", "host_id"})
+
+
 # -- error order: validation, identical replay, state, authority -----------------------------------
 
 
@@ -716,7 +790,7 @@ def test_first_started_first_writer_wins() -> None:
     process = new()
     assert process.record_first_started(OWNER, 120, at_ms=130)
     no_op(process, lambda: process.record_first_started(OTHER, 140, at_ms=150))
-    first = process.to_record(change_seq=0).first_started
+    first = render_record(process, change_seq=0).first_started
     assert first is not None
     assert (first.owner, first.at_ms) == (OWNER, 120)
 
@@ -731,7 +805,7 @@ def test_abandon_request_first_writer_wins_and_is_refused_when_terminal() -> Non
     process = running()
     assert process.request_abandon("alice", "stuck", at_ms=300)
     no_op(process, lambda: process.request_abandon("bob", None, at_ms=301))
-    request = process.to_record(change_seq=0).abandon_request
+    request = render_record(process, change_seq=0).abandon_request
     assert request is not None
     assert request.model_dump() == {
         "requested_by": "alice",
@@ -752,7 +826,7 @@ def test_external_ref_first_writer_wins() -> None:
         ReplayConflict,
         lambda: process.set_external_ref(ExternalRef(backend="k8s", id="job/2"), at_ms=302),
     )
-    assert process.to_record(change_seq=0).external_ref == ref
+    assert render_record(process, change_seq=0).external_ref == ref
 
 
 def test_wait_is_set_cleared_and_dropped_by_any_terminal() -> None:
@@ -760,12 +834,12 @@ def test_wait_is_set_cleared_and_dropped_by_any_terminal() -> None:
     process = running()
     assert process.set_wait(wait, at_ms=300)
     no_op(process, lambda: process.set_wait(wait, at_ms=301))
-    assert process.to_record(change_seq=0).wait == wait
+    assert render_record(process, change_seq=0).wait == wait
     assert process.clear_wait(at_ms=302)
     no_op(process, lambda: process.clear_wait(at_ms=303))
     assert process.set_wait(wait, at_ms=304)
     assert complete(process, "killed", "killed")
-    assert process.to_record(change_seq=0).wait is None
+    assert render_record(process, change_seq=0).wait is None
     refuses(process, AlreadyTerminal, lambda: process.set_wait(wait, at_ms=305))
 
 
@@ -804,7 +878,7 @@ def test_updated_at_follows_the_latest_event_and_change_seq_is_passed_through() 
     process = running()
     process.request_stop("interrupted", at_ms=400, event_id=None)
     complete(process, "interrupted", "interrupted", at_ms=500)
-    record = process.to_record(change_seq=42)
+    record = render_record(process, change_seq=42)
     assert (record.created_at_ms, record.started_at_ms) == (100, 150)
     assert (record.updated_at_ms, record.finished_at_ms) == (500, 500)
     assert record.change_seq == 42
@@ -832,7 +906,7 @@ def test_every_terminal_row_has_its_coarse_status(row: Any) -> None:
         assert lose(process)
     else:
         assert abandon(process, row.reason)
-    record = process.to_record(change_seq=0)
+    record = render_record(process, change_seq=0)
     if row.state is S.exited:
         expected = ProcessStatus.failed  # fields_for gives exit code 3
     elif row.state in (S.terminated, S.killed):
@@ -869,7 +943,7 @@ def test_process_events_as_callers_see_them() -> None:
     ]
     assert [e.occurred_at_ms for e in events] == [100, 200, 250, 900]
     assert events[1].event_id == E1
-    assert events[1].payload == {"state": "running", "started_at_ms": 150}
+    assert events[1].payload == {"state": "running", "started_at_ms": 150, "os": None}
     assert events[2].payload == {"payload": {"port": 1}, "replay_key": "r"}
     assert events[2].event_id is None
     assert events[3].payload["exit_code"] == 0
@@ -880,4 +954,4 @@ def test_process_events_as_callers_see_them() -> None:
 def test_the_disposition_is_the_registrations(disposition: RecoveryDisposition) -> None:
     process = new(disposition=disposition.value)
     assert process.disposition is disposition
-    assert process.to_record(change_seq=0).disposition is disposition
+    assert render_record(process, change_seq=0).disposition is disposition

@@ -1,4 +1,4 @@
-"""``procledger.domain`` is the pure core (DESIGN.md §1): it imports nothing from the other
+"""``procledger.domain`` is the pure core (docs/design.md §1): it imports nothing from the other
 procledger packages, touches no files, sockets, processes or threads, and reads no clock.
 
 Two checks: a static scan of every domain source file's imports and calls, and a subprocess

@@ -1,5 +1,6 @@
-"""The record's JSON form is built from stored event values, not by pydantic: it must be
-exactly what ``ProcessRecord`` would serialise, or rows and returned records would drift."""
+"""The record has two forms, the JSON document the read model stores and the ``ProcessRecord``
+a write returns; both are rendered from one field table and must agree exactly, or rows and
+returned records would drift."""
 
 from __future__ import annotations
 
@@ -8,13 +9,43 @@ from hypothesis import strategies as st
 
 from procledger.domain.leases import LeaseOwner
 from procledger.domain.process import Process
-from procledger.domain.records import ExternalRef, WaitState
+from procledger.domain.records import ExternalRef, OsFacts, ProcessRecord, WaitState
+from procledger.domain.rendering import RECORD_FIELDS, record_document, render_record
+from procledger.domain.vocabulary import LifecycleKind
 from procledger.testing import LifecycleHistory, apply_to_process, lifecycle_histories
 
+os_facts = st.builds(
+    OsFacts,
+    pid=st.integers(min_value=1, max_value=2**22),
+    pgid=st.integers(min_value=1, max_value=2**22),
+    start_time=st.one_of(
+        st.integers(min_value=0, max_value=2**40),
+        st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False),
+    ),
+    host_id=st.text(min_size=1, max_size=20),
+)
 
-@given(lifecycle_histories(), st.booleans(), st.integers(min_value=0, max_value=2**40))
-def test_document_equals_the_validated_record_dump(
-    history: LifecycleHistory, extra_facts: bool, change_seq: int
+
+def drive(process: Process, history: LifecycleHistory, facts: OsFacts | None) -> None:
+    for at_ms, command in enumerate(history.commands, start=10):
+        if command.kind is LifecycleKind.started and command.at_ms is not None:
+            process.record_started(command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts)
+        elif command.kind is LifecycleKind.backgrounded and command.at_ms is not None:
+            process.record_backgrounded(
+                command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts
+            )
+        else:
+            apply_to_process(process, command, at_ms=at_ms)
+
+
+@given(
+    lifecycle_histories(),
+    st.booleans(),
+    st.one_of(st.none(), os_facts),
+    st.integers(min_value=0, max_value=2**40),
+)
+def test_the_document_and_the_record_agree(
+    history: LifecycleHistory, extra_facts: bool, facts: OsFacts | None, change_seq: int
 ) -> None:
     process = Process.register(history.registration, at_ms=1)
     if extra_facts:
@@ -22,7 +53,17 @@ def test_document_equals_the_validated_record_dump(
         process.request_abandon("someone", "why", at_ms=3)
         process.set_external_ref(ExternalRef(backend="b", id="i", metadata={"k": [1]}), at_ms=4)
         process.set_wait(WaitState(name="n", event_type="signal.x", since_ms=5), at_ms=5)
-    for step, command in enumerate(history.commands, start=10):
-        apply_to_process(process, command, at_ms=step)
-    document = process.record_document(change_seq)
-    assert process.to_record(change_seq).model_dump(mode="json") == document
+    drive(process, history, facts)
+    document = record_document(process, change_seq)
+    record = render_record(process, change_seq)
+    assert ProcessRecord.model_validate(document) == record
+    assert record.model_dump(mode="json") == document
+    assert list(document) == list(ProcessRecord.model_fields)
+    if process.started_at_ms is not None:
+        assert record.os == facts
+        assert record.os_pid == (None if facts is None else facts.pid)
+
+
+def test_one_table_lists_every_record_field_in_the_models_order() -> None:
+    names = [field.name for field in RECORD_FIELDS]
+    assert [*names, "change_seq"] == list(ProcessRecord.model_fields)

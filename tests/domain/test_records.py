@@ -1,4 +1,5 @@
-"""ProcessRecord and the small DTOs beside it (DESIGN.md §3.3, §3.5's models, §10's JSON forms)."""
+"""ProcessRecord and the small DTOs beside it (docs/design.md §3.3, §3.5's models, §10's JSON
+forms)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from procledger.domain.records import (
     MAX_DIAGNOSTIC_BYTES,
     MAX_PROCESS_HANDLE_BYTES,
     ExternalRef,
+    OsFacts,
     ProcessEvent,
     ProcessRecord,
     WaitState,
 )
 from procledger.domain.registration import ProcessRegistration
+from procledger.domain.rendering import render_record
 from procledger.domain.vocabulary import ProcessState, ProcessStatus
 from procledger.testing import LifecycleHistory, apply_to_process, lifecycle_histories
 
@@ -35,17 +38,17 @@ RECORD_KEYS = {
     "id", "registration_hash", "input", "disposition", "identity", "originator", "wake_target",
     "env_ref", "event_types", "descriptor", "state", "reason", "exit_code", "diagnostic",
     "value", "status", "stop_requested", "backgrounded", "created_at_ms", "updated_at_ms",
-    "started_at_ms", "finished_at_ms", "first_started", "abandon_request", "abandon_evidence",
-    "wait", "external_ref", "change_seq",
+    "started_at_ms", "finished_at_ms", "os_pid", "os", "first_started", "abandon_request",
+    "abandon_evidence", "wait", "external_ref", "change_seq",
 }  # fmt: skip
 
 OWNER = LeaseOwner(owner_id="worker-1", incarnation_id="inc-1")
 LOCAL = Liveness(kind="local_process", host_id="h", boot_id="b", pid=42, process_start="9")
+FACTS = {"pid": 4242, "pgid": 4200, "start_time": 987654, "host_id": "host-a"}
 
 
-def full_record() -> ProcessRecord:
-    """A record with every optional part filled in."""
-    registration = ProcessRegistration.model_validate(
+def full_record_registration() -> ProcessRegistration:
+    return ProcessRegistration.model_validate(
         {
             "id": "deploy-7",
             "input": {"type": "external", "metadata": {"title": "deploy"}},
@@ -57,9 +60,15 @@ def full_record() -> ProcessRecord:
             "definition": {"workflow": "release", "step": [1, 2]},
         }
     )
-    process = Process.register(registration, at_ms=1_000)
+
+
+def full_record() -> ProcessRecord:
+    """A record with every optional part filled in."""
+    process = Process.register(full_record_registration(), at_ms=1_000)
     process.record_first_started(OWNER, 1_001, at_ms=1_002)
-    process.record_backgrounded(1_003, at_ms=1_004, event_id="e-1")
+    process.record_backgrounded(
+        1_003, at_ms=1_004, event_id="e-1", os=OsFacts.model_validate(FACTS)
+    )
     process.request_stop("terminated", at_ms=1_005, event_id=None)
     process.request_abandon("operator", "stuck", at_ms=1_006)
     process.set_external_ref(ExternalRef(backend="k8s", id="job/7", metadata={"ns": "x"}), at_ms=7)
@@ -72,7 +81,7 @@ def full_record() -> ProcessRecord:
         authority=CompletionAuthority.reconciled_abandon(),
         at_ms=1_009,
     )
-    return process.to_record(change_seq=99)
+    return render_record(process, change_seq=99)
 
 
 def test_a_record_has_exactly_the_designed_fields() -> None:
@@ -165,7 +174,7 @@ def test_records_of_any_history_round_trip(history: LifecycleHistory) -> None:
     process = Process.register(history.registration, at_ms=5)
     for at_ms, command in enumerate(history.commands, start=6):
         assert apply_to_process(process, command, at_ms=at_ms)
-    record = process.to_record(change_seq=len(history.commands) + 1)
+    record = render_record(process, change_seq=len(history.commands) + 1)
     assert record.state is history.final_state
     assert record.status is history.final_status
     assert ProcessRecord.model_validate_json(record.model_dump_json()) == record
@@ -361,3 +370,51 @@ def test_lease_acquired_and_busy_round_trip() -> None:
         assert type(value).model_validate_json(value.model_dump_json()) == value
     with pytest.raises(pydantic.ValidationError):
         lease.fencing_token = 4  # type: ignore[misc]
+
+
+# -- OsFacts ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start_time", [0, 987654, 12.5])
+def test_os_facts_json_round_trips_exactly(start_time: float) -> None:
+    facts = OsFacts.model_validate({**FACTS, "start_time": start_time})
+    assert facts.model_dump(mode="json") == {**FACTS, "start_time": start_time}
+    assert type(facts.start_time) is type(start_time)
+    assert OsFacts.model_validate_json(facts.model_dump_json()) == facts
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"pid": 0},
+        {"pid": True},
+        {"pid": "42"},
+        {"pgid": -1},
+        {"start_time": -1},
+        {"start_time": float("nan")},
+        {"start_time": float("inf")},
+        {"start_time": "9"},
+        {"host_id": ""},
+        {"extra": 1},
+    ],
+)
+def test_os_facts_refuse_what_would_not_round_trip(change: dict[str, Any]) -> None:
+    with pytest.raises(pydantic.ValidationError):
+        OsFacts.model_validate({**FACTS, **change})
+
+
+def test_a_record_carries_the_os_facts_of_the_event_that_made_it_running() -> None:
+    process = Process.register(full_record_registration(), at_ms=1)
+    process.record_started(2, at_ms=3, event_id=None, os=OsFacts.model_validate(FACTS))
+    record = render_record(process, change_seq=1)
+    assert record.os == OsFacts.model_validate(FACTS)
+    assert record.os_pid == FACTS["pid"]
+    assert ProcessRecord.model_validate_json(record.model_dump_json()) == record
+
+
+def test_a_record_stored_before_os_facts_still_reads_back() -> None:
+    document = full_record().model_dump(mode="json")
+    del document["os"], document["os_pid"]
+    legacy = ProcessRecord.model_validate(document)
+    assert (legacy.os, legacy.os_pid) == (None, None)
+    assert legacy == full_record().model_copy(update={"os": None, "os_pid": None})

@@ -1,4 +1,4 @@
-"""ProcessRegistration and its parts (DESIGN.md §3.1): the model's own rules.
+"""ProcessRegistration and its parts (docs/design.md §3.1): the model's own rules.
 
 Invalid input cannot even be constructed: pydantic's ``ValidationError`` names the field.
 """

@@ -1,4 +1,4 @@
-"""The words of the model (DESIGN.md §2) and the coarse status (§3.4)."""
+"""The words of the model (docs/design.md §2) and the coarse status (§3.4)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from procledger.domain.notification import ProcessCompletionNotification
 FIELDS = ("command_id", "session_id", "loop_id", "process_handle", "state", "reason")
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
-# The completed and lost rows of DESIGN.md §2.1, written out by hand (not derived from the code
+# The completed and lost rows of docs/design.md §2.1, written out by hand (not derived from the code
 # under test): the only (state, reason) pairs a completion notification may carry.
 NOTIFICATION_PAIRS = frozenset(
     {

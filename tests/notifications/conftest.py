@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from procledger.registry import ProcessRegistry, open_registry
+from procledger import ProcessRegistry, open_registry
 
 Opener = Callable[[], ProcessRegistry]
 

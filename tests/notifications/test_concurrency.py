@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from _shared import child_env, end_process
+from procledger import ProcessRegistry
 from procledger.notifications import NotificationDisposition, Notifier
-from procledger.registry import ProcessRegistry
 
 from ._support import fields, notification
 from .conftest import Opener

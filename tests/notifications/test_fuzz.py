@@ -1,6 +1,6 @@
 """Fuzzed JSON never reaches the journal, and the error names the first failing check.
 
-The expected field comes from an independent oracle written from DESIGN.md §4 (not from the
+The expected field comes from an independent oracle written from docs/design.md §4 (not from the
 code under test): an extra key first, then command_id, session_id, loop_id, process_handle, and
 the (state, reason) pair.
 """
@@ -16,11 +16,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from procledger import ProcessRegistry
 from procledger.domain.errors import ProcessLifecycleValidationError
 from procledger.domain.notification import ProcessCompletionNotification as N
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.notifications import Notifier
-from procledger.registry import ProcessRegistry
 
 from ._support import FIELDS, NOTIFICATION_PAIRS, ZERO_UUID
 from .conftest import Opener

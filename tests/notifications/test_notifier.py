@@ -1,4 +1,4 @@
-"""The notifier contract (DESIGN.md §4) on every store, and headless.
+"""The notifier contract (docs/design.md §4) on every store, and headless.
 
 One abstract suite, ``NotifierContract``, subclassed per store. The cases mirror the reference
 harness's delivery tests: duplicate, collision, inbox full, foreign loop, restore.
@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from procledger import ProcessRegistry
 from procledger.domain.errors import (
     DeliveryStopped,
     IdempotencyCollision,
@@ -25,7 +26,6 @@ from procledger.domain.errors import (
 )
 from procledger.domain.notification import ProcessCompletionNotification as N
 from procledger.notifications import Delivery, LoopInbox, NotificationDisposition, Notifier
-from procledger.registry import ProcessRegistry
 
 from ._support import fields, notification
 from .conftest import Opener

@@ -1,4 +1,4 @@
-"""The projections contract (DESIGN.md §5) as one abstract suite, subclassed per store in
+"""The projections contract (docs/design.md §5) as one abstract suite, subclassed per store in
 ``test_stores.py``. Every test drives the public registry API with a ``FakeClock``."""
 
 from __future__ import annotations
@@ -490,12 +490,12 @@ class ProjectionContract(StoreCase):
     ) -> None:
         registry.register(registration("p"))
         finish(registry, "p")
-        stale = registry._load("p")  # a writer loaded it ...
+        stale = registry._ledger.load_process("p")  # a writer loaded it ...
         clock.advance(1)
         registry.prune_terminal(clock.now_ms)  # ... then it was pruned ...
         stale.set_external_ref(ExternalRef(backend="b", id="1"), at_ms=clock.now_ms)
         with pytest.raises(NotFound):  # ... so its write must not resurrect a partial log
-            registry._save([stale], now_ms=clock.now_ms)
+            registry._ledger.save([stale], now_ms=clock.now_ms)
         with pytest.raises(NotFound):
             registry.events("p")
         registry.rebuild()
@@ -598,7 +598,7 @@ class ProjectionContract(StoreCase):
                 f"INSERT INTO {store.events_table} "
                 "(originator_id, originator_version, topic, state) VALUES (?,?,?,?)",
                 (
-                    broken.hex if store.dialect == "sqlite" else broken,
+                    store.dialect.originator_key(broken),
                     1,
                     "procledger:Process.Registered",
                     b"{not json",

@@ -1,4 +1,4 @@
-"""``procledger rebuild`` (DESIGN.md §8): rebuilds the read models and shows progress."""
+"""``procledger rebuild`` (docs/design.md §8): rebuilds the read models and shows progress."""
 
 from __future__ import annotations
 
@@ -65,4 +65,4 @@ def test_rebuild_command_failure_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert len(done.stderr.splitlines()) == 1
     assert "rebuild" in done.stderr
-    assert "StoreError" in done.stderr
+    assert "StoreURLError" in done.stderr

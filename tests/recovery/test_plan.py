@@ -1,4 +1,4 @@
-"""Properties of ``plan``, the pure disposition table of DESIGN.md §3.6, over every combination
+"""Properties of ``plan``, the pure disposition table of docs/design.md §3.6, over every combination
 of state, disposition, first start, abandon request, stored lease, time and holder liveness."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The sweep and the drain, case by case, on the in-memory store with an injected clock
-(DESIGN.md §3.6). Runners are recording fakes; owners that must be provably dead carry the
+(docs/design.md §3.6). Runners are recording fakes; owners that must be provably dead carry the
 liveness of a real process that has exited."""
 
 from __future__ import annotations

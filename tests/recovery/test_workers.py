@@ -160,7 +160,7 @@ def _process_state(pid: int) -> str:
 
 def _lease_row_free(registry: ProcessRegistry, process_id: str) -> bool:
     """Whether no transaction holds the lease row (SQLite: the write lock) right now."""
-    if registry.store.dialect == "sqlite":
+    if registry.location.sqlite_path:  # a SQLite file: its write lock guards the row
         connection = sqlite3.connect(registry.location.sqlite_path, timeout=0)
         try:
             connection.execute("BEGIN IMMEDIATE")

@@ -23,9 +23,9 @@ from procledger import (
     Lease,
     LeaseLost,
     LeaseOwner,
+    ProcessRegistry,
     open_registry,
 )
-from procledger.registry import ProcessRegistry
 
 _ops: list[dict[str, Any]] = []
 

@@ -1,4 +1,4 @@
-"""The registry's contract (DESIGN.md §3, §3.5, §7, §9) as one abstract conformance suite.
+"""The registry's contract (docs/design.md §3, §3.5, §7, §9) as one abstract conformance suite.
 
 ``RegistryConformance`` is subclassed once per store (``test_memory.py``, ``test_sqlite.py``,
 ``test_postgres.py``), mixed with the store's case from ``tests/_stores.py``, which says how to
@@ -53,6 +53,7 @@ from procledger.adapters.liveness import ProcProbe
 from procledger.domain.leases import Liveness
 from procledger.domain.process import Process, process_uuid
 from procledger.domain.registration import env_ref_for
+from procledger.domain.rendering import render_record
 from procledger.domain.session import Session
 from procledger.domain.vocabulary import LifecycleKind
 from procledger.testing import FakeClock
@@ -909,7 +910,7 @@ class RegistryConformance(StoreCase):
         assert lease.expires_at_ms == clock.now_ms + TTL
         assert len(registry.events(running)) == 2
         assert registry.get(running) == record
-        assert registry._load(running).version == 2
+        assert registry._ledger.load_process(running).version == 2
 
     def test_terminal_with_lease_releases_it_atomically(
         self, registry: ProcessRegistry, running: str
@@ -1343,7 +1344,7 @@ class RegistryConformance(StoreCase):
 
         def save(process: Process) -> None:
             saved.setdefault(process.process_id, []).extend(process.pending_events)
-            registry._save([process], now_ms=clock.now_ms)
+            registry._ledger.save([process], now_ms=clock.now_ms)
 
         def fresh(pid: str, **overrides: Any) -> Process:
             return Process.register(
@@ -1401,12 +1402,12 @@ class RegistryConformance(StoreCase):
         session.grant("enc-lost", None, at_ms=now)
         session.revoke("enc-lost", at_ms=now)
         session_events = list(session.pending_events)
-        registry._save(sessions=[session], now_ms=now)
+        registry._ledger.save(sessions=[session], now_ms=now)
 
         def stored_of(aggregate_id: uuid.UUID) -> list[Any]:
             return [
-                registry.mapper.to_domain_event(s)
-                for s in registry.recorder.select_events(aggregate_id)
+                registry._ledger.mapper.to_domain_event(s)
+                for s in registry._ledger.recorder.select_events(aggregate_id)
             ]
 
         covered: set[type] = set()
@@ -1416,9 +1417,9 @@ class RegistryConformance(StoreCase):
             for original, back in zip(originals, decoded, strict=True):
                 assert vars(back) == vars(original), type(original).__name__
                 covered.add(type(original))
-            replayed = registry._load(pid)
+            replayed = registry._ledger.load_process(pid)
             record = registry.get(pid)
-            assert replayed.to_record(change_seq=record.change_seq) == record
+            assert render_record(replayed, record.change_seq) == record
         decoded_session = stored_of(session.id)
         for original, back in zip(session_events, decoded_session, strict=True):
             assert vars(back) == vars(original)
@@ -1439,7 +1440,7 @@ class RegistryConformance(StoreCase):
         """Overwrite one stored event's state with bytes that are not JSON (raw SQL)."""
         store = registry.store
         aggregate_id = process_uuid(process_id)
-        key: Any = aggregate_id if store.dialect == "postgresql" else aggregate_id.hex
+        key: Any = store.dialect.originator_key(aggregate_id)
         with store.write() as tx:
             tx.execute(
                 f"UPDATE {store.events_table} SET state=? "

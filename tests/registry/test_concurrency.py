@@ -1,4 +1,4 @@
-"""Several OS processes writing to one ledger at once (DESIGN.md §3.5, §7).
+"""Several OS processes writing to one ledger at once (docs/design.md §3.5, §7).
 
 Workers are separate OS processes (multiprocessing, ``forkserver`` with procledger preloaded,
 so starting one costs milliseconds rather than a second of imports). Each reports ``ready``
@@ -39,7 +39,7 @@ from ._race_worker import worker_main
 
 TERMINAL_KINDS = {"completed", "lost", "abandoned"}
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload(["procledger", "procledger.registry"])
+_CONTEXT.set_forkserver_preload(["procledger", "procledger.application.registry"])
 
 
 def _registration(process_id: str) -> ProcessRegistration:

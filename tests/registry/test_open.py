@@ -1,5 +1,5 @@
-"""Opening a store (DESIGN.md §7): URLs that cannot be opened raise ``StoreError`` naming the URL
-with any password masked; the default URL and ``$PROCLEDGER_URL``."""
+"""Opening a store (docs/design.md §7): URLs that cannot be opened raise ``StoreError`` naming the
+URL with any password masked; the default URL and ``$PROCLEDGER_URL``."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from procledger import ProcessRegistry, StoreError, open_registry
-from procledger.adapters.store import SQLiteConnections
+from procledger.adapters.sql.sqlite import SQLiteConnections
 
 from .conformance import registration
 

@@ -20,7 +20,7 @@ import pytest
 
 from _shared import Processes, wait_until
 from procledger.domain.errors import Interrupted, ProcledgerError, SpawnError, StdinError
-from procledger.supervisor import _os
+from procledger.supervisor import os_seam
 from procledger.supervisor.execution import (
     CapturedOutput,
     OwnedChild,
@@ -168,7 +168,7 @@ def test_a_read_failure_stops_the_tree_and_is_reraised(
     def failing_read(pipe: object) -> bytes:
         raise failure
 
-    monkeypatch.setattr(_os, "read_available", failing_read)
+    monkeypatch.setattr(os_seam, "read_available", failing_read)
     with pytest.raises(OSError, match="Input/output error") as raised:
         run_captured(sh(f"sleep 30 & {save('$!', pidfile)}; echo ready; wait"))
     assert raised.value is failure
@@ -202,7 +202,7 @@ def test_spawn_failure_names_the_command_and_never_calls_the_consumer(
     calls: list[bytes] = []
     with pytest.raises(SpawnError) as raised:
         run_streaming(argv, calls.append, cwd=cwd)
-    assert _os.describe(argv) in str(raised.value)
+    assert os_seam.describe(argv) in str(raised.value)
     assert isinstance(raised.value, OSError | ProcledgerError)
     assert raised.value.errno is not None
     assert calls == []
@@ -289,9 +289,9 @@ def test_cancel_is_observed_with_the_thread_exit_watcher_too(
     procs: Processes, in_thread: StartCall, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where pidfds are missing (old kernels, seccomp) a thread waits, without reaping."""
-    if not hasattr(_os, "_thread_exit"):
+    if not hasattr(os_seam, "_thread_exit"):
         pytest.skip("the waitid watcher is the Linux fallback only")
-    monkeypatch.setattr(_os, "_pidfd_exit", lambda pid: None)
+    monkeypatch.setattr(os_seam, "_pidfd_exit", lambda pid: None)
     assert run_captured(sh("echo hi; exit 4")) == CapturedOutput(4, b"hi\n", b"")
     pidfile = procs.pidfile("holder.pid")
     cancel = threading.Event()

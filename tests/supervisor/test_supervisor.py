@@ -1,4 +1,4 @@
-"""The Supervisor (DESIGN.md §6.2) against real processes, on SQLite and PostgreSQL.
+"""The Supervisor (docs/design.md §6.2) against real processes, on SQLite and PostgreSQL.
 
 Every child writes its pid to a file the test names (``procs``), so teardown kills it by exact
 pid; ``no_leaks`` (autouse) checks descriptors, threads and children after every test.

@@ -16,7 +16,6 @@ from procledger.domain.records import MAX_DIAGNOSTIC_BYTES
 from procledger.domain.vocabulary import LifecycleKind, ProcessState, TerminalReason
 from procledger.supervisor.decide import (
     STOP_REASONS,
-    clip,
     event_ids,
     mode_policy,
     outcome,
@@ -117,11 +116,3 @@ def test_event_ids_are_stable_distinct_uuids(process_id: str, registration_hash:
     assert all(uuid.UUID(value).version == 5 for value in every)
     assert event_ids(process_id + "x", registration_hash).command_id != ids.command_id
     assert event_ids(process_id, registration_hash + "x").completed != ids.completed
-
-
-@given(st.text(max_size=1000))
-def test_clip_keeps_diagnostics_within_the_byte_limit(text: str) -> None:
-    clipped = clip(text)
-    assert len(clipped.encode()) <= MAX_DIAGNOSTIC_BYTES
-    if len(text.encode()) <= MAX_DIAGNOSTIC_BYTES:
-        assert clipped == text

@@ -26,7 +26,11 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     │   ├── StdinError                    (__cause__ is the BrokenPipeError)
     │   └── Interrupted
     ├── SupervisorClosed
-    └── StoreError
+    └── StoreError                        (the store failed; never a driver exception)
+        ├── StoreURLError                 (a URL that names no usable store)
+        ├── StoreUnavailable              (retry later: connection lost, locked, disk full)
+        ├── StoreCorrupt                  (.process_id: stored data that cannot be decoded)
+        └── WriteConflict                 (another writer appended first; retried inside)
 """
 
 from __future__ import annotations
@@ -168,4 +172,28 @@ class SupervisorClosed(ProcledgerError):
 
 
 class StoreError(ProcledgerError):
-    """A store that cannot be opened, or a stored record that cannot be decoded."""
+    """The store failed. Its subclasses say what the caller can do about it; no exception of
+    sqlite3, psycopg or eventsourcing's persistence layer escapes a public method."""
+
+
+class StoreURLError(StoreError, ValueError):
+    """A store URL that is malformed or names nothing that can be opened; fix the URL."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or written right now (connection lost, server restarting,
+    database locked past its wait, disk full): the same call may succeed later."""
+
+
+class StoreCorrupt(StoreError):
+    """Stored data that cannot be decoded; ``process_id`` names its process when known, and
+    the message names the row. Other processes stay readable."""
+
+    def __init__(self, message: str, *, process_id: str | None = None) -> None:
+        super().__init__(message)
+        self.process_id = process_id
+
+
+class WriteConflict(StoreError):
+    """Another writer appended to the same log first. Commands retry these themselves (see
+    ``procledger.application.retry``); a caller only sees one when retries ran out."""

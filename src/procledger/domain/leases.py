@@ -1,4 +1,4 @@
-"""Who may execute a process now, and what lets a writer finish one (DESIGN.md §3.5).
+"""Who may execute a process now, and what lets a writer finish one (docs/design.md §3.5).
 
 Reading ``/proc`` is I/O, so the domain does not do it: the composition root installs a
 ``local identity source`` (see ``procledger.adapters.liveness``) and
@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from procledger.domain._model import Frozen, Tagged
+from procledger.domain.model import Frozen, Tagged
 from procledger.domain.vocabulary import RecoveryDisposition
 
 

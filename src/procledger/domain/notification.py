@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 from pydantic import ConfigDict, model_validator
 
-from procledger.domain._model import Frozen
 from procledger.domain.errors import ProcessLifecycleValidationError
 from procledger.domain.lifecycle import NOTIFICATION_ROWS
+from procledger.domain.model import Frozen
 from procledger.domain.records import MAX_PROCESS_HANDLE_BYTES
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 

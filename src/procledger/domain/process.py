@@ -6,8 +6,14 @@ restores them exactly, and each lifecycle event stores the state it results in, 
 old events never consults today's table. Topics are pinned: renaming a class must not orphan
 stored data.
 
+Shapes evolve by version: each event class declares ``class_version``, and one whose stored
+JSON changed carries ``upcast_vN_vN+1`` static methods the codec applies to older state.
+
 Error order for every write: validation, identical replay (a no-op), state, then authority
 (the lease, which needs the store, is the registry's last check).
+
+Reading lives elsewhere, so this module stays about decisions: ``rendering`` turns an
+aggregate into its record and log entries, ``caches`` keeps per-registration work.
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate
 
-from procledger.domain._model import Frozen, assemble, canonical_json
+from procledger.domain.caches import (
+    checked_registration_document,
+    parsed_registration,
+    remember_registration,
+)
 from procledger.domain.errors import (
     AlreadyTerminal,
     AuthorityRejected,
@@ -31,20 +41,18 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import CompletionAuthority, LeaseOwner, authority_payload
 from procledger.domain.lifecycle import check_row, check_transition
+from procledger.domain.model import canonical_json
 from procledger.domain.records import (
     MAX_DIAGNOSTIC_BYTES,
     AbandonRequest,
     ExternalRef,
-    Identity,
+    OsFacts,
     OwnerStamp,
-    ProcessEvent,
-    ProcessRecord,
     WaitState,
 )
 from procledger.domain.registration import (
     ProcessRegistration,
     SessionScope,
-    input_identity,
     registration_hash_of,
 )
 from procledger.domain.vocabulary import (
@@ -52,7 +60,6 @@ from procledger.domain.vocabulary import (
     ProcessState,
     RecoveryDisposition,
     TerminalReason,
-    coarse_status,
 )
 
 _NAMESPACE = uuid.UUID("6f1c2d7e-5b0a-4c1e-9a53-0d4c6e1f7a21")
@@ -125,7 +132,13 @@ class Process(Aggregate):
     TOPIC = "procledger:Process"
 
     class Event(Aggregate.Event):
+        """Base of every stored event. Each subclass declares its own ``class_version``: the
+        shape its stored JSON has; changing a shape means a new version and an
+        ``upcast_vN_vN+1`` static method that brings older stored state up to it (the codec
+        applies them in order, as eventsourcing's ``Mapper`` does)."""
+
         TOPIC = "procledger:Process.Event"
+        class_version = 1
         at_ms: int
 
         def apply(self, aggregate: Any) -> None:
@@ -137,41 +150,66 @@ class Process(Aggregate):
 
     class Registered(Event, Aggregate.Created):
         TOPIC = "procledger:Process.Registered"
+        class_version = 1
         registration: dict[str, Any]
         registration_hash: str
 
     class Started(Event):
+        """v2 (0.2.0): ``os``, the child's OS facts; v1 events read back with ``os=None``."""
+
         TOPIC = "procledger:Process.Started"
+        class_version = 2
         state: str
         started_at_ms: int
         event_id: str | None
+        os: dict[str, Any] | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["os"] = None
 
         def evolve(self, process: Process) -> None:
             process.state = _STATES[self.state]
             process.started_at_ms = self.started_at_ms
+            process.os_json = self.os
             process.remember(self)
 
         def fingerprint(self) -> str:
-            return _fingerprint("started", self.started_at_ms)
+            return started_fingerprint(self.started_at_ms, self.os)
 
     class Backgrounded(Event):
+        """v2 (0.2.0): ``os``, the child's OS facts; v1 events read back with ``os=None``.
+
+        A background run is never ``Started``, so this is the event that made it running and
+        its facts are the run's; after a ``Started`` it only fills facts that one lacked.
+        """
+
         TOPIC = "procledger:Process.Backgrounded"
+        class_version = 2
         state: str
         backgrounded_at_ms: int
         event_id: str | None
+        os: dict[str, Any] | None
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["os"] = None
 
         def evolve(self, process: Process) -> None:
             if process.started_at_ms is None:
                 process.started_at_ms = self.backgrounded_at_ms
+            if process.os_json is None:
+                process.os_json = self.os
             process.state = _STATES[self.state]
             process.backgrounded = True
             process.remember(self)
 
         def fingerprint(self) -> str:
-            return _fingerprint("backgrounded", self.backgrounded_at_ms)
+            return backgrounded_fingerprint(self.backgrounded_at_ms, self.os)
 
     class StopRequested(Event):
         TOPIC = "procledger:Process.StopRequested"
+        class_version = 1
         state: str
         reason: str
         event_id: str | None
@@ -187,6 +225,7 @@ class Process(Aggregate):
         """Base of the three terminal events; the fields compared for identical replays."""
 
         TOPIC = "procledger:Process.Terminal"
+        class_version = 1
         state: str
         reason: str
         event_id: str | None
@@ -205,6 +244,7 @@ class Process(Aggregate):
 
     class Completed(Terminal):
         TOPIC = "procledger:Process.Completed"
+        class_version = 1
         exit_code: int | None
         diagnostic: str | None
         value: Any
@@ -216,12 +256,13 @@ class Process(Aggregate):
             process.value = self.value
 
         def fingerprint(self) -> str:
-            return _completed_fingerprint(
+            return completed_fingerprint(
                 self.state, self.reason, self.exit_code, self.diagnostic, self.value
             )
 
     class Lost(Terminal):
         TOPIC = "procledger:Process.Lost"
+        class_version = 1
         diagnostic: str | None
 
         def evolve(self, process: Process) -> None:
@@ -233,6 +274,7 @@ class Process(Aggregate):
 
     class Abandoned(Terminal):
         TOPIC = "procledger:Process.Abandoned"
+        class_version = 1
         diagnostic: str | None
         owner: dict[str, Any] | None
         evidence_at_ms: int | None
@@ -250,6 +292,7 @@ class Process(Aggregate):
 
     class ProducerEvent(Event):
         TOPIC = "procledger:Process.ProducerEvent"
+        class_version = 1
         event_type: str
         payload: Any
         replay_key: str
@@ -262,6 +305,7 @@ class Process(Aggregate):
 
     class FirstStarted(Event):
         TOPIC = "procledger:Process.FirstStarted"
+        class_version = 1
         owner: dict[str, Any]
         first_started_at_ms: int
 
@@ -270,6 +314,7 @@ class Process(Aggregate):
 
     class AbandonRequested(Event):
         TOPIC = "procledger:Process.AbandonRequested"
+        class_version = 1
         requested_by: str
         reason: str | None
 
@@ -280,6 +325,7 @@ class Process(Aggregate):
 
     class WaitSet(Event):
         TOPIC = "procledger:Process.WaitSet"
+        class_version = 1
         wait: dict[str, Any]
 
         def evolve(self, process: Process) -> None:
@@ -287,12 +333,14 @@ class Process(Aggregate):
 
     class WaitCleared(Event):
         TOPIC = "procledger:Process.WaitCleared"
+        class_version = 1
 
         def evolve(self, process: Process) -> None:
             process.wait = None
 
     class ExternalRefSet(Event):
         TOPIC = "procledger:Process.ExternalRefSet"
+        class_version = 1
         ref: dict[str, Any]
 
         def evolve(self, process: Process) -> None:
@@ -300,6 +348,7 @@ class Process(Aggregate):
 
     class WakeTargetCleared(Event):
         TOPIC = "procledger:Process.WakeTargetCleared"
+        class_version = 1
         session_id: str
 
         def evolve(self, process: Process) -> None:
@@ -310,10 +359,8 @@ class Process(Aggregate):
     def __init__(self, registration: dict[str, Any], registration_hash: str, at_ms: int) -> None:
         # Kept as stored (JSON); parsed into a ProcessRegistration only when a command needs
         # it, so replaying for a read model never pays for validation it does not use.
-        self.registration_json = _checked_registration_document(registration)
+        self.registration_json = checked_registration_document(registration)
         self._registration: ProcessRegistration | None = None
-        self._registration_fields: dict[str, Any] | None = None
-        self._identity_model: Identity | None = None
         self.registration_hash = registration_hash
         self.created_at_ms = at_ms
         self.updated_at_ms = at_ms
@@ -326,6 +373,8 @@ class Process(Aggregate):
         self.backgrounded = False
         self.started_at_ms: int | None = None
         self.finished_at_ms: int | None = None
+        self.os_json: dict[str, Any] | None = None
+        self._os: OsFacts | None = None
         self.first_started_json: dict[str, Any] | None = None
         self._first_started: OwnerStamp | None = None
         self.abandon_request: AbandonRequest | None = None
@@ -349,7 +398,7 @@ class Process(Aggregate):
             timestamp=timestamp_of(at_ms),
         )
         process._registration = registration
-        _remember_registration(process.registration_hash, registration)
+        remember_registration(process.registration_hash, registration)
         return process
 
     # -- helpers used by events -------------------------------------------------------------
@@ -357,9 +406,7 @@ class Process(Aggregate):
     @property
     def registration(self) -> ProcessRegistration:
         if self._registration is None:
-            self._registration = _parsed_registration(
-                self.registration_json, self.registration_hash
-            )
+            self._registration = parsed_registration(self.registration_json, self.registration_hash)
         return self._registration
 
     @property
@@ -374,6 +421,19 @@ class Process(Aggregate):
         if self._first_started is None:
             self._first_started = OwnerStamp.model_validate(self.first_started_json)
         return self._first_started
+
+    @property
+    def os(self) -> OsFacts | None:
+        """The running child's OS facts, parsed only when a reader asks for them."""
+        if self.os_json is None:
+            return None
+        if self._os is None:
+            self._os = OsFacts.model_validate(self.os_json)
+        return self._os
+
+    @property
+    def os_pid(self) -> int | None:
+        return None if self.os_json is None else int(self.os_json["pid"])
 
     @property
     def disposition(self) -> RecoveryDisposition:
@@ -430,8 +490,16 @@ class Process(Aggregate):
 
     # -- non-terminal lifecycle ---------------------------------------------------------------
 
-    def record_started(self, started_at_ms: int, *, at_ms: int, event_id: str | None) -> bool:
-        if self._is_replay(event_id, lambda: _fingerprint("started", started_at_ms)):
+    def record_started(
+        self,
+        started_at_ms: int,
+        *,
+        at_ms: int,
+        event_id: str | None,
+        os: OsFacts | None = None,
+    ) -> bool:
+        os_json = os_document(os)
+        if self._is_replay(event_id, lambda: started_fingerprint(started_at_ms, os_json)):
             return False
         check_transition(
             self.state, LifecycleKind.started, ProcessState.running, process_id=self.process_id
@@ -442,13 +510,21 @@ class Process(Aggregate):
             state=ProcessState.running.value,
             started_at_ms=started_at_ms,
             event_id=event_id,
+            os=os_json,
         )
         return True
 
     def record_backgrounded(
-        self, backgrounded_at_ms: int, *, at_ms: int, event_id: str | None
+        self,
+        backgrounded_at_ms: int,
+        *,
+        at_ms: int,
+        event_id: str | None,
+        os: OsFacts | None = None,
     ) -> bool:
-        if self._is_replay(event_id, lambda: _fingerprint("backgrounded", backgrounded_at_ms)):
+        os_json = os_document(os)
+        fingerprint = functools.partial(backgrounded_fingerprint, backgrounded_at_ms, os_json)
+        if self._is_replay(event_id, fingerprint):
             return False
         kind, target = LifecycleKind.backgrounded, ProcessState.running
         check_transition(self.state, kind, target, process_id=self.process_id)
@@ -462,6 +538,7 @@ class Process(Aggregate):
             state=target.value,
             backgrounded_at_ms=backgrounded_at_ms,
             event_id=event_id,
+            os=os_json,
         )
         return True
 
@@ -541,7 +618,7 @@ class Process(Aggregate):
 
         def fingerprint() -> str:
             assert terminal_reason is not None
-            return _completed_fingerprint(
+            return completed_fingerprint(
                 to_state.value, terminal_reason.value, exit_code, diagnostic, value
             )
 
@@ -716,199 +793,29 @@ class Process(Aggregate):
     def wake_target(self) -> SessionScope | None:
         return None if self.wake_target_cleared else self.registration.wake_target
 
-    def record_document(self, change_seq: int) -> dict[str, Any]:
-        """The record as JSON, built from what the events stored (no model round trip).
 
-        This is what the read model stores and what ``to_record`` validates, so the row and
-        the returned record can never disagree. Field order follows ``ProcessRecord``.
-        """
-        return {
-            **self._registration_part(),
-            "wake_target": (
-                None if self.wake_target_cleared else self.registration_json["wake_target"]
-            ),
-            "env_ref": self.registration_json["env_ref"],
-            "event_types": self.registration_json["event_types"],
-            "descriptor": self.registration_json["descriptor"],
-            "state": self.state.value,
-            "reason": None if self.reason is None else self.reason.value,
-            "exit_code": self.exit_code,
-            "diagnostic": self.diagnostic,
-            "value": self.value,
-            "status": coarse_status(self.state, self.reason, self.exit_code).value,
-            "stop_requested": [reason.value for reason in self.stop_requested],
-            "backgrounded": self.backgrounded,
-            "created_at_ms": self.created_at_ms,
-            "updated_at_ms": self.updated_at_ms,
-            "started_at_ms": self.started_at_ms,
-            "finished_at_ms": self.finished_at_ms,
-            "first_started": self.first_started_json,
-            "abandon_request": _json_or_none(self.abandon_request),
-            "abandon_evidence": _json_or_none(self.abandon_evidence),
-            "wait": _json_or_none(self.wait),
-            "external_ref": _json_or_none(self.external_ref),
-            "change_seq": change_seq,
-        }
-
-    def _registration_part(self) -> dict[str, Any]:
-        """The leading record fields, which only the registration decides: built once per
-        aggregate, since a registry reuses an aggregate across its writes."""
-        part = self._registration_fields
-        if part is None:
-            registration = self.registration_json
-            kind, label = input_identity(registration["input"])
-            part = self._registration_fields = {
-                "id": registration["id"],
-                "registration_hash": self.registration_hash,
-                "input": registration["input"],
-                "disposition": registration["disposition"],
-                "identity": {
-                    "kind": kind,
-                    "label": label,
-                    "definition": registration["definition"],
-                },
-                "originator": registration["originator"],
-            }
-        return part
-
-    def to_record(self, change_seq: int) -> ProcessRecord:
-        """The record as a model, assembled from parts that are already validated (the
-        registration, the facts); ``record_document`` is its JSON form, and a property test
-        holds the two equal."""
-        registration = self.registration
-        return assemble(
-            ProcessRecord,
-            {
-                "id": registration.id,
-                "registration_hash": self.registration_hash,
-                "input": registration.input,
-                "disposition": registration.disposition,
-                "identity": self._identity(),
-                "originator": registration.originator,
-                "wake_target": self.wake_target,
-                "env_ref": registration.env_ref,
-                "event_types": registration.event_types,
-                "descriptor": registration.descriptor,
-                "state": self.state,
-                "reason": self.reason,
-                "exit_code": self.exit_code,
-                "diagnostic": self.diagnostic,
-                "value": self.value,
-                "status": coarse_status(self.state, self.reason, self.exit_code),
-                "stop_requested": list(self.stop_requested),
-                "backgrounded": self.backgrounded,
-                "created_at_ms": self.created_at_ms,
-                "updated_at_ms": self.updated_at_ms,
-                "started_at_ms": self.started_at_ms,
-                "finished_at_ms": self.finished_at_ms,
-                "first_started": self.first_started,
-                "abandon_request": self.abandon_request,
-                "abandon_evidence": self.abandon_evidence,
-                "wait": self.wait,
-                "external_ref": self.external_ref,
-                "change_seq": change_seq,
-            },
-        )
-
-    def _identity(self) -> Identity:
-        """The record's identity, from the same fields as the document's (built once)."""
-        if self._identity_model is None:
-            fields = dict(self._registration_part()["identity"])
-            self._identity_model = assemble(Identity, fields)
-        return self._identity_model
-
-
-def _json_or_none(model: Frozen | None) -> dict[str, Any] | None:
-    return None if model is None else model.model_dump(mode="json")
-
-
-_REGISTRATION_KEYS = frozenset(ProcessRegistration.model_fields)
-
-
-def _checked_registration_document(document: dict[str, Any]) -> dict[str, Any]:
-    """A stored registration must have every field (``disposition`` has no default anywhere).
-
-    The full validation runs when a command first needs the parsed registration; this cheap
-    check makes a damaged event fail on replay, where the codec reports it with its process.
-    """
-    missing = _REGISTRATION_KEYS - document.keys()
-    if missing:
-        raise ValueError(f"stored registration lacks {', '.join(sorted(missing))}")
-    return document
-
-
-_REGISTRATIONS: dict[str, ProcessRegistration] = {}
-_REGISTRATIONS_KEPT = 4096
-
-
-def _keep(cache: dict[str, Any], registration_hash: str, value: Any) -> None:
-    """Per-registration caches stay bounded: past the limit, start again from empty."""
-    if len(cache) >= _REGISTRATIONS_KEPT:
-        cache.clear()
-    cache[registration_hash] = value
-
-
-def _remember_registration(registration_hash: str, registration: ProcessRegistration) -> None:
-    _keep(_REGISTRATIONS, registration_hash, registration)
-
-
-def _parsed_registration(data: dict[str, Any], registration_hash: str) -> ProcessRegistration:
-    """The registration of a ``Registered`` event, validated once per content hash.
-
-    Every load of a process replays its ``Registered`` event; validating the same registration
-    again was a fifth of a load. The model is frozen, so sharing one instance is safe.
-    """
-    parsed = _REGISTRATIONS.get(registration_hash)
-    if parsed is None:
-        parsed = ProcessRegistration.model_validate(data)
-        _remember_registration(registration_hash, parsed)
-    return parsed
-
-
-def _completed_fingerprint(
+def completed_fingerprint(
     state: str, reason: str, exit_code: int | None, diagnostic: str | None, value: Any
 ) -> str:
     return _fingerprint("completed", state, reason, exit_code, diagnostic, value)
 
 
-_EVENT_KINDS: dict[type[Process.Event], str] = {
-    Process.Registered: "registered",
-    Process.Started: LifecycleKind.started.value,
-    Process.Backgrounded: LifecycleKind.backgrounded.value,
-    Process.StopRequested: LifecycleKind.stop_requested.value,
-    Process.Completed: LifecycleKind.completed.value,
-    Process.Lost: LifecycleKind.lost.value,
-    Process.Abandoned: LifecycleKind.abandoned.value,
-    Process.FirstStarted: "first_started",
-    Process.AbandonRequested: "abandon_requested",
-    Process.WaitSet: "wait_set",
-    Process.WaitCleared: "wait_cleared",
-    Process.ExternalRefSet: "external_ref_set",
-    Process.WakeTargetCleared: "wake_target_cleared",
-}
-
-_BOOKKEEPING = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})
+def os_document(os: OsFacts | None) -> dict[str, Any] | None:
+    """The stored form of OS facts: the JSON the event carries and its fingerprint hashes."""
+    return None if os is None else os.model_dump(mode="json")
 
 
-def event_kind(event: Process.Event) -> str:
-    if isinstance(event, Process.ProducerEvent):
-        return event.event_type
-    return _EVENT_KINDS[type(event)]
+def started_fingerprint(started_at_ms: int, os: dict[str, Any] | None) -> str:
+    """A retry is identical when it names the same start time and the same child; the OS
+    facts join the fingerprint only when present, so a v1 event (``os=None``) keeps the
+    fingerprint 0.1.0 gave it and a retry from 0.1.0-era code still matches it."""
+    if os is None:
+        return _fingerprint("started", started_at_ms)
+    return _fingerprint("started", started_at_ms, os)
 
 
-def to_process_event(process_id: str, event: Process.Event) -> ProcessEvent:
-    """The log entry a caller sees: kind, payload (no bookkeeping), event id, time."""
-    fields = {k: v for k, v in vars(event).items() if k not in _BOOKKEEPING}
-    at_ms = fields.pop("at_ms")
-    event_id = fields.pop("event_id", None)
-    if isinstance(event, Process.ProducerEvent):
-        event_id = None
-        fields = {"payload": event.payload, "replay_key": event.replay_key}
-    return ProcessEvent(
-        process_id=process_id,
-        sequence=event.originator_version,
-        kind=event_kind(event),
-        payload=fields,
-        event_id=event_id,
-        occurred_at_ms=at_ms,
-    )
+def backgrounded_fingerprint(backgrounded_at_ms: int, os: dict[str, Any] | None) -> str:
+    """As ``started_fingerprint``: the same child, or no facts on either side."""
+    if os is None:
+        return _fingerprint("backgrounded", backgrounded_at_ms)
+    return _fingerprint("backgrounded", backgrounded_at_ms, os)

@@ -1,13 +1,13 @@
-"""The read side of one process: its record and its log entries (DESIGN.md §3.3)."""
+"""The read side of one process: its record and its log entries (docs/design.md §3.3)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
-from procledger.domain._model import Frozen
 from procledger.domain.leases import LeaseOwner
+from procledger.domain.model import Frozen
 from procledger.domain.registration import (
     EventType,
     HandleDescriptor,
@@ -62,6 +62,23 @@ class ExternalRef(Frozen):
     metadata: JsonValue = None
 
 
+class OsFacts(Frozen):
+    """Which OS process a run is, as the supervisor saw it when the child started.
+
+    A pid alone is reused by the OS; the pid with its start time (the ``starttime`` field of
+    ``/proc/PID/stat``, in clock ticks, as the liveness probe reads it) on one host names one
+    child for good, which is what recovery needs to tell a survivor from a stranger. Strict, so
+    a bool or a NaN never reaches the stored event, whose JSON must round-trip exactly.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    pid: Annotated[int, Field(gt=0)]
+    pgid: Annotated[int, Field(gt=0)]
+    start_time: Annotated[int, Field(ge=0)] | Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    host_id: Annotated[str, Field(min_length=1)]
+
+
 class ProcessRecord(Frozen):
     """One process at its latest state, as lists, the feed and ``get`` return it."""
 
@@ -87,6 +104,9 @@ class ProcessRecord(Frozen):
     updated_at_ms: int
     started_at_ms: int | None
     finished_at_ms: int | None
+    # Defaults: rows written before 0.2.0 lack both, and must still read back.
+    os_pid: int | None = None
+    os: OsFacts | None = None
     first_started: OwnerStamp | None
     abandon_request: AbandonRequest | None
     abandon_evidence: OwnerStamp | None

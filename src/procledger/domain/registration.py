@@ -1,4 +1,4 @@
-"""What a caller declares about a process before anything runs (DESIGN.md §3.1).
+"""What a caller declares about a process before anything runs (docs/design.md §3.1).
 
 These rules belong to the model, so an invalid registration cannot even be constructed:
 pydantic's ``ValidationError`` names the field. Environment values never appear here; a
@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
-from procledger.domain._model import Frozen, Tagged, canonical_json
+from procledger.domain.model import Frozen, Tagged, canonical_json
 from procledger.domain.vocabulary import RecoveryDisposition
 
 MAX_PROCESS_ID_CHARS = 256

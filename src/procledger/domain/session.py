@@ -26,14 +26,17 @@ class Session(Aggregate):
 
     class Event(Aggregate.Event):
         TOPIC = "procledger:Session.Event"
+        class_version = 1
         at_ms: int
 
     class Opened(Event, Aggregate.Created):
         TOPIC = "procledger:Session.Opened"
+        class_version = 1
         session_id: str
 
     class Granted(Event):
         TOPIC = "procledger:Session.Granted"
+        class_version = 1
         process_id: str
         descriptor: dict[str, Any] | None
 
@@ -42,6 +45,7 @@ class Session(Aggregate):
 
     class Revoked(Event):
         TOPIC = "procledger:Session.Revoked"
+        class_version = 1
         process_id: str
 
         def apply(self, aggregate: Any) -> None:

@@ -55,7 +55,7 @@ class RecoveryDisposition(StrEnum):
 
 
 class ProcessStatus(StrEnum):
-    """Coarse status for lists and summaries (DESIGN.md §3.4)."""
+    """Coarse status for lists and summaries (docs/design.md §3.4)."""
 
     running = "running"
     completed = "completed"

@@ -10,14 +10,14 @@ from __future__ import annotations
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.notifications.delivery import Delivery, NotificationDisposition
 from procledger.notifications.inbox import LoopInbox
-from procledger.notifications.journal import JournalAppend, JournalEntry, JournalMixin
+from procledger.notifications.journal import Journal, JournalAppend, JournalEntry
 from procledger.notifications.notifier import Notifier
 
 __all__ = [
     "Delivery",
+    "Journal",
     "JournalAppend",
     "JournalEntry",
-    "JournalMixin",
     "LoopInbox",
     "NotificationDisposition",
     "Notifier",

@@ -1,4 +1,5 @@
-"""The durable notification journal, as registry methods.
+"""The durable notification journal: its contract and stored form (the registry implements
+it in ``procledger.application.journal``).
 
 A completion notification is journalled, keyed by its ``command_id``, **before** it is
 dispatched to a loop, so nothing the runner published is lost when the loop is full, stopped or
@@ -21,18 +22,14 @@ and restore (``journal_undelivered``) returns the rest in journal order.
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from procledger.domain._model import canonical_json
 from procledger.domain.errors import (
-    IdempotencyCollision,
     ProcessLifecycleValidationError,
-    StoreError,
+    StoreCorrupt,
 )
+from procledger.domain.model import canonical_json
 from procledger.domain.notification import ProcessCompletionNotification
-
-if TYPE_CHECKING:
-    from procledger.adapters.store import Store, Tx
 
 
 class JournalAppend(NamedTuple):
@@ -72,110 +69,11 @@ def journal_payload(notification: ProcessCompletionNotification) -> str:
     return canonical_json(notification.model_dump(mode="json")).decode()
 
 
-def _decode(row: Any) -> ProcessCompletionNotification:
+def decode_entry(row: Any) -> ProcessCompletionNotification:
+    """A journal row's notification; a damaged payload is ``StoreCorrupt`` naming the entry."""
     try:
         return ProcessCompletionNotification.model_validate_json(row["payload"])
-    except ProcessLifecycleValidationError as error:
-        raise StoreError(
+    except (ProcessLifecycleValidationError, ValueError) as error:
+        raise StoreCorrupt(
             f"journal entry {row['seq']} (command {row['command_id']}): corrupt payload: {error}"
         ) from None
-
-
-class JournalMixin:
-    """Mixed into ``ProcessRegistry``: the journal side table, through ``self.store``."""
-
-    store: Store
-
-    def journal_append(self, notification: ProcessCompletionNotification) -> JournalAppend:
-        """Journal ``notification`` under its command id (validated again first).
-
-        Returns ``JournalAppend(new=True)`` when this call wrote the row, ``new=False`` for an
-        identical retry (with ``consumed`` telling whether the loop handled it already). The same
-        id with a different payload raises ``IdempotencyCollision`` and writes nothing.
-        """
-        return self.journal_append_checked(notification.revalidated())
-
-    def journal_append_checked(self, notification: ProcessCompletionNotification) -> JournalAppend:
-        """``journal_append`` for a notification the caller has just validated."""
-        payload = journal_payload(notification)
-        command_id = str(notification.command_id)
-        table = self.store.table("journal")
-        with self.store.write() as tx:
-            row = _journal_row(tx, table, command_id)
-            if row is None:
-                tx.execute(
-                    f"INSERT INTO {table} (command_id, session_id, loop_id, process_handle, "
-                    "payload) VALUES (?, ?, ?, ?, ?) ON CONFLICT (command_id) DO NOTHING",
-                    (
-                        command_id,
-                        str(notification.session_id),
-                        str(notification.loop_id),
-                        notification.process_handle,
-                        payload,
-                    ),
-                )
-                if tx.rowcount == 1:
-                    return JournalAppend(new=True)
-                # PostgreSQL: a concurrent writer committed it after our read; this statement
-                # (read committed) sees it.
-                row = _journal_row(tx, table, command_id)
-        if row is None:  # pragma: no cover - the unique key held a row a statement ago
-            raise StoreError(f"journal: command {command_id} neither inserted nor found")
-        if row["payload"] != payload:
-            raise IdempotencyCollision(
-                f"command {command_id} is journalled with another payload "
-                f"(stored {row['payload']}, new {payload}): retry only with the identical "
-                "notification, or allocate a new command id"
-            )
-        return JournalAppend(new=False, consumed=bool(row["consumed"]))
-
-    def journal_get(self, command_id: uuid.UUID | str) -> ProcessCompletionNotification | None:
-        """The journalled notification with that command id, or ``None``."""
-        with self.store.read() as tx:
-            row = _journal_row(tx, self.store.table("journal"), str(uuid.UUID(str(command_id))))
-        return None if row is None else _decode(row)
-
-    def journal_mark_consumed(
-        self, session_id: uuid.UUID, loop_id: uuid.UUID, command_id: uuid.UUID
-    ) -> bool:
-        """Record that the loop handled the command; ``False`` if that loop has no such entry.
-
-        Marking twice is harmless (the second call also returns ``True``).
-        """
-        with self.store.write() as tx:
-            tx.execute(
-                f"UPDATE {self.store.table('journal')} SET consumed=1 "
-                "WHERE command_id=? AND session_id=? AND loop_id=?",
-                (str(command_id), str(session_id), str(loop_id)),
-            )
-            return tx.rowcount == 1
-
-    def journal_undelivered(
-        self, session_id: uuid.UUID, loop_id: uuid.UUID
-    ) -> list[ProcessCompletionNotification]:
-        """The session's unconsumed notifications addressed to ``loop_id``, in journal order."""
-        with self.store.read() as tx:
-            rows = tx.execute(
-                f"SELECT seq, command_id, payload FROM {self.store.table('journal')} "
-                "WHERE session_id=? AND loop_id=? AND consumed=0 ORDER BY seq",
-                (str(session_id), str(loop_id)),
-            ).all()
-        return [_decode(row) for row in rows]
-
-    def journal_entries(self, session_id: uuid.UUID | None = None) -> list[JournalEntry]:
-        """Every journalled command (or one session's), in journal order, consumed included."""
-        where, params = ("WHERE session_id=? ", (str(session_id),)) if session_id else ("", ())
-        with self.store.read() as tx:
-            rows = tx.execute(
-                f"SELECT seq, command_id, payload, consumed FROM {self.store.table('journal')} "
-                f"{where}ORDER BY seq",
-                params,
-            ).all()
-        return [JournalEntry(int(row["seq"]), _decode(row), bool(row["consumed"])) for row in rows]
-
-
-def _journal_row(tx: Tx, table: str, command_id: str) -> Any:
-    return tx.execute(
-        f"SELECT seq, command_id, payload, consumed FROM {table} WHERE command_id=?",
-        (command_id,),
-    ).one()

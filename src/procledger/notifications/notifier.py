@@ -1,4 +1,4 @@
-"""One session's completion notifier: validate, route, journal, then dispatch (DESIGN.md §4).
+"""One session's completion notifier: validate, route, journal, then dispatch (docs/design.md §4).
 
 The order is the contract:
 

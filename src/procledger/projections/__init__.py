@@ -1,4 +1,4 @@
-"""Read models built from the event log (DESIGN.md §5): change feed, lists and filters, handle
+"""Read models built from the event log (docs/design.md §5): change feed, lists and filters, handle
 grants and summaries, session deletion, pruning, rebuild."""
 
 from procledger.projections.feed import ChangeCursor

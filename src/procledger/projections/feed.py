@@ -17,9 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_serializer, model_validator
 
-from procledger.adapters.store import Store, Tx
+from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql.store import Tx
 from procledger.domain.records import ProcessRecord
-from procledger.projections.records import decode_record
+from procledger.projections.records import decode_rows
 
 
 class ChangeCursor(BaseModel):
@@ -87,24 +88,13 @@ class ChangeCursor(BaseModel):
         return f"ChangeCursor({self.value})"
 
 
-def read_page(
-    tx: Tx, store: Store, cursor: ChangeCursor, limit: int
-) -> tuple[list[ProcessRecord], ChangeCursor]:
+def read_page(tx: Tx, cursor: ChangeCursor, limit: int) -> tuple[list[ProcessRecord], ChangeCursor]:
+    """One page of the change feed after ``cursor`` and the cursor of its last record."""
     if limit < 0:
         raise ValueError(f"limit must be at least 0, not {limit}")
     if limit == 0:
         return [], cursor
-    rows = tx.execute(
-        f"SELECT process_id, record FROM {store.table('records')} WHERE change_seq>? "
-        f"ORDER BY change_seq, process_id{by_code_point(store)} LIMIT ?",
-        (cursor.value, limit),
-    ).all()
-    records = [decode_record(row["process_id"], row["record"]) for row in rows]
+    records = decode_rows(record_rows.select_changed(tx, cursor.value, limit))
     if not records:
         return [], cursor
     return records, ChangeCursor(records[-1].change_seq)
-
-
-def by_code_point(store: Store) -> str:
-    """A collation suffix so PostgreSQL sorts ids as Python does (by code point)."""
-    return ' COLLATE "C"' if store.dialect == "postgresql" else ""

@@ -11,14 +11,17 @@ whose ``identity.definition`` has the same canonical JSON; one that omits it mat
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue, StrictBool, StrictInt, StrictStr, ValidationError
 
-from procledger.domain._model import Frozen, canonical_json
 from procledger.domain.errors import FilterError
+from procledger.domain.model import Frozen, canonical_json
 from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import ProcessStatus
+
+if TYPE_CHECKING:
+    from procledger.adapters.sql.records import Condition
 
 StatusFilter = Literal["running", "completed", "failed", "cancelled", "abandoned", "any"]
 STATUS_VALUES: tuple[str, ...] = (*(status.value for status in ProcessStatus), "any")
@@ -35,7 +38,7 @@ FILTER_KEYS: tuple[str, ...] = (
 
 
 class ProcessListFilter(Frozen):
-    """Which processes to select; every given field must match (DESIGN.md §5)."""
+    """Which processes to select; every given field must match (docs/design.md §5)."""
 
     status: StatusFilter = "running"
     waiting: StrictBool | None = None
@@ -93,33 +96,27 @@ class ProcessListFilter(Frozen):
         )
         return all(checks)
 
-    def sql(self, prefix: str = "") -> tuple[str, list[object]]:
-        """``(conditions, params)`` over the records table's columns (``prefix`` = alias.)."""
-        conditions: list[str] = []
-        params: list[object] = []
-
-        def where(column: str, value: object, op: str = "=") -> None:
-            conditions.append(f"{prefix}{column}{op}?")
-            params.append(value)
-
+    def conditions(self) -> list[Condition]:
+        """The selection as conditions on the records table's columns."""
+        found: list[Condition] = []
         if self.status != "any":
-            where("status", self.status)
+            found.append(("status", "=", self.status))
         if self.waiting is not None:
-            where("waiting", int(self.waiting))
+            found.append(("waiting", "=", int(self.waiting)))
         for key in _STRING_KEYS:
             value = getattr(self, key)
             if value is not None:
-                where(key, value)
+                found.append((key, "=", value))
         if self.filters_definition:
             if self.definition is None:
-                conditions.append(f"{prefix}definition IS NULL")
+                found.append(("definition", "is null", None))
             else:
-                where("definition", _canonical(self.definition))
+                found.append(("definition", "=", _canonical(self.definition)))
         if self.created_at_start_ms is not None:
-            where("created_at_ms", self.created_at_start_ms, ">=")
+            found.append(("created_at_ms", ">=", self.created_at_start_ms))
         if self.created_at_end_ms is not None:
-            where("created_at_ms", self.created_at_end_ms, "<")
-        return " AND ".join(conditions) or "1=1", params
+            found.append(("created_at_ms", "<", self.created_at_end_ms))
+        return found
 
 
 def _canonical(value: Any) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import JsonValue, model_serializer, model_validator
 
-from procledger.domain._model import Frozen
+from procledger.domain.model import Frozen
 from procledger.domain.registration import HandleDescriptor
 from procledger.domain.vocabulary import ProcessStatus
 

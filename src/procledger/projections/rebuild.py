@@ -14,19 +14,21 @@ model. On failure the transaction rolls back and the previous models stay as the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
 import orjson
 
 from procledger.adapters.codec import decode_event
-from procledger.adapters.store import Store, Tx
-from procledger.domain.errors import StoreError
+from procledger.adapters.sql import events as event_rows
+from procledger.adapters.sql import grants as grant_rows
+from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql.store import Store, Tx
+from procledger.domain.errors import StoreCorrupt, StoreError
 from procledger.domain.process import Process
+from procledger.domain.rendering import record_document
 from procledger.domain.session import Session
-from procledger.projections.records import RECORD_COLUMNS, document_row
 
 Progress = Callable[[int, int], None]
 Row = tuple[Any, ...]
@@ -36,57 +38,25 @@ _PROCESS_TOPIC = Process.Registered.TOPIC
 _SESSION_TOPIC = Session.Opened.TOPIC
 
 
-def rebuild_read_models(
-    store: Store, lock_statements: list[Any], progress: Progress | None = None
-) -> int:
+def rebuild_read_models(store: Store, progress: Progress | None = None) -> int:
     """Drop and rebuild ``records`` and ``grants`` and reset tracking; returns events applied."""
     with store.write() as tx:
-        for statement in lock_statements:
-            tx.cursor.execute(statement)
-        total = int(tx.execute(f"SELECT COUNT(*) AS n FROM {store.events_table}").one()["n"])
-        tx.execute(f"DELETE FROM {store.table('records')}")
-        tx.execute(f"DELETE FROM {store.table('grants')}")
-        sink = _Sink(tx, store)
+        store.lock_log(tx)
+        total = event_rows.count_events(tx)
+        record_rows.clear(tx)
+        grant_rows.clear(tx)
+        sink = _Sink(tx)
         folder = _Folder(sink)
-        with _stream(tx, store) as rows:
+        with event_rows.stream_log(tx) as rows:
             for row in rows:
                 if folder.add(row) and progress is not None:
                     progress(folder.applied, total)
         folder.finish()
         sink.flush()
-        tx.execute(
-            f"UPDATE {store.table('tracking')} SET position=? WHERE name='records'",
-            (folder.max_id,),
-        )
+        record_rows.set_tracking(tx, folder.max_id)
     if progress is not None:
         progress(folder.applied, max(total, folder.applied))
     return folder.applied
-
-
-@contextmanager
-def _stream(tx: Tx, store: Store) -> Iterator[Iterator[Row]]:
-    """``(notification_id, originator_id, version, topic, state)`` rows, one aggregate after
-    another, fetched lazily (a server-side cursor on PostgreSQL)."""
-    query = (
-        f"SELECT {store.notification_id_column}, originator_id, originator_version, topic, state "
-        f"FROM {store.events_table} ORDER BY originator_id, originator_version"
-    )
-    connection = tx.cursor.connection
-    if store.dialect == "postgresql":
-        from psycopg.rows import tuple_row  # psycopg only for PostgreSQL stores
-
-        with connection.cursor(name="procledger_rebuild", row_factory=tuple_row) as cursor:
-            cursor.itersize = BATCH
-            cursor.execute(query)
-            yield iter(cursor)
-    else:
-        cursor = connection.cursor()
-        cursor.row_factory = None
-        try:
-            cursor.execute(query)
-            yield iter(cursor)
-        finally:
-            cursor.close()
 
 
 class _Folder:
@@ -131,7 +101,7 @@ class _Folder:
         except StoreError:
             raise
         except Exception as error:
-            raise StoreError(
+            raise StoreCorrupt(
                 f"rebuild: stored event {self.uuid} v{version} ({topic}) cannot be applied: "
                 f"{error!r}"
             ) from error
@@ -141,7 +111,8 @@ class _Folder:
         if aggregate is None:
             return
         if self.kind == _PROCESS_TOPIC:
-            self.sink.records.append(document_row(aggregate.record_document(self.last_id)))
+            document = record_document(aggregate, self.last_id)
+            self.sink.records.append(record_rows.document_row(document))
         else:
             session_id = aggregate.session_id
             for process_id, descriptor in aggregate.grants.items():
@@ -153,27 +124,13 @@ class _Folder:
 class _Sink:
     """Batches rows and writes them (executemany on SQLite, COPY on PostgreSQL)."""
 
-    def __init__(self, tx: Tx, store: Store) -> None:
+    def __init__(self, tx: Tx) -> None:
         self.tx = tx
-        self.store = store
         self.records: list[Row] = []
         self.grants: list[Row] = []
 
     def flush(self) -> None:
-        self._write("records", RECORD_COLUMNS, self.records)
-        self._write("grants", "session_id, process_id, descriptor", self.grants)
+        record_rows.bulk_insert(self.tx, self.records)
+        grant_rows.bulk_insert(self.tx, self.grants)
         self.records = []
         self.grants = []
-
-    def _write(self, table: str, columns: str, rows: list[Row]) -> None:
-        if not rows:
-            return
-        name = self.store.table(table)
-        cursor = self.tx.cursor
-        if self.store.dialect == "postgresql":
-            with cursor.copy(f"COPY {name} ({columns}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        else:
-            marks = ",".join("?" * (columns.count(",") + 1))
-            cursor.executemany(f"INSERT INTO {name} ({columns}) VALUES ({marks})", rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from procledger.domain._model import Frozen
+from procledger.domain.model import Frozen
 
 
 class SessionDeleteReport(Frozen):

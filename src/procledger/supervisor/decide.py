@@ -4,7 +4,8 @@
   from the process id and its registration hash, so every retry (a re-sent write, a restarted
   ``start``, a ``restore``) reuses them.
 - ``outcome``: which terminal a finished child gets, from how it ended and what was asked of it.
-- ``stop_policy``: which signals carry out a stop of a given reason.
+- ``start_refusal``: whether a registration may be started at all.
+- ``mode_policy`` / ``request_policy``: which signals carry out a stop.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Final
 
-from procledger.domain.records import MAX_DIAGNOSTIC_BYTES
+from procledger.domain.diagnostics import clip_diagnostic
+from procledger.domain.errors import AlreadyTerminal, InvalidTransition
+from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.modes import StopMode
@@ -44,6 +47,9 @@ class EventIds:
 
 
 def event_ids(process_id: str, registration_hash: str) -> EventIds:
+    """The ids of one registration's writes: uuid5 of the process id, its registration hash
+    and the write's kind, so a retried or restored write reuses the id of the first try."""
+
     def derive(kind: str) -> uuid.UUID:
         return uuid.uuid5(ID_NAMESPACE, f"{process_id}\x00{registration_hash}\x00{kind}")
 
@@ -93,7 +99,9 @@ def outcome(
       requested stop is the terminal, so the coarse status is ``cancelled`` unless it exited 0.
     """
     if failure is not None:
-        return Outcome(ProcessState.failed, TerminalReason.failed, diagnostic=clip(failure))
+        return Outcome(
+            ProcessState.failed, TerminalReason.failed, diagnostic=clip_diagnostic(failure)
+        )
     if returncode == 0 or (returncode > 0 and not requested and not shutdown):
         return Outcome(ProcessState.exited, TerminalReason.exited, exit_code=returncode)
     if shutdown:
@@ -107,16 +115,21 @@ def outcome(
     return Outcome(state, TerminalReason(state.value))
 
 
+def start_refusal(record: ProcessRecord) -> InvalidTransition | None:
+    """Why the registered ``record`` must not be started, or ``None`` if it may be.
+
+    Only a process still ``starting`` may be: any other state means a start already ran (a
+    retried ``start`` with the same process id), and a process is never run twice.
+    """
+    if record.state is ProcessState.starting:
+        return None
+    error = AlreadyTerminal if record.state.is_terminal else InvalidTransition
+    return error(record.state.value, "started", ProcessState.running.value, process_id=record.id)
+
+
 def spawn_failure(message: str) -> Outcome:
-    return Outcome(ProcessState.failed, TerminalReason.failed, diagnostic=clip(message))
-
-
-def clip(text: str, limit: int = MAX_DIAGNOSTIC_BYTES) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes (on a character boundary)."""
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[: limit - 3].decode(errors="ignore") + "..."
+    """The terminal of a process whose program could not be started: ``failed``, saying why."""
+    return Outcome(ProcessState.failed, TerminalReason.failed, diagnostic=clip_diagnostic(message))
 
 
 def mode_policy(mode: StopMode, grace_s: float) -> tuple[StopPolicy, bool]:

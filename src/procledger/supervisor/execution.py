@@ -1,4 +1,4 @@
-"""Execution: one owner of a child's lifetime (DESIGN §6.1).
+"""Execution: one owner of a child's lifetime (docs/design.md §6.1).
 
 ``run_captured`` and ``run_streaming`` are thin wrappers over ``OwnedChild``, the only code that
 spawns, feeds stdin, drains output, waits, interrupts and cleans up. The Supervisor uses
@@ -20,7 +20,7 @@ Design, and why:
   (Thread-per-pipe was measured first: four thread start/joins cost ~0.6 ms on a 2-CPU VM,
   65% of ``subprocess.run(["true"])`` -- over the 1.3x budget on their own.)
 - **Completion = exit observed AND every owned pipe at EOF.** Exit is observed without
-  reaping (``_os.ExitSignal``); the child is reaped last, so while a descendant still holds its
+  reaping (``os_seam.ExitSignal``); the child is reaped last, so while a descendant still holds its
   stdout the child's pid -- and so its process-group id -- cannot be reused by a stranger.
 - **Interruption.** ``cancel`` is a ``threading.Event``, which cannot be selected on, so the loop
   polls it every ``POLL_S``. Output that a descendant holds never blocks the loop.
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import IO, Final, Protocol, final
 
 from procledger.domain.errors import Interrupted, StdinError
-from procledger.supervisor import _os
+from procledger.supervisor import os_seam
 
 __all__ = [
     "Cancel",
@@ -53,6 +53,7 @@ __all__ = [
     "OwnedChild",
     "StopPolicy",
     "Streamed",
+    "checked_argv",
     "run_captured",
     "run_streaming",
 ]
@@ -119,7 +120,7 @@ class Streamed:
 def run_captured(
     argv: Sequence[str],
     *,
-    cwd: _os.StrPath | None = None,
+    cwd: os_seam.StrPath | None = None,
     env: Mapping[str, str] | None = None,
     stdin: Input = None,
     stop: StopPolicy = StopPolicy(),  # an immutable value, not infrastructure
@@ -141,7 +142,7 @@ def run_streaming(
     argv: Sequence[str],
     consumer: Consumer,
     *,
-    cwd: _os.StrPath | None = None,
+    cwd: os_seam.StrPath | None = None,
     env: Mapping[str, str] | None = None,
     stdin: Input = None,
     stop: StopPolicy = StopPolicy(),  # an immutable value, not infrastructure
@@ -161,7 +162,7 @@ def _run(
     stdout: Consumer,
     stderr: Consumer | None,
     *,
-    cwd: _os.StrPath | None,
+    cwd: os_seam.StrPath | None,
     env: Mapping[str, str] | None,
     stdin: Input,
     stop: StopPolicy,
@@ -169,7 +170,7 @@ def _run(
 ) -> int:
     """The whole lifetime, shared by both public operations."""
     if _is_set(cancel):
-        raise Interrupted(f"command {_os.describe(argv)!r} not started: cancel was already set")
+        raise Interrupted(f"command {os_seam.describe(argv)!r} not started: cancel was already set")
     with OwnedChild.spawn(
         argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, stop=stop
     ) as child:
@@ -187,11 +188,19 @@ def _poll_timeout(*, cancellable: bool, exited: bool) -> float | None:
     return POLL_S if cancellable or exited else None
 
 
-def _checked_argv(argv: Sequence[str]) -> list[str]:
+def checked_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` as a list, checked before anything is recorded or spawned.
+
+    A single string is refused rather than split (``"ls -l"`` would run a program named
+    ``ls -l``), and so is an empty program name, which no OS can run.
+
+    Raises:
+        TypeError: ``argv`` is a string, is empty, holds a non-string or names no program.
+    """
     if isinstance(argv, str | bytes):
         raise TypeError(f"argv must be a list of strings, not a single string: {argv!r}")
     args = list(argv)
-    if not args or not all(isinstance(a, str) for a in args):
+    if not args or not all(isinstance(a, str) for a in args) or not args[0]:
         raise TypeError(f"argv must be a non-empty list of strings, got {args!r}")
     return args
 
@@ -214,7 +223,7 @@ class _Pump:
     def __init__(
         self,
         child: subprocess.Popen[bytes],
-        exit_signal: _os.ExitSignal,
+        exit_signal: os_seam.ExitSignal,
         data: bytes | None,
         sinks: tuple[Consumer | None, Consumer | None],
         command: str,
@@ -223,7 +232,7 @@ class _Pump:
         self._muted = False
         self._command = command
         self._exit_signal = exit_signal
-        self._selector = _os.new_selector()
+        self._selector = os_seam.new_selector()
         self._selector.register(exit_signal, selectors.EVENT_READ, self._on_exit)
         self._outputs: dict[IO[bytes], Consumer] = {}
         for pipe, sink in zip((child.stdout, child.stderr), sinks, strict=True):
@@ -282,7 +291,7 @@ class _Pump:
     def _read(self, pipe: IO[bytes]) -> bool:
         """Read once; True if bytes came (there may be more)."""
         try:
-            chunk = _os.read_available(pipe)
+            chunk = os_seam.read_available(pipe)
         except OSError:
             self._close_output(pipe)
             raise
@@ -297,7 +306,7 @@ class _Pump:
     def _write(self) -> None:
         assert self._stdin is not None  # registered only while open
         try:
-            written = _os.write_available(self._stdin, self._pending)
+            written = os_seam.write_available(self._stdin, self._pending)
         except BrokenPipeError as exc:
             unwritten = len(self._pending)
             self.close_input()
@@ -339,7 +348,7 @@ class OwnedChild:
     def __init__(
         self,
         child: subprocess.Popen[bytes],
-        exit_signal: _os.ExitSignal,
+        exit_signal: os_seam.ExitSignal,
         pump: _Pump,
         command: str,
         policy: StopPolicy,
@@ -350,7 +359,7 @@ class OwnedChild:
         self._pump = pump
         self._command = command
         self._policy = policy
-        self._tree = _os.Tree(child.pid)
+        self._tree = os_seam.Tree(child.pid)
         self._lock = threading.Lock()  # orders signalling against reaping (pid reuse)
         self._reaped = False
         self._killed = False
@@ -360,7 +369,7 @@ class OwnedChild:
         cls,
         argv: Sequence[str],
         *,
-        cwd: _os.StrPath | None = None,
+        cwd: os_seam.StrPath | None = None,
         env: Mapping[str, str] | None = None,
         stdin: Input = None,
         stdout: Consumer | None = None,
@@ -373,9 +382,9 @@ class OwnedChild:
         ``stdout``/``stderr``: a consumer for raw chunks, or ``None`` to inherit ours.
         ``stop`` is the policy ``wait`` uses when cancelled or failing.
         """
-        args = _checked_argv(argv)
+        args = checked_argv(argv)
         data = _encoded(stdin)
-        child = _os.spawn(
+        child = os_seam.spawn(
             args,
             cwd=cwd,
             env=env,
@@ -385,14 +394,14 @@ class OwnedChild:
         )
         exit_signal = None
         try:
-            exit_signal = _os.watch_exit(child.pid)
-            pump = _Pump(child, exit_signal, data, (stdout, stderr), _os.describe(args))
+            exit_signal = os_seam.watch_exit(child.pid)
+            pump = _Pump(child, exit_signal, data, (stdout, stderr), os_seam.describe(args))
         except BaseException:
-            _os.discard(child)
+            os_seam.discard(child)
             if exit_signal is not None:
                 exit_signal.close()
             raise
-        return cls(child, exit_signal, pump, _os.describe(args), stop)
+        return cls(child, exit_signal, pump, os_seam.describe(args), stop)
 
     @property
     def pid(self) -> int:
@@ -506,10 +515,10 @@ class OwnedChild:
         """Close what is left, reap the (exited or killed) child, release the exit signal."""
         self._pump.close()
         with self._lock:
-            returncode = _os.reap(self._child)
+            returncode = os_seam.reap(self._child)
             self._reaped = True
         self._exit_signal.close()
-        _os.close_pipes(self._child)
+        os_seam.close_pipes(self._child)
         return returncode
 
     def _interrupted(self) -> Interrupted:

@@ -16,16 +16,26 @@ import secrets
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
-from procledger.registry import ProcessRegistry
+from procledger.adapters.sql import handles as handle_sql
 
-HANDLE_BYTES = 16
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+
+HANDLE_BYTES: Final = 16
 
 
 def new_handle() -> str:
     """16 random bytes as URL-safe base64 without padding: 22 characters of [A-Za-z0-9_-]."""
     return base64.urlsafe_b64encode(secrets.token_bytes(HANDLE_BYTES)).rstrip(b"=").decode()
+
+
+def new_process_id(now_ms: int) -> str:
+    """A fresh process id for a caller that names none: the time first (11 hex digits of
+    milliseconds), so ids sort by creation, then 8 random hex digits, so two processes
+    registered in the same millisecond do not collide."""
+    return f"{now_ms:011x}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,51 +65,29 @@ def _uuid(value: str | None) -> uuid.UUID | None:
 
 def save_handle(registry: ProcessRegistry, row: HandleRow) -> None:
     """Insert the row, or update where its notification goes (a retried ``start``)."""
-    store = registry.store
-    with store.write() as tx:
-        tx.execute(
-            f"INSERT INTO {store.table('handles')} "
-            "(handle, process_id, owner_id, session_id, loop_id, command_id) "
-            "VALUES (?,?,?,?,?,?) ON CONFLICT (handle) DO UPDATE SET "
-            "owner_id=excluded.owner_id, session_id=excluded.session_id, "
-            "loop_id=excluded.loop_id, command_id=excluded.command_id",
-            (
-                row.handle,
-                row.process_id,
-                row.owner_id,
-                None if row.session_id is None else str(row.session_id),
-                None if row.loop_id is None else str(row.loop_id),
-                str(row.command_id),
-            ),
+    with registry.store.write() as tx:
+        handle_sql.upsert_handle(
+            tx,
+            handle=row.handle,
+            process_id=row.process_id,
+            owner_id=row.owner_id,
+            session_id=None if row.session_id is None else str(row.session_id),
+            loop_id=None if row.loop_id is None else str(row.loop_id),
+            command_id=str(row.command_id),
         )
 
 
 def handle_for_process(registry: ProcessRegistry, process_id: str) -> HandleRow | None:
     """The process's handle (the first minted, if a retried start minted more)."""
-    store = registry.store
-    with store.read() as tx:
-        row = tx.execute(
-            f"SELECT * FROM {store.table('handles')} WHERE process_id=? ORDER BY handle LIMIT 1",
-            (process_id,),
-        ).one()
+    with registry.store.read() as tx:
+        row = handle_sql.first_handle_row(tx, process_id)
     return None if row is None else _row(row)
 
 
 def change_seqs(registry: ProcessRegistry, process_ids: Sequence[str]) -> dict[str, int]:
-    """The change-feed position of each process's record: one query for a whole batch, so a
+    """The change-feed position of each process's record: one read for a whole batch, so a
     supervisor can notice stop requests made elsewhere without decoding every record."""
     if not process_ids:
         return {}
-    store = registry.store
-    found: dict[str, int] = {}
-    for start in range(0, len(process_ids), 500):
-        batch = process_ids[start : start + 500]
-        marks = ",".join("?" * len(batch))
-        with store.read() as tx:
-            rows = tx.execute(
-                f"SELECT process_id, change_seq FROM {store.table('records')} "
-                f"WHERE process_id IN ({marks})",
-                tuple(batch),
-            ).all()
-        found.update((row["process_id"], int(row["change_seq"])) for row in rows)
-    return found
+    with registry.store.read() as tx:
+        return handle_sql.change_seqs(tx, process_ids)

@@ -1,4 +1,4 @@
-"""How ``Supervisor.stop`` ends a process (DESIGN.md §6.2), in a module of its own: the CLI
+"""How ``Supervisor.stop`` ends a process (docs/design.md §6.2), in a module of its own: the CLI
 names the modes in its options without importing the supervisor."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ __all__ = ["StopMode"]
 
 
 class StopMode(StrEnum):
-    """How ``Supervisor.stop`` ends a process (DESIGN.md §6.2)."""
+    """How ``Supervisor.stop`` ends a process (docs/design.md §6.2)."""
 
     interrupt = "interrupt"
     """SIGINT to the tree, wait the grace, never escalate."""

@@ -1,4 +1,4 @@
-"""The Supervisor: real child processes as domain events (DESIGN.md §6.2).
+"""The Supervisor: real child processes as domain events (docs/design.md §6.2).
 
 Every process has exactly one **owner thread** from a successful spawn on: it waits for the
 child (``OwnedChild.wait``), decides the terminal from how the child ended and what was asked of
@@ -8,10 +8,12 @@ lost lease and stop requests made elsewhere only *signal* the tree and note what
 none of them writes a terminal, so exit, stop and shutdown can race freely and still produce
 exactly one terminal, one lease release and one notification.
 
-One **ticker thread** per supervisor (alive while it has running processes) renews leases
-every ``renew_ms`` and, twice a second, notices ``stop_requested`` events written by others
+One **ticker thread** per supervisor (alive while it has running processes) keeps each run's
+lease with its ``LeaseKeeper`` (every ``renew_ms``, sooner after a store failure; a refused
+renewal kills the tree) and, twice a second, notices ``stop_requested`` events written by others
 (``registry.request_stop``, ``procledger stop``) and carries them out with the supervisor's own
-stop policy.
+stop policy. Unlike a recovery attempt, a supervised run does not fence itself off by its local
+clock: only the store's refusal ends it.
 
 Durable writes of a supervised process, in order: ``register`` (``starting`` is durable before
 anything runs), ``claim_lease``, ``record_first_started``, the handle row (only when a completion
@@ -30,12 +32,13 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Protocol, final
 
+from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.domain.errors import (
-    AlreadyTerminal,
     InvalidTransition,
     LeaseLost,
     NotFound,
@@ -54,9 +57,8 @@ from procledger.domain.registration import (
     SessionScope,
     env_ref_for,
 )
-from procledger.domain.vocabulary import ProcessState, RecoveryDisposition, TerminalReason
+from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
 from procledger.projections.filters import ProcessListFilter
-from procledger.registry import ProcessRegistry
 from procledger.supervisor import handles as handle_table
 from procledger.supervisor.decide import (
     EventIds,
@@ -66,9 +68,19 @@ from procledger.supervisor.decide import (
     outcome,
     request_policy,
     spawn_failure,
+    start_refusal,
 )
-from procledger.supervisor.execution import Consumer, Input, OwnedChild, StopPolicy
+from procledger.supervisor.execution import (
+    Consumer,
+    Input,
+    OwnedChild,
+    StopPolicy,
+    checked_argv,
+)
 from procledger.supervisor.modes import StopMode
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
 
 __all__ = ["ProcessHandle", "StopMode", "Supervisor"]
 
@@ -77,13 +89,12 @@ log = logging.getLogger("procledger.supervisor")
 STOP_POLL_S: Final = 0.5
 """How often the ticker looks for stop requests made elsewhere (the contract says within 1 s)."""
 
-RENEW_RETRY_S: Final = 1.0
-"""How soon a lease renewal that failed on a store error is tried again."""
-
 WRITE_RETRY_S: Final = 5.0
 """How long a terminal write is retried (with its stable id) when the store fails."""
 
 _SessionId = uuid.UUID | str
+_NotifyTo = tuple[uuid.UUID, uuid.UUID]
+"""Where a completion notification goes: (session id, loop id)."""
 
 
 class CompletionNotifier(Protocol):
@@ -96,33 +107,58 @@ class CompletionNotifier(Protocol):
 @dataclass(frozen=True, slots=True)
 class ProcessHandle:
     """What ``start`` returns: the opaque ``handle`` (22 URL-safe characters that encode
-    nothing) and the ``process_id`` in the ledger."""
+    nothing, so it can be handed to an agent or a log without leaking a pid or a path) and the
+    ``process_id`` in the ledger. Pass either the handle or this object to ``wait``/``stop``."""
 
     handle: str
     process_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _StartRequest:
+    """``start``'s arguments, checked and normalised before anything is written."""
+
+    args: list[str]
+    process_id: str | None
+    cwd: str | os.PathLike[str] | None
+    env: Mapping[str, str] | None
+    stdin: Input
+    stdout: Consumer | None
+    background: bool
+    disposition: RecoveryDisposition
+    session_id: uuid.UUID | None
+    loop_id: uuid.UUID | None
+
+    @property
+    def notify_to(self) -> _NotifyTo | None:
+        """A completion notification is published only where both ids name its target."""
+        if self.session_id is None or self.loop_id is None:
+            return None
+        return (self.session_id, self.loop_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ticket:
+    """A registered, leased process about to be spawned: what its writes and its completion
+    notification are addressed with."""
+
+    handle: str
+    process_id: str
+    ids: EventIds
+    notify_to: _NotifyTo | None
 
 
 class _Run:
     """One supervised process from spawn to terminal; shared by its owner thread, the ticker
     and stoppers. ``lock`` guards the fields that decide the terminal."""
 
-    def __init__(
-        self,
-        handle: str,
-        process_id: str,
-        *,
-        ids: EventIds,
-        lease: Lease,
-        child: OwnedChild,
-        notify_to: tuple[uuid.UUID, uuid.UUID] | None,
-        renew_s: float,
-    ) -> None:
-        self.handle = handle
-        self.process_id = process_id
-        self.ids = ids
-        self.lease = lease
+    def __init__(self, ticket: _Ticket, keeper: LeaseKeeper, child: OwnedChild) -> None:
+        self.handle = ticket.handle
+        self.process_id = ticket.process_id
+        self.ids = ticket.ids
+        self.notify_to = ticket.notify_to
+        self.keeper = keeper
         self.child = child
-        self.notify_to = notify_to
         self.lock = threading.Lock()
         self.claimed: set[TerminalReason] = set()  # stop reasons someone here acts on
         self.requested: list[TerminalReason] = []  # durable stop requests, for the outcome
@@ -130,18 +166,25 @@ class _Run:
         self.ended = False  # the child's status is known: no more stops are taken
         self.returncode: int | None = None
         self.lease_lost = False
-        self.renew_at = time.monotonic() + renew_s
         self.seen_change_seq = 0
         self.done = threading.Event()
         self.record: ProcessRecord | None = None
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
 
+    @property
+    def renewing(self) -> bool:
+        """Whether the ticker still keeps this run's lease (read without the lock: a stale
+        answer costs one renewal more or less)."""
+        return not (self.ended or self.lease_lost)
+
 
 class Supervisor:
     """Starts processes as this ``owner``, and turns what they do into lifecycle events.
 
-    Thread-safe. Use it as a context manager (or call ``shutdown``) so no process outlives it.
+    Thread-safe. Use it as a context manager (or call ``shutdown``) so no process outlives it:
+    a tree left running after its supervisor is gone would hold a lease nobody renews, and
+    recovery would record it ``lost`` while it still runs.
     """
 
     def __init__(
@@ -153,6 +196,15 @@ class Supervisor:
         stop: StopPolicy = StopPolicy(),  # noqa: B008 -- an immutable value
         timings: LeaseTimings = LeaseTimings(),  # noqa: B008 -- an immutable value
     ) -> None:
+        """Supervise as ``owner`` (the identity leases and ``restore`` go by).
+
+        Args:
+            registry: the ledger every lifecycle event is written to.
+            owner: who holds the leases; ``restore`` takes over only this owner's processes.
+            notifier: publishes completion notifications (none are published without one).
+            stop: how stop requests made elsewhere, failures and ``shutdown`` stop a tree.
+            timings: the lease ttl and renewal period of every process started here.
+        """
         self._registry = registry
         self._owner = owner
         self._notifier = notifier
@@ -169,12 +221,14 @@ class Supervisor:
 
     @property
     def owner(self) -> LeaseOwner:
+        """The identity this supervisor holds leases as."""
         return self._owner
 
     def __enter__(self) -> Supervisor:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        """Shut down (see ``shutdown``): no process outlives the ``with`` block."""
         self.shutdown()
 
     # -- start ---------------------------------------------------------------------------------
@@ -193,103 +247,101 @@ class Supervisor:
         session_id: _SessionId | None = None,
         loop_id: _SessionId | None = None,
     ) -> ProcessHandle:
-        """Register, claim, spawn and record; see the module docstring for the order."""
-        args = _argv(argv)
+        """Run ``argv`` under this supervisor; returns once the child runs and that is recorded.
+
+        ``starting`` is durable before the spawn, so a crash at any point leaves a record that
+        ``restore`` or recovery can account for; a retried start never runs a program twice.
+
+        Args:
+            argv: the program and its arguments (a list: a single string is refused).
+            process_id: the ledger id; a time-ordered one is minted when omitted.
+            stdin: written to the child once, then closed; ``None``: /dev/null.
+            stdout: receives raw output chunks on the owner thread; ``None``: inherited.
+            disposition: what recovery may do if this supervisor dies; the environment's
+                values are stored only for ``rerunnable``, which needs them to run it again.
+            session_id, loop_id: where the completion notification goes (both, or none sent).
+
+        Raises:
+            TypeError, ValueError: malformed arguments; nothing was written.
+            SupervisorClosed: ``shutdown`` has begun.
+            InvalidTransition: ``process_id`` was started before (``AlreadyTerminal``: ended).
+            LeaseLost: another live owner holds ``process_id``.
+            SpawnError: the program could not be started; ``failed`` is recorded first.
+        """
+        request = _StartRequest(
+            args=checked_argv(argv),
+            process_id=process_id,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=stdout,
+            background=background,
+            disposition=RecoveryDisposition(disposition),
+            session_id=_uuid_or_none(session_id),
+            loop_id=_uuid_or_none(loop_id),
+        )
+        with self._start_slot():
+            return self._start(request)
+
+    @contextmanager
+    def _start_slot(self) -> Iterator[None]:
+        """Count a start in progress, so ``shutdown`` waits for it instead of missing its run."""
         with self._lock:
             if self._closed:
                 raise SupervisorClosed(f"supervisor {self._owner.owner_id!r} is shut down")
             self._starting += 1
         try:
-            return self._start(
-                args,
-                process_id=process_id,
-                cwd=cwd,
-                env=env,
-                stdin=stdin,
-                stdout=stdout,
-                background=background,
-                disposition=RecoveryDisposition(disposition),
-                session_id=_uuid_or_none(session_id),
-                loop_id=_uuid_or_none(loop_id),
-            )
+            yield
         finally:
             with self._lock:
                 self._starting -= 1
                 self._lock.notify_all()
 
-    def _start(
-        self,
-        args: list[str],
-        *,
-        process_id: str | None,
-        cwd: str | os.PathLike[str] | None,
-        env: Mapping[str, str] | None,
-        stdin: Input,
-        stdout: Consumer | None,
-        background: bool,
-        disposition: RecoveryDisposition,
-        session_id: uuid.UUID | None,
-        loop_id: uuid.UUID | None,
-    ) -> ProcessHandle:
+    def _start(self, request: _StartRequest) -> ProcessHandle:
+        """The durable writes in the module docstring's order, then the spawn."""
+        registration, workdir = self._registration(request)
+        record = self._registry.register(registration)  # `starting` is durable before the spawn
+        refusal = start_refusal(record)
+        if refusal is not None:
+            raise refusal
+        keeper = self._claim(record.id)
+        self._registry.record_first_started(record.id, self._owner, self._registry.now_ms())
+        ids = event_ids(record.id, record.registration_hash)
+        ticket = _Ticket(
+            self._handle_for(record.id, ids, request.notify_to),
+            record.id,
+            ids,
+            request.notify_to,
+        )
+        run = _Run(ticket, keeper, self._spawn(request, workdir, ticket, keeper))
+        self._go_live(run, request.background)
+        return ProcessHandle(ticket.handle, ticket.process_id)
+
+    def _registration(self, request: _StartRequest) -> tuple[ProcessRegistration, str]:
+        """The registration, and the absolute directory the child runs in."""
         registry = self._registry
-        values = {str(k): str(v) for k, v in (os.environ if env is None else env).items()}
-        if disposition is RecoveryDisposition.rerunnable:
+        env = os.environ if request.env is None else request.env
+        values = {str(k): str(v) for k, v in env.items()}
+        if request.disposition is RecoveryDisposition.rerunnable:
             env_ref = registry.store_env(values)  # needed to run it again elsewhere
         else:
             env_ref = env_ref_for(values)  # the hash only: the values are never stored
+        cwd = request.cwd
         workdir = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
-        scope = None if session_id is None else SessionScope(session_id=str(session_id))
+        scope = (
+            None if request.session_id is None else SessionScope(session_id=str(request.session_id))
+        )
         registration = ProcessRegistration(
-            id=process_id or self._new_process_id(),
-            input=ProcessInput.command(args, workdir),
-            disposition=disposition,
+            id=request.process_id or handle_table.new_process_id(registry.now_ms()),
+            input=ProcessInput.command(request.args, workdir),
+            disposition=request.disposition,
             originator=Originator.host(),
             wake_target=scope,
             env_ref=env_ref,
         )
-        record = registry.register(registration)  # `starting` is durable before the spawn
-        pid = record.id
-        if record.state is not ProcessState.starting:  # a start already ran: never twice
-            error = AlreadyTerminal if record.state.is_terminal else InvalidTransition
-            raise error(record.state.value, "started", ProcessState.running.value, process_id=pid)
-        ids = event_ids(pid, record.registration_hash)
-        lease = self._claim(pid)
-        registry.record_first_started(pid, self._owner, registry.now_ms())
-        notify_to = None if session_id is None or loop_id is None else (session_id, loop_id)
-        handle = self._handle_for(pid, ids, notify_to)
-        try:
-            child = OwnedChild.spawn(
-                args, cwd=workdir, env=env, stdin=stdin, stdout=stdout, stop=self._stop_policy
-            )
-        except SpawnError as error:
-            self._record_spawn_failure(
-                pid, ids=ids, lease=lease, handle=handle, notify_to=notify_to, error=error
-            )
-            raise
-        run = _Run(
-            handle,
-            pid,
-            ids=ids,
-            lease=lease,
-            child=child,
-            notify_to=notify_to,
-            renew_s=self._timings.renew_ms / 1000,
-        )
-        try:
-            self._record_running(run, background)
-        except BaseException:
-            child.stop(StopPolicy((_SIGKILL,), 0.0))
-            self._own(run)  # records the terminal if the store lets it
-            raise
-        self._admit(run)
-        return ProcessHandle(handle, pid)
+        return registration, workdir
 
-    def _new_process_id(self) -> str:
-        return f"{self._registry.now_ms():011x}-{uuid.uuid4().hex[:8]}"
-
-    def _handle_for(
-        self, pid: str, ids: EventIds, notify_to: tuple[uuid.UUID, uuid.UUID] | None
-    ) -> str:
+    def _handle_for(self, pid: str, ids: EventIds, notify_to: _NotifyTo | None) -> str:
         """A new handle; persisted (and reused by a retried start) only where a completion
         notification is to be published, since ``restore`` must then publish it the same."""
         if notify_to is None:
@@ -303,9 +355,9 @@ class Supervisor:
         handle_table.save_handle(registry, row)
         return handle
 
-    def _claim(self, pid: str) -> Lease:
+    def _claim(self, pid: str) -> LeaseKeeper:
         """The lease for a first run (or a retried start whose holder is provably dead)."""
-        registry, ttl = self._registry, self._timings.ttl_ms
+        registry, ttl, since = self._registry, self._timings.ttl_ms, time.monotonic()
         claimed = registry.claim_lease(pid, self._owner, ttl)
         if not isinstance(claimed, Acquired):
             claimed = registry.reclaim_lease(pid, self._owner, claimed.holder, ttl)
@@ -315,7 +367,38 @@ class Supervisor:
                 f"process {pid!r} is held by owner {holder.owner_id!r} "
                 f"(incarnation {holder.incarnation_id}): not started again"
             )
-        return claimed.lease
+        return LeaseKeeper(registry, claimed.lease, self._timings, since=since, log=log)
+
+    def _spawn(
+        self, request: _StartRequest, workdir: str, ticket: _Ticket, keeper: LeaseKeeper
+    ) -> OwnedChild:
+        """The child; if it cannot start, ``failed`` is recorded (and notified) first."""
+        try:
+            return OwnedChild.spawn(
+                request.args,
+                cwd=workdir,
+                env=request.env,
+                stdin=request.stdin,
+                stdout=request.stdout,
+                stop=self._stop_policy,
+            )
+        except SpawnError as error:
+            result = spawn_failure(str(error))
+            record = self._record_terminal(ticket.process_id, ticket.ids, keeper.lease, result)
+            if record is not None:
+                self._publish(ticket.ids.command_id, ticket.handle, ticket.notify_to, record)
+            raise
+
+    def _go_live(self, run: _Run, background: bool) -> None:
+        """Record the child running and hand it to its owner thread. If that write fails the
+        child is killed at once and its terminal recorded (if the store lets it)."""
+        try:
+            self._record_running(run, background)
+        except BaseException:
+            run.child.stop(StopPolicy((_SIGKILL,), 0.0))
+            self._own(run)
+            raise
+        self._admit(run)
 
     def _record_running(self, run: _Run, background: bool) -> None:
         registry, now = self._registry, self._registry.now_ms()
@@ -323,21 +406,6 @@ class Supervisor:
             registry.record_backgrounded(run.process_id, now, event_id=run.ids.backgrounded)
         else:
             registry.record_started(run.process_id, now, event_id=run.ids.started)
-
-    def _record_spawn_failure(
-        self,
-        pid: str,
-        *,
-        ids: EventIds,
-        lease: Lease,
-        handle: str,
-        notify_to: tuple[uuid.UUID, uuid.UUID] | None,
-        error: SpawnError,
-    ) -> None:
-        result = spawn_failure(str(error))
-        record = self._record_terminal(pid, ids, lease, result)
-        if record is not None:
-            self._publish(ids.command_id, handle, notify_to, record)
 
     def _admit(self, run: _Run) -> None:
         run.thread = threading.Thread(
@@ -354,6 +422,7 @@ class Supervisor:
             if self._closed:  # shutdown began while this one was starting
                 with run.lock:
                     run.shutdown = True
+        self._wake.set()  # the ticker's next wake-up must account for this lease
         run.thread.start()
 
     # -- the one completion path ------------------------------------------------------------------
@@ -385,7 +454,7 @@ class Supervisor:
         if lost:
             return  # another holder owns the process now: it records the terminal
         result = outcome(returncode, requested=requested, shutdown=shutdown, failure=failure)
-        run.record = self._record_terminal(run.process_id, run.ids, run.lease, result)
+        run.record = self._record_terminal(run.process_id, run.ids, run.keeper.lease, result)
         if run.record is not None:
             self._publish(run.ids.command_id, run.handle, run.notify_to, run.record)
 
@@ -447,7 +516,13 @@ class Supervisor:
     # -- wait and stop ---------------------------------------------------------------------------
 
     def wait(self, handle: ProcessHandle | str, timeout: float | None = None) -> ProcessRecord:
-        """Block until the process's terminal is recorded; ``TimeoutError`` on expiry."""
+        """The process's record once its one terminal is recorded (and its lease released).
+
+        Raises:
+            NotFound: ``handle`` was not started by this supervisor.
+            TimeoutError: the process still runs after ``timeout`` seconds.
+            StoreError: the terminal could not be written (re-raised from the owner thread).
+        """
         run = self._find(handle)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not run.done.wait(timeout):
@@ -468,7 +543,11 @@ class Supervisor:
     def returncode(self, handle: ProcessHandle | str) -> int | None:
         """The child's status as ``subprocess`` reports it (negative: the signal that ended
         it); ``None`` while it runs. The record keeps the terminal, not the signal number: the
-        CLI needs it for its ``128 + signal`` exit code."""
+        CLI needs it for its ``128 + signal`` exit code.
+
+        Raises:
+            NotFound: ``handle`` was not started by this supervisor.
+        """
         run = self._find(handle)
         with run.lock:
             return run.returncode
@@ -476,8 +555,20 @@ class Supervisor:
     def stop(
         self, handle: ProcessHandle | str, mode: StopMode | str, grace_s: float | None = None
     ) -> ProcessRecord:
-        """Record the stop request, signal the tree as ``mode`` says, and return the record once
-        the process ended (or, for ``interrupt``, once the grace passed)."""
+        """Stop the process's tree as ``mode`` says, recording the request first so that the
+        terminal says why it ended; returns the record once the process ended (``interrupt``:
+        once the grace passed, perhaps still running -- it never escalates).
+
+        Stopping a process that has already ended signals nothing: its pid may be reused.
+
+        Args:
+            mode: ``interrupt``, ``terminate`` or ``kill`` (``StopMode``).
+            grace_s: how long each signal is given; the supervisor's stop policy's if omitted.
+
+        Raises:
+            NotFound: ``handle`` was not started by this supervisor.
+            ValueError: ``mode`` is not a stop mode.
+        """
         run = self._find(handle)
         stop_mode = StopMode(mode)
         grace = self._stop_policy.grace_s if grace_s is None else grace_s
@@ -509,8 +600,14 @@ class Supervisor:
         return True
 
     def request_stop(self, handle: ProcessHandle | str, reason: TerminalReason | str) -> None:
-        """Record a stop request and carry it out with this supervisor's stop policy, in the
-        background (as for a request made elsewhere); returns at once. The CLI's Ctrl-C."""
+        """Record a stop request and carry it out with this supervisor's stop policy in the
+        background, as for a request made elsewhere; returns at once, so a signal handler (the
+        CLI's Ctrl-C) never blocks on a grace period.
+
+        Raises:
+            NotFound: ``handle`` was not started by this supervisor.
+            ValueError: ``reason`` is not ``interrupted``, ``terminated`` or ``killed``.
+        """
         run = self._find(handle)
         stop_reason = TerminalReason(reason)
         if stop_reason not in run.ids.stop:
@@ -541,40 +638,42 @@ class Supervisor:
     # -- the ticker: leases and stop requests made elsewhere ------------------------------------
 
     def _tick(self) -> None:
+        """Renew each run's lease when due, and poll for stop requests made elsewhere; until
+        no run is active and none is starting."""
         next_poll = time.monotonic() + STOP_POLL_S
-        while True:
-            with self._lock:
-                runs = list(self._active.values())
-                if not runs and not self._starting:
-                    self._ticker = None
-                    return
+        while (runs := self._ticking()) is not None:
             now = time.monotonic()
             for run in runs:
                 self._renew_if_due(run, now)
             if now >= next_poll:
                 self._poll_stop_requests(runs)
                 next_poll = now + STOP_POLL_S
-            due = min((r.renew_at for r in runs), default=now)
-            self._wake.wait(max(0.0, min(next_poll, due) - time.monotonic()))
+            self._wake.wait(_ticker_sleep_s(runs, next_poll, time.monotonic()))
             self._wake.clear()
 
+    def _ticking(self) -> list[_Run] | None:
+        """The active runs; ``None`` (and the ticker retired) once there is nothing to keep."""
+        with self._lock:
+            runs = list(self._active.values())
+            if not runs and not self._starting:
+                self._ticker = None
+                return None
+            return runs
+
     def _renew_if_due(self, run: _Run, now: float) -> None:
-        if now < run.renew_at or run.ended or run.lease_lost:
+        if not (run.renewing and run.keeper.is_due(now)):
             return
-        renew_s = self._timings.renew_ms / 1000
-        try:
-            run.lease = self._registry.renew_lease(run.lease, self._timings.ttl_ms)
-            run.renew_at = now + renew_s
-        except LeaseLost:
-            with run.lock:
-                if run.ended:
-                    return
-                run.lease_lost = True
-            log.warning("process %r: lease lost; killing its tree", run.process_id)
-            self._helper(functools.partial(run.child.stop, StopPolicy((_SIGKILL,), 0.0)))
-        except Exception as error:  # the store is unreachable: try again soon, not in a loop
-            run.renew_at = now + min(renew_s, RENEW_RETRY_S)
-            log.warning("process %r: lease renewal failed: %s", run.process_id, error)
+        if run.keeper.renew(now) is Renewal.lost:
+            self._lease_lost(run)
+
+    def _lease_lost(self, run: _Run) -> None:
+        """Another holder owns the process now: kill the tree, and leave its terminal to them."""
+        with run.lock:
+            if run.ended:
+                return
+            run.lease_lost = True
+        log.warning("process %r: lease lost; killing its tree", run.process_id)
+        self._helper(functools.partial(run.child.stop, StopPolicy((_SIGKILL,), 0.0)))
 
     def _poll_stop_requests(self, runs: list[_Run]) -> None:
         try:
@@ -584,68 +683,67 @@ class Supervisor:
             return
         for run in runs:
             seq = seqs.get(run.process_id, 0)
-            if seq <= run.seen_change_seq or run.ended:
-                continue
-            try:
-                requested = self._registry.get(run.process_id).stop_requested
-            except Exception as error:
-                log.warning(
-                    "process %r: reading its stop requests failed: %s", run.process_id, error
-                )
-                continue
-            run.seen_change_seq = seq
-            for reason in requested:
-                with run.lock:
-                    new = reason not in run.claimed
-                    run.claimed.add(reason)
-                if new:
-                    self._helper(functools.partial(self._carry_out, run, reason, durable=True))
+            if seq > run.seen_change_seq and not run.ended:
+                self._take_stop_requests(run, seq)
+
+    def _take_stop_requests(self, run: _Run, seq: int) -> None:
+        """Carry out, in the background, each stop request on record not yet acted on here."""
+        try:
+            requested = self._registry.get(run.process_id).stop_requested
+        except Exception as error:
+            log.warning("process %r: reading its stop requests failed: %s", run.process_id, error)
+            return
+        run.seen_change_seq = seq
+        for reason in requested:
+            with run.lock:
+                new = reason not in run.claimed
+                run.claimed.add(reason)
+            if new:
+                self._helper(functools.partial(self._carry_out, run, reason, durable=True))
 
     # -- restore and shutdown ----------------------------------------------------------------------
 
     def restore(self) -> list[ProcessRecord]:
-        """Record as ``lost`` every non-terminal process this owner started whose holder is gone
-        (lease released, expired, or held by a provably dead holder); never signal its recorded
-        pid; publish its completion notification again with the same command id. Returns the
-        records written, in process-id order. Processes whose holder is alive are left alone."""
-        lost: list[ProcessRecord] = []
+        """Account for this owner's processes left behind by a supervisor that is gone.
+
+        Each non-terminal process this owner started whose holder is gone (lease released,
+        expired, or held by a provably dead holder) is recorded ``lost`` -- never signalled,
+        since its recorded pid may belong to a stranger by now -- and its completion
+        notification is published again with the same command id, so a receiver that already
+        had it can tell. Processes whose holder is alive are left alone.
+
+        Returns:
+            The records written, in process-id order.
+
+        Raises:
+            StoreError: the store failed; what was written so far stands.
+        """
         with self._lock:
             mine = {run.process_id for run in self._active.values()}
+        lost: list[ProcessRecord] = []
         for record in _nonterminal(self._registry):
-            first = record.first_started
-            if first is None or first.owner.owner_id != self._owner.owner_id:
-                continue
-            if record.id in mine:
-                continue
-            written = self._restore_one(record)
-            if written is not None:
-                lost.append(written)
+            if _restorable(record, self._owner.owner_id, mine):
+                written = self._restore_one(record)
+                if written is not None:
+                    lost.append(written)
         return lost
 
     def _restore_one(self, record: ProcessRecord) -> ProcessRecord | None:
-        registry, ttl = self._registry, self._timings.ttl_ms
-        current = registry.get_lease(record.id)
-        if current is None or not current.is_live(registry.now_ms()):
-            taken = registry.claim_lease(record.id, self._owner, ttl)
-        else:
-            taken = registry.reclaim_lease(record.id, self._owner, current, ttl)
-        if not isinstance(taken, Acquired):
+        """Record one process ``lost`` and notify; ``None`` if someone else holds or took it."""
+        lease = self._take_over(record.id)
+        if lease is None:
             return None  # its holder is alive (or not provably dead): leave it alone
-        ids = event_ids(record.id, record.registration_hash)
         holder = record.first_started.owner if record.first_started else self._owner
         try:
-            written = registry.record_lost(
+            written = self._registry.record_lost(
                 record.id,
-                diagnostic=(
-                    f"supervisor {holder.owner_id!r} (incarnation {holder.incarnation_id}) "
-                    "is gone; restored without signalling the recorded process"
-                ),
-                event_id=ids.lost,
-                lease=taken.lease,
+                diagnostic=_restored_diagnostic(holder),
+                event_id=event_ids(record.id, record.registration_hash).lost,
+                lease=lease,
             )
         except (LeaseLost, InvalidTransition):
             return None  # another restorer or the holder itself got there first
-        row = handle_table.handle_for_process(registry, record.id)
+        row = handle_table.handle_for_process(self._registry, record.id)
         if row is not None:
             notify_to = (
                 None
@@ -655,19 +753,26 @@ class Supervisor:
             self._publish(row.command_id, row.handle, notify_to, written)
         return written
 
+    def _take_over(self, pid: str) -> Lease | None:
+        """The lease of a process whose holder is gone, or ``None`` if its holder may live."""
+        registry, ttl = self._registry, self._timings.ttl_ms
+        current = registry.get_lease(pid)
+        if current is None or not current.is_live(registry.now_ms()):
+            taken = registry.claim_lease(pid, self._owner, ttl)
+        else:
+            taken = registry.reclaim_lease(pid, self._owner, current, ttl)
+        return taken.lease if isinstance(taken, Acquired) else None
+
     def shutdown(self, grace_s: float | None = None) -> None:
-        """Admit no more processes, terminate every running tree at once (SIGTERM, then SIGKILL
-        after the grace), record their terminals as ``runner_shutdown``, release the leases."""
+        """Admit no more processes and end every running tree, recording each terminal as
+        ``runner_shutdown`` (and releasing its lease) so nothing is left for recovery.
+
+        Every tree gets SIGTERM at once, then SIGKILL after ``grace_s`` (the stop policy's if
+        omitted); returns once all terminals are recorded and every thread has ended.
+        Idempotent; ``start`` raises ``SupervisorClosed`` from now on.
+        """
         grace = self._stop_policy.grace_s if grace_s is None else grace_s
-        with self._lock:
-            self._closed = True
-            while self._starting:
-                self._lock.wait()
-            runs = list(self._active.values())
-        for run in runs:
-            with run.lock:
-                if not run.ended:
-                    run.shutdown = True
+        runs = self._close()
         policy = StopPolicy((_SIGTERM,), grace)
         stoppers = [
             threading.Thread(target=run.child.stop, args=(policy,), daemon=True) for run in runs
@@ -681,6 +786,20 @@ class Supervisor:
             if run.thread is not None:
                 run.thread.join()
         self._join_threads()
+
+    def _close(self) -> list[_Run]:
+        """Refuse new starts, wait out those under way, and mark every active run as ended by
+        the shutdown; returns those runs."""
+        with self._lock:
+            self._closed = True
+            while self._starting:
+                self._lock.wait()
+            runs = list(self._active.values())
+        for run in runs:
+            with run.lock:
+                if not run.ended:
+                    run.shutdown = True
+        return runs
 
     def _join_threads(self) -> None:
         self._wake.set()
@@ -696,13 +815,24 @@ _SIGTERM: Final = signal.SIGTERM
 _SIGKILL: Final = signal.SIGKILL
 
 
-def _argv(argv: Sequence[str]) -> list[str]:
-    if isinstance(argv, str | bytes):
-        raise TypeError(f"argv must be a list of strings, not a single string: {argv!r}")
-    args = list(argv)
-    if not args or not all(isinstance(a, str) for a in args) or not args[0]:
-        raise TypeError(f"argv must be a non-empty list of strings, got {args!r}")
-    return args
+def _ticker_sleep_s(runs: list[_Run], next_poll: float, now: float) -> float:
+    """How long the ticker may sleep at ``now``: until the next renewal or poll is due."""
+    due = min((run.keeper.due_at for run in runs if run.renewing), default=next_poll)
+    return max(0.0, min(next_poll, due) - now)
+
+
+def _restorable(record: ProcessRecord, owner_id: str, mine: set[str]) -> bool:
+    """Whether ``restore`` may take ``record`` on: first started by this owner, and not one
+    of the runs this supervisor itself is keeping."""
+    first = record.first_started
+    return first is not None and first.owner.owner_id == owner_id and record.id not in mine
+
+
+def _restored_diagnostic(holder: LeaseOwner) -> str:
+    return (
+        f"supervisor {holder.owner_id!r} (incarnation {holder.incarnation_id}) "
+        "is gone; restored without signalling the recorded process"
+    )
 
 
 def _uuid_or_none(value: _SessionId | None) -> uuid.UUID | None:
@@ -720,4 +850,5 @@ def _transient(error: Exception) -> bool:
 
 def _nonterminal(registry: ProcessRegistry) -> list[ProcessRecord]:
     """Every non-terminal process (the ``running`` coarse status: starting or running), by id."""
-    return registry.list_processes(ProcessListFilter(status="running"))
+    records: list[ProcessRecord] = registry.list_processes(ProcessListFilter(status="running"))
+    return records

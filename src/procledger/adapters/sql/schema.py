@@ -9,16 +9,24 @@ notification command store.
 
 from __future__ import annotations
 
-from procledger.adapters.store import Store
+from procledger.adapters.sql.store import Store
 
 
 def create_tables(store: Store) -> None:
-    big = "BIGINT" if store.dialect == "postgresql" else "INTEGER"
-    # The journal's order. SQLite: a rowid alias, not AUTOINCREMENT, which would write
-    # sqlite_sequence even for an INSERT that ON CONFLICT skips (an fsync per identical retry).
-    serial = "BIGSERIAL PRIMARY KEY" if store.dialect == "postgresql" else "INTEGER PRIMARY KEY"
+    """Create every side table and index that is missing (idempotent)."""
+    with store.write() as tx:
+        for statement in [*_record_tables(store), *_other_tables(store)]:
+            tx.execute(statement)
+        tx.execute(
+            f"INSERT INTO {store.table('tracking')} (name, position) VALUES ('records', 0) "
+            "ON CONFLICT (name) DO NOTHING"
+        )
+
+
+def _record_tables(store: Store) -> list[str]:
+    big = store.dialect.big_integer
     t = store.table
-    statements = [
+    return [
         f"""CREATE TABLE IF NOT EXISTS {t("records")} (
             process_id TEXT PRIMARY KEY,
             change_seq {big} NOT NULL,
@@ -37,6 +45,14 @@ def create_tables(store: Store) -> None:
         f"""CREATE TABLE IF NOT EXISTS {t("tracking")} (
             name TEXT PRIMARY KEY,
             position {big} NOT NULL)""",
+    ]
+
+
+def _other_tables(store: Store) -> list[str]:
+    big = store.dialect.big_integer
+    serial = store.dialect.serial_key
+    t = store.table
+    return [
         f"""CREATE TABLE IF NOT EXISTS {t("leases")} (
             process_id TEXT PRIMARY KEY,
             owner TEXT NOT NULL,
@@ -73,10 +89,3 @@ def create_tables(store: Store) -> None:
             command_id TEXT NOT NULL)""",
         f"CREATE INDEX IF NOT EXISTS procledger_handles_process ON {t('handles')} (process_id)",
     ]
-    with store.write() as tx:
-        for statement in statements:
-            tx.execute(statement)
-        tx.execute(
-            f"INSERT INTO {t('tracking')} (name, position) VALUES ('records', 0) "
-            "ON CONFLICT (name) DO NOTHING"
-        )

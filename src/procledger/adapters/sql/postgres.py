@@ -1,7 +1,7 @@
 """The PostgreSQL half of the store, imported only for ``postgresql://`` URLs.
 
-Keeping psycopg and eventsourcing's PostgreSQL module out of ``store`` keeps every SQLite
-command (and ``procledger`` start-up) from paying for them.
+Keeping psycopg and eventsourcing's PostgreSQL module out of every other module keeps SQLite
+commands (and ``procledger`` start-up) from paying for them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
-from procledger.adapters.store import Store, StoreLocation, Tx, append_in
+from procledger.adapters.sql.errors import translate
+from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.store import Store, Tx, append_in
 from procledger.domain.errors import StoreError
 
 
@@ -34,8 +36,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         with self.store.write() as tx:
-            for statement in self.lock_table_statements:
-                tx.cursor.execute(statement)
+            self.store.lock_log(tx)
             ids = append_in(tx, kwargs.get("unit"), stored_events, self._insert_one)
             if ids:
                 tx.cursor.execute(
@@ -51,12 +52,37 @@ class PostgresRecorder(PostgresApplicationRecorder):
         return int(tx.cursor.fetchone()["notification_id"])
 
 
+def postgres_env(location: StoreLocation) -> dict[str, str]:
+    """eventsourcing's environment for a PostgreSQL location; never merged with os.environ."""
+    pg = location.pg
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": pg["dbname"],
+        "POSTGRES_HOST": pg["host"],
+        "POSTGRES_PORT": pg["port"],
+        "POSTGRES_USER": pg["user"],
+        "POSTGRES_PASSWORD": pg["password"],
+        "POSTGRES_SCHEMA": location.schema,
+        "POSTGRES_POOL_SIZE": "2",
+        "POSTGRES_MAX_OVERFLOW": "8",
+        "POSTGRES_CONNECT_TIMEOUT": "5",
+        "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
+        "APPLICATION_RECORDER_TOPIC": f"{__name__}:PostgresRecorder",
+    }
+
+
+def attach(store: Store, recorder: Any, datastore: Any) -> None:
+    """Let ``store`` run its transactions on eventsourcing's pooled datastore."""
+    recorder.store = store
+    store.postgres = datastore
+    store.log_lock = list(recorder.lock_table_statements)
+
+
 def _connect(location: StoreLocation) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(make_conninfo(connect_timeout=5, **location.pg), autocommit=True)
     except psycopg.Error as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
-        raise StoreError(f"store URL {location.masked!r}: cannot connect: {first_line}") from None
+        raise translate(error, f"store URL {location.masked!r}: cannot connect") from None
 
 
 @contextmanager
@@ -71,6 +97,7 @@ def schema_opening_lock(location: StoreLocation) -> Iterator[None]:
 
 
 def create_schema(location: StoreLocation) -> None:
+    """Create the URL's schema if it is missing (racing creators are fine)."""
     with _connect(location) as conn:
         try:
             conn.execute(

@@ -16,6 +16,8 @@ psutil query per function, so that policy can be read without knowing the platfo
   host application's own subprocesses are never disturbed.
 """
 
+# psutil is imported when a tree is first stopped, not by every run: start-up time.
+
 from __future__ import annotations
 
 import contextlib

@@ -1,0 +1,85 @@
+"""What differs between SQLite and PostgreSQL, in one place.
+
+Statements elsewhere in ``adapters/sql`` are written once, with ``?`` placeholders and these
+fragments; nothing outside this module asks which database it is talking to.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+from uuid import UUID
+
+from procledger.adapters.sql.location import DialectName, StoreLocation
+
+APPLICATION_NAME = "procledger"
+"""eventsourcing's application name: the events table is ``<name>_events`` on PostgreSQL."""
+
+
+class Dialect:
+    """The SQLite flavour; ``PostgresDialect`` overrides what PostgreSQL spells otherwise."""
+
+    name: ClassVar[DialectName] = "sqlite"
+    big_integer: ClassVar[str] = "INTEGER"
+    serial_key: ClassVar[str] = "INTEGER PRIMARY KEY"
+    """The journal's order: a rowid alias, not AUTOINCREMENT, which would write
+    sqlite_sequence even for an INSERT that ON CONFLICT skips (an fsync per identical retry)."""
+    for_update: ClassVar[str] = ""
+    """Suffix of a SELECT that locks its rows until commit (SQLite's writer lock suffices)."""
+    by_code_point: ClassVar[str] = ""
+    """Collation suffix that sorts text by code point, as Python does."""
+    notification_id: ClassVar[str] = "rowid"
+    events_table: str = "stored_events"
+
+    def __init__(self, location: StoreLocation) -> None:
+        self.location = location
+
+    def table(self, name: str) -> str:
+        """A side table's qualified name (events live in eventsourcing's own table)."""
+        return f"procledger_{name}"
+
+    def statement(self, text: str) -> str:
+        """``text`` with this driver's placeholders (written with ``?``)."""
+        return text
+
+    def originator_key(self, originator_id: UUID) -> Any:
+        """How the events table stores an originator id."""
+        return originator_id.hex
+
+    def json_text(self, column: str, *path: str) -> str:
+        """The text at ``path`` inside a JSON document column."""
+        return f"json_extract({column}, '$.{'.'.join(path)}')"
+
+
+class PostgresDialect(Dialect):
+    name: ClassVar[DialectName] = "postgresql"
+    big_integer: ClassVar[str] = "BIGINT"
+    serial_key: ClassVar[str] = "BIGSERIAL PRIMARY KEY"
+    for_update: ClassVar[str] = " FOR UPDATE"
+    by_code_point: ClassVar[str] = ' COLLATE "C"'
+    notification_id: ClassVar[str] = "notification_id"
+    _converted: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, location: StoreLocation) -> None:
+        super().__init__(location)
+        self.events_table = f'"{location.schema}"."{APPLICATION_NAME}_events"'
+
+    def table(self, name: str) -> str:
+        return f'"{self.location.schema}"."procledger_{name}"'
+
+    def statement(self, text: str) -> str:
+        converted = self._converted.get(text)
+        if converted is None:
+            converted = self._converted[text] = text.replace("?", "%s")
+        return converted
+
+    def originator_key(self, originator_id: UUID) -> Any:
+        return originator_id
+
+    def json_text(self, column: str, *path: str) -> str:
+        steps = "".join(f" -> '{step}'" for step in path[:-1])
+        return f"({column}::jsonb{steps} ->> '{path[-1]}')"
+
+
+def dialect_for(location: StoreLocation) -> Dialect:
+    """The dialect of a parsed location."""
+    return PostgresDialect(location) if location.dialect == "postgresql" else Dialect(location)

@@ -1,0 +1,93 @@
+"""Driver errors become procledger's own.
+
+A caller can act on three things: try again later (``StoreUnavailable``), give up on damaged
+data (``StoreCorrupt``), or retry a write that lost a race (``WriteConflict``, retried by the
+commands themselves). Every exception of sqlite3, psycopg and eventsourcing's persistence layer
+is sorted into one of those (or plain ``StoreError``) here, and only here.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from typing import Any
+
+from eventsourcing import persistence as es
+
+from procledger.domain.errors import (
+    StoreCorrupt,
+    StoreError,
+    StoreUnavailable,
+    WriteConflict,
+)
+
+_UNAVAILABLE_SQLITE = (
+    "locked",
+    "busy",
+    "disk i/o",
+    "full",
+    "unable to open",
+    "readonly",
+    "read-only",
+    "no such table",  # the file was replaced or emptied under us
+)
+_CORRUPT_SQLITE = ("malformed", "not a database", "corrupt", "could not decode")
+
+
+def is_driver_error(error: BaseException) -> bool:
+    """Whether ``error`` comes from a database driver (or eventsourcing's wrapping of one)."""
+    if isinstance(
+        error,
+        sqlite3.Error | es.PersistenceError | es.ConnectionPoolClosedError | UnicodeDecodeError,
+    ):
+        return True
+    psycopg = sys.modules.get("psycopg")  # loaded only for PostgreSQL stores
+    return psycopg is not None and isinstance(error, psycopg.Error)
+
+
+def translate(error: BaseException, where: str) -> StoreError:
+    """The ``StoreError`` subclass for a driver error; ``where`` names the store."""
+    message = f"{where}: {_first_line(error)}"
+    if isinstance(error, sqlite3.IntegrityError | es.IntegrityError):
+        return WriteConflict(message)
+    if isinstance(error, UnicodeDecodeError):
+        return StoreCorrupt(f"{where}: undecodable text in a stored row: {error}")
+    if isinstance(error, sqlite3.Error):
+        return _sqlite(error, message)
+    return _postgres(error, message)
+
+
+def _sqlite(error: sqlite3.Error, message: str) -> StoreError:
+    text = str(error).lower()
+    if any(marker in text for marker in _CORRUPT_SQLITE):
+        return StoreCorrupt(message)
+    if isinstance(error, sqlite3.OperationalError) or any(
+        marker in text for marker in _UNAVAILABLE_SQLITE
+    ):
+        return StoreUnavailable(message)
+    if isinstance(error, sqlite3.DataError):
+        return StoreCorrupt(message)
+    return StoreError(message)
+
+
+def _postgres(error: BaseException, message: str) -> StoreError:
+    psycopg: Any = sys.modules.get("psycopg")
+    if isinstance(error, es.OperationalError | es.InterfaceError):
+        return StoreUnavailable(message)
+    if isinstance(error, es.DataError):
+        return StoreCorrupt(message)
+    if psycopg is not None:
+        if isinstance(error, psycopg.errors.IntegrityError):
+            return WriteConflict(message)
+        if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
+            return StoreUnavailable(message)
+        if isinstance(error, psycopg.DataError):
+            return StoreCorrupt(message)
+    if isinstance(error, es.ConnectionPoolClosedError):
+        return StoreUnavailable(message)
+    return StoreError(message)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

@@ -1,0 +1,75 @@
+"""Reads of the events table beyond eventsourcing's: one aggregate's log with positions, the
+whole log streamed for a rebuild, and the deletions retention makes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+from procledger.adapters.sql.store import Tx
+
+Row = tuple[Any, ...]
+STREAM_BATCH = 2_000
+
+
+def aggregate_rows(tx: Tx, key: UUID, after: int = 0) -> list[Any]:
+    """One aggregate's events after version ``after``, in order: ``position`` (notification
+    id), ``originator_version``, ``topic``, ``state``."""
+    dialect = tx.dialect
+    return tx.execute(
+        f"SELECT {dialect.notification_id} AS position, originator_version, topic, state "
+        f"FROM {dialect.events_table} WHERE originator_id=? AND originator_version>? "
+        "ORDER BY originator_version",
+        (dialect.originator_key(key), after),
+    ).all()
+
+
+def max_version(tx: Tx, key: UUID) -> int:
+    """The highest version in one aggregate's log (0 when it has none)."""
+    row = tx.execute(
+        f"SELECT MAX(originator_version) AS v FROM {tx.dialect.events_table} WHERE originator_id=?",
+        (tx.dialect.originator_key(key),),
+    ).one()
+    return int(row["v"] or 0)
+
+
+def delete_aggregate(tx: Tx, key: UUID) -> int:
+    """Delete one aggregate's whole log; returns how many events went."""
+    tx.execute(
+        f"DELETE FROM {tx.dialect.events_table} WHERE originator_id=?",
+        (tx.dialect.originator_key(key),),
+    )
+    return tx.rowcount
+
+
+def count_events(tx: Tx) -> int:
+    return int(tx.execute(f"SELECT COUNT(*) AS n FROM {tx.dialect.events_table}").one()["n"])
+
+
+@contextmanager
+def stream_log(tx: Tx) -> Iterator[Iterator[Row]]:
+    """``(notification_id, originator_id, version, topic, state)`` tuples, one aggregate after
+    another, fetched lazily (a server-side cursor on PostgreSQL), so memory stays flat."""
+    dialect = tx.dialect
+    query = (
+        f"SELECT {dialect.notification_id}, originator_id, originator_version, topic, state "
+        f"FROM {dialect.events_table} ORDER BY originator_id, originator_version"
+    )
+    connection = tx.cursor.connection
+    if dialect.name == "postgresql":
+        from psycopg.rows import tuple_row  # psycopg only for PostgreSQL stores
+
+        with connection.cursor(name="procledger_rebuild", row_factory=tuple_row) as cursor:
+            cursor.itersize = STREAM_BATCH
+            cursor.execute(query)
+            yield iter(cursor)
+        return
+    cursor = connection.cursor()
+    cursor.row_factory = None
+    try:
+        cursor.execute(query)
+        yield iter(cursor)
+    finally:
+        cursor.close()

@@ -1,0 +1,91 @@
+"""The ``grants`` read model table: which session holds a handle to which process."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from procledger.adapters.sql.records import Condition, bulk_load, where_clause
+from procledger.adapters.sql.store import Tx
+
+GRANT_COLUMNS = "session_id, process_id, descriptor"
+_CHUNK = 500
+
+
+def upsert(tx: Tx, session_id: str, process_id: str, descriptor_json: str | None) -> None:
+    tx.execute(
+        f"INSERT INTO {tx.dialect.table('grants')} ({GRANT_COLUMNS}) VALUES (?,?,?) "
+        "ON CONFLICT (session_id, process_id) DO UPDATE SET descriptor=excluded.descriptor",
+        (session_id, process_id, descriptor_json),
+    )
+
+
+def delete(tx: Tx, session_id: str, process_id: str) -> None:
+    tx.execute(
+        f"DELETE FROM {tx.dialect.table('grants')} WHERE session_id=? AND process_id=?",
+        (session_id, process_id),
+    )
+
+
+def _granted(tx: Tx) -> str:
+    return (
+        f"SELECT g.process_id AS process_id, g.descriptor AS descriptor, r.record AS record "
+        f"FROM {tx.dialect.table('grants')} g JOIN {tx.dialect.table('records')} r "
+        "ON r.process_id = g.process_id WHERE g.session_id=?"
+    )
+
+
+def granted_row(tx: Tx, session_id: str, process_id: str) -> Any:
+    """``(process_id, descriptor, record)`` of one grant, or ``None``."""
+    return tx.execute(_granted(tx) + " AND g.process_id=?", (session_id, process_id)).one()
+
+
+def granted_rows(tx: Tx, session_id: str, conditions: Sequence[Condition]) -> list[Any]:
+    """``(process_id, descriptor, record)`` of the session's grants whose records match."""
+    where, params = where_clause(conditions, "r.")
+    return tx.execute(
+        _granted(tx) + f" AND {where} ORDER BY g.process_id{tx.dialect.by_code_point}",
+        (session_id, *params),
+    ).all()
+
+
+def sessions_of(tx: Tx, process_id: str) -> list[str]:
+    """The sessions holding a grant on the process, by code point."""
+    rows = tx.execute(
+        f"SELECT session_id FROM {tx.dialect.table('grants')} WHERE process_id=? "
+        f"ORDER BY session_id{tx.dialect.by_code_point}",
+        (process_id,),
+    ).all()
+    return [row["session_id"] for row in rows]
+
+
+def held_elsewhere(tx: Tx, process_id: str, session_id: str) -> bool:
+    """Whether a session other than ``session_id`` holds a grant on the process."""
+    row = tx.execute(
+        f"SELECT 1 AS held FROM {tx.dialect.table('grants')} WHERE process_id=? AND session_id<>?",
+        (process_id, session_id),
+    ).one()
+    return row is not None
+
+
+def grants_on(tx: Tx, process_ids: Sequence[str]) -> set[tuple[str, str]]:
+    """``(session_id, process_id)`` of every grant on these processes."""
+    found: set[tuple[str, str]] = set()
+    for start in range(0, len(process_ids), _CHUNK):
+        chunk = list(process_ids[start : start + _CHUNK])
+        marks = ",".join("?" * len(chunk))
+        rows = tx.execute(
+            f"SELECT session_id, process_id FROM {tx.dialect.table('grants')} "
+            f"WHERE process_id IN ({marks})",
+            chunk,
+        ).all()
+        found.update((row["session_id"], row["process_id"]) for row in rows)
+    return found
+
+
+def clear(tx: Tx) -> None:
+    tx.execute(f"DELETE FROM {tx.dialect.table('grants')}")
+
+
+def bulk_insert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
+    bulk_load(tx, "grants", GRANT_COLUMNS, rows)

@@ -1,0 +1,120 @@
+"""Opening a store: eventsourcing's infrastructure for the events table, our own transactions
+for everything else, and the side tables.
+
+eventsourcing's factory creates (and on PostgreSQL pools connections to) the events table and
+picks our recorder classes by topic; procledger composes these parts privately instead of
+inheriting ``Application``, whose public methods would bypass our transactions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, cast
+
+from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.utils import Environment
+
+from procledger.adapters.sql.dialect import APPLICATION_NAME
+from procledger.adapters.sql.errors import is_driver_error, translate
+from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.schema import create_tables
+from procledger.adapters.sql.store import Store
+from procledger.domain.errors import StoreError, WriteConflict
+
+_OPEN_ATTEMPTS = 3
+
+
+@dataclass
+class OpenedStore:
+    """A store ready for transactions, and the recorder that appends to its events table."""
+
+    store: Store
+    recorder: Any
+    factory: Any
+
+    def close(self) -> None:
+        self.factory.close()
+        self.store.close()
+
+
+def open_store(location: StoreLocation) -> OpenedStore:
+    """Open (creating tables if needed) the store at ``location``.
+
+    Raises:
+        StoreURLError: the location names nothing that can be opened.
+        StoreUnavailable: the server or file cannot be reached now.
+        StoreError: anything else that stops the store from opening, naming the URL.
+    """
+    _prepare(location)
+    failure: StoreError | None = None
+    for _ in range(_OPEN_ATTEMPTS):
+        try:
+            with _opening_lock(location):
+                return _construct(location)
+        except WriteConflict as error:  # two processes creating the same tables at once
+            failure = error
+    raise StoreError(f"store URL {location.masked!r}: cannot open: {failure}")
+
+
+def _construct(location: StoreLocation) -> OpenedStore:
+    where = f"store URL {location.masked!r}: cannot open"
+    try:
+        factory = InfrastructureFactory.construct(Environment(APPLICATION_NAME, _env(location)))
+        recorder = factory.application_recorder()
+        store = Store(location)
+        _attach(store, recorder, cast(Any, factory).datastore)
+        create_tables(store)
+    except StoreError:
+        raise
+    except Exception as error:
+        if is_driver_error(error):
+            raise translate(error, where) from None
+        raise StoreError(f"{where}: {error}") from None
+    return OpenedStore(store, recorder, factory)
+
+
+def _env(location: StoreLocation) -> dict[str, str]:
+    if location.dialect == "postgresql":
+        from procledger.adapters.sql.postgres import postgres_env
+
+        return postgres_env(location)
+    from procledger.adapters.sql.sqlite import sqlite_env
+
+    return sqlite_env(location)
+
+
+def _attach(store: Store, recorder: Any, datastore: Any) -> None:
+    if store.location.dialect == "postgresql":
+        from procledger.adapters.sql import postgres
+
+        postgres.attach(store, recorder, datastore)
+    else:
+        from procledger.adapters.sql import sqlite
+
+        sqlite.attach(store, recorder, datastore)
+
+
+def _prepare(location: StoreLocation) -> None:
+    """Fail early, with the URL named, where eventsourcing would fail obscurely."""
+    if location.dialect == "postgresql":
+        from procledger.adapters.sql.postgres import create_schema  # psycopg only when needed
+
+        create_schema(location)
+    elif not location.in_memory:
+        from procledger.adapters.sql.sqlite import check_sqlite_file
+
+        check_sqlite_file(location)
+
+
+@contextmanager
+def _opening_lock(location: StoreLocation) -> Iterator[None]:
+    """Serialise opening one PostgreSQL schema across processes (a no-op for SQLite)."""
+    if location.dialect != "postgresql":
+        yield
+        return
+    from procledger.adapters.sql.postgres import schema_opening_lock  # psycopg only when needed
+
+    with schema_opening_lock(location):
+        yield

@@ -1,0 +1,225 @@
+"""The ``records`` read model table (one row per process at its latest state) and the
+``tracking`` row that says which log position it reflects.
+
+Besides the whole record (JSON), a row keeps the columns that filters and the change feed
+query, so listing never decodes records it does not return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from procledger.adapters.sql.store import Tx
+from procledger.domain.errors import NotFound
+from procledger.domain.model import canonical_json
+from procledger.domain.registration import originator_scope_id
+from procledger.domain.vocabulary import ProcessState
+
+RECORD_COLUMNS = (
+    "process_id, change_seq, status, terminal, waiting, originator_scope_id, identity_kind, "
+    "identity_label, definition, created_at_ms, updated_at_ms, record"
+)
+_COLUMNS = frozenset(column.strip() for column in RECORD_COLUMNS.split(","))
+_TERMINAL_STATES = frozenset(state.value for state in ProcessState if state.is_terminal)
+_UPDATED_COLUMNS = [column.strip() for column in RECORD_COLUMNS.split(",")][1:]
+# What a write after the registration can change; the rest comes from the registration alone.
+_CHANGING_COLUMNS = ("change_seq", "status", "terminal", "waiting", "updated_at_ms", "record")
+_UPDATE = (
+    "UPDATE {table} SET "
+    + ", ".join(f"{column}=?" for column in _CHANGING_COLUMNS)
+    + " WHERE process_id=?"
+)
+_UPSERT = (
+    f"INSERT INTO {{table}} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (process_id) DO UPDATE SET "
+    + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
+)
+_OPERATORS = frozenset({"=", ">=", "<", "<=", ">", "is null"})
+
+Condition = tuple[str, str, object]
+"""``(column, operator, value)`` over the records table; ``"is null"`` ignores the value."""
+
+
+def where_clause(conditions: Sequence[Condition], prefix: str = "") -> tuple[str, list[object]]:
+    """``(sql, params)`` for conditions that must all hold (``prefix`` = a table alias + ".")."""
+    parts: list[str] = []
+    params: list[object] = []
+    for column, operator, value in conditions:
+        if column not in _COLUMNS or operator not in _OPERATORS:
+            raise ValueError(f"not a records condition: {column!r} {operator!r}")
+        if operator == "is null":
+            parts.append(f"{prefix}{column} IS NULL")
+        else:
+            parts.append(f"{prefix}{column}{operator}?")
+            params.append(value)
+    return " AND ".join(parts) or "1=1", params
+
+
+def document_row(document: Mapping[str, Any]) -> tuple[object, ...]:
+    """A row from a record's JSON form: no model round trip."""
+    change_seq, status, terminal, waiting, updated_at_ms, record = _changing_values(document)
+    definition = document["identity"]["definition"]
+    return (
+        document["id"],
+        change_seq,
+        status,
+        terminal,
+        waiting,
+        originator_scope_id(document["originator"]),
+        document["identity"]["kind"],
+        document["identity"]["label"],
+        None if definition is None else canonical_json(definition).decode(),
+        document["created_at_ms"],
+        updated_at_ms,
+        record,
+    )
+
+
+def _changing_values(document: Mapping[str, Any]) -> tuple[object, ...]:
+    """The ``_CHANGING_COLUMNS`` of a record's row."""
+    return (
+        document["change_seq"],
+        document["status"],
+        int(document["state"] in _TERMINAL_STATES),
+        int(document["wait"] is not None),
+        document["updated_at_ms"],
+        orjson.dumps(document).decode(),
+    )
+
+
+def upsert_records(
+    tx: Tx, documents: Iterable[Mapping[str, Any]], *, must_exist: Collection[str] = ()
+) -> None:
+    """Write records; those in ``must_exist`` (loaded, not created, by this write) must still
+    have a row: a process pruned since the writer loaded it raises ``NotFound`` and the whole
+    write rolls back, instead of resurrecting a partial log."""
+    table = tx.dialect.table("records")
+    fresh: list[tuple[object, ...]] = []
+    for document in documents:
+        if document["id"] in must_exist:
+            values = (*_changing_values(document), document["id"])
+            tx.execute(_UPDATE.format(table=table), values)
+            if tx.rowcount == 0:
+                raise NotFound(f"process {document['id']!r} not found")
+        else:
+            fresh.append(document_row(document))
+    if fresh:
+        tx.executemany(_UPSERT.format(table=table), fresh)
+
+
+def advance_tracking(tx: Tx, position: int) -> None:
+    """Move the read models' log position forward (never back)."""
+    tx.execute(
+        f"UPDATE {tx.dialect.table('tracking')} SET position=? WHERE name='records' AND position<?",
+        (position, position),
+    )
+
+
+def set_tracking(tx: Tx, position: int) -> None:
+    tx.execute(
+        f"UPDATE {tx.dialect.table('tracking')} SET position=? WHERE name='records'", (position,)
+    )
+
+
+def record_payload(tx: Tx, process_id: str) -> Any:
+    """The stored record JSON of one process, or ``None``."""
+    row = tx.execute(
+        f"SELECT record FROM {tx.dialect.table('records')} WHERE process_id=?", (process_id,)
+    ).one()
+    return None if row is None else row["record"]
+
+
+def select_records(tx: Tx, conditions: Sequence[Condition], limit: int | None = None) -> list[Any]:
+    """``(process_id, record)`` rows matching ``conditions``, by id (code point order)."""
+    where, params = where_clause(conditions)
+    statement = (
+        f"SELECT process_id, record FROM {tx.dialect.table('records')} WHERE {where} "
+        f"ORDER BY process_id{tx.dialect.by_code_point}"
+    )
+    if limit is not None:
+        statement += " LIMIT ?"
+        params.append(limit)
+    return tx.execute(statement, params).all()
+
+
+def select_changed(tx: Tx, after: int, limit: int) -> list[Any]:
+    """``(process_id, record)`` rows changed after ``after``, in feed order."""
+    return tx.execute(
+        f"SELECT process_id, record FROM {tx.dialect.table('records')} WHERE change_seq>? "
+        f"ORDER BY change_seq, process_id{tx.dialect.by_code_point} LIMIT ?",
+        (after, limit),
+    ).all()
+
+
+def is_terminal(tx: Tx, process_id: str) -> bool | None:
+    """Whether the process's record is terminal; ``None`` when it has no record."""
+    row = tx.execute(
+        f"SELECT terminal FROM {tx.dialect.table('records')} WHERE process_id=?", (process_id,)
+    ).one()
+    return None if row is None else bool(row["terminal"])
+
+
+def woken_by(tx: Tx, session_id: str) -> list[str]:
+    """Ids of the processes whose wake target is ``session_id``."""
+    target = tx.dialect.json_text("record", "wake_target", "session_id")
+    rows = tx.execute(
+        f"SELECT process_id FROM {tx.dialect.table('records')} WHERE {target}=? "
+        "ORDER BY process_id",
+        (session_id,),
+    ).all()
+    return [row["process_id"] for row in rows]
+
+
+def prunable(
+    tx: Tx, cutoff_ms: int, conditions: Sequence[Condition], up_to: int | None
+) -> dict[str, int]:
+    """``process_id -> change_seq`` of terminal records last updated before ``cutoff_ms``
+    (and changed at or before ``up_to``) that match ``conditions``."""
+    where, params = where_clause(conditions)
+    statement = (
+        f"SELECT process_id, change_seq FROM {tx.dialect.table('records')} "
+        f"WHERE terminal=1 AND updated_at_ms<? AND {where}"
+    )
+    arguments: list[object] = [cutoff_ms, *params]
+    if up_to is not None:
+        statement += " AND change_seq<=?"
+        arguments.append(up_to)
+    rows = tx.execute(statement, arguments).all()
+    return {row["process_id"]: int(row["change_seq"]) for row in rows}
+
+
+def delete_terminal(tx: Tx, process_id: str, change_seq: int) -> bool:
+    """Delete a terminal record still at ``change_seq``; ``False`` if it changed meanwhile."""
+    tx.execute(
+        f"DELETE FROM {tx.dialect.table('records')} "
+        "WHERE process_id=? AND change_seq=? AND terminal=1",
+        (process_id, change_seq),
+    )
+    return tx.rowcount == 1
+
+
+def clear(tx: Tx) -> None:
+    """Empty the table (a rebuild refills it in the same transaction)."""
+    tx.execute(f"DELETE FROM {tx.dialect.table('records')}")
+
+
+def bulk_insert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
+    """Insert many ``document_row`` rows at once (COPY on PostgreSQL)."""
+    bulk_load(tx, "records", RECORD_COLUMNS, rows)
+
+
+def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]) -> None:
+    """Insert many rows into a side table: COPY on PostgreSQL, executemany on SQLite."""
+    if not rows:
+        return
+    name = tx.dialect.table(table)
+    if tx.dialect.name == "postgresql":
+        with tx.cursor.copy(f"COPY {name} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        return
+    marks = ",".join("?" * (columns.count(",") + 1))
+    tx.executemany(f"INSERT INTO {name} ({columns}) VALUES ({marks})", rows)

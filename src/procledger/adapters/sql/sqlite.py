@@ -1,0 +1,246 @@
+"""The SQLite half of the store: connections held by the store, transactions as plain context
+managers, and the recorder that appends events with their side effects."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import sqlite3
+import threading
+import uuid
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.sqlite import SQLiteApplicationRecorder
+
+from procledger.adapters.sql.dialect import Dialect
+from procledger.adapters.sql.errors import translate
+from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.store import Store, Tx, append_in
+from procledger.domain.errors import StoreError, StoreURLError
+
+LOCK_TIMEOUT_S = 60
+"""How long a writer waits for another to commit before the store is ``StoreUnavailable``."""
+
+
+class SQLiteConnections:
+    """The connections of one SQLite store, held here rather than borrowed per transaction
+    from eventsourcing's pool: the pool's fairness semaphore, writer lock and bookkeeping cost
+    more than an empty transaction, and a command is one transaction.
+
+    Idle connections wait on one stack; a transaction takes the last one put back (a nested
+    transaction takes a second) and any thread may take any of them. SQLite's file locks and
+    ``BEGIN IMMEDIATE`` serialise writers across threads and processes. A shared-cache
+    in-memory database reports lock conflicts as errors instead of waiting, so there
+    transactions also take one lock. At most ``_KEPT_IDLE`` stay open between transactions;
+    ``close`` closes the idle ones at once and those in use when their transaction ends
+    (closing a connection under another thread's statement crashes the interpreter). A forked
+    child starts with none of its parent's.
+    """
+
+    _KEPT_IDLE = 8
+
+    def __init__(self, database: str, *, in_memory: bool, timeout: float) -> None:
+        self.database = database
+        self.timeout = timeout
+        self._serialised: threading.RLock | None = threading.RLock() if in_memory else None
+        self._idle: list[sqlite3.Connection] = []
+        self._closed = False
+        _OPEN_STORES.add(self)
+
+    def acquire(self) -> sqlite3.Connection:
+        """A connection for one transaction; give it back with ``release``."""
+        if self._serialised is not None:
+            self._serialised.acquire()
+        try:
+            return self._take()
+        except BaseException:
+            if self._serialised is not None:
+                self._serialised.release()
+            raise
+
+    def release(self, connection: sqlite3.Connection) -> None:
+        try:
+            self._give_back(connection)
+        finally:
+            if self._serialised is not None:
+                self._serialised.release()
+
+    def close(self) -> None:
+        self._closed = True
+        while True:
+            try:
+                idle = self._idle.pop()  # atomic: a connection is idle or in use, never both
+            except IndexError:
+                break
+            idle.close()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: never touch the parent's connections (not even to close them)."""
+        self._idle = []
+
+    def _take(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("the registry is closed")
+        try:
+            return self._idle.pop()
+        except IndexError:  # none idle (or ``close`` just took them)
+            return self._connect()
+
+    def _give_back(self, connection: sqlite3.Connection) -> None:
+        if len(self._idle) < self._KEPT_IDLE and not self._closed:
+            self._idle.append(connection)
+            if not self._closed:
+                return
+            try:  # ``close`` ran in between: whoever takes it back closes it
+                self._idle.remove(connection)
+            except ValueError:
+                return
+        connection.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            connection = sqlite3.connect(
+                self.database,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                cached_statements=256,
+                timeout=self.timeout,
+            )
+        except sqlite3.Error as error:
+            raise translate(error, "cannot open the SQLite database") from error
+        connection.row_factory = sqlite3.Row
+        return connection
+
+
+_OPEN_STORES: weakref.WeakSet[SQLiteConnections] = weakref.WeakSet()
+
+
+def _forget_parents_connections() -> None:
+    for connections in list(_OPEN_STORES):
+        connections.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_parents_connections)
+
+
+class SQLiteTransaction:
+    """One SQLite transaction as a plain context manager (a generator-based one costs a few
+    microseconds per layer, and this runs once per command). Driver errors leave it as
+    ``StoreError`` subclasses."""
+
+    __slots__ = ("_connection", "_connections", "_cursor", "_dialect", "_write")
+
+    def __init__(self, connections: SQLiteConnections, dialect: Dialect, write: bool) -> None:
+        self._connections = connections
+        self._dialect = dialect
+        self._write = write
+
+    def __enter__(self) -> Tx:
+        self._connection = connection = self._connections.acquire()
+        try:
+            self._cursor = cursor = connection.cursor()
+            cursor.execute("BEGIN IMMEDIATE" if self._write else "BEGIN")
+        except BaseException as error:
+            self._connections.release(connection)
+            if isinstance(error, sqlite3.Error):
+                raise translate(error, self._where()) from error
+            raise
+        return Tx(cursor, self._dialect)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            self._finish(error)
+        except sqlite3.Error as failure:
+            raise translate(failure, self._where()) from failure
+        if isinstance(error, sqlite3.Error | UnicodeDecodeError):
+            raise translate(error, self._where()) from error
+
+    def _finish(self, error: BaseException | None) -> None:
+        connection = self._connection
+        try:
+            try:
+                if error is None and self._write:
+                    connection.commit()
+                else:
+                    connection.rollback()
+            except BaseException:
+                connection.rollback()
+                raise
+            finally:
+                self._cursor.close()
+        finally:
+            self._connections.release(connection)
+
+    def _where(self) -> str:
+        return f"store {self._dialect.location.masked!r}"
+
+
+class SQLiteRecorder(SQLiteApplicationRecorder):
+    """Appends events and runs the write unit's side effects in one transaction."""
+
+    store: Store
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        with self.store.write() as tx:
+            return append_in(tx, kwargs.get("unit"), stored_events, self._insert_one)
+
+    def _insert_one(self, tx: Tx, stored: StoredEvent) -> int:
+        originator_id = stored.originator_id
+        tx.execute(
+            self.insert_events_statement,
+            (
+                originator_id.hex if isinstance(originator_id, uuid.UUID) else originator_id,
+                stored.originator_version,
+                stored.topic,
+                stored.state,
+            ),
+        )
+        return int(tx.cursor.lastrowid)
+
+
+def sqlite_env(location: StoreLocation) -> dict[str, str]:
+    """eventsourcing's environment for a SQLite location (a private shared-cache database for
+    ``memory://``)."""
+    name = (
+        f"file:procledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
+        if location.in_memory
+        else location.sqlite_path
+    )
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": name,
+        "SQLITE_LOCK_TIMEOUT": str(math.ceil(LOCK_TIMEOUT_S)),
+        "APPLICATION_RECORDER_TOPIC": f"{__name__}:SQLiteRecorder",
+    }
+
+
+def check_sqlite_file(location: StoreLocation) -> None:
+    """Fail early, with the URL named, where eventsourcing would fail obscurely."""
+    path = Path(location.sqlite_path)
+    if not path.parent.is_dir():
+        raise StoreURLError(f"store URL {location.masked!r}: folder {path.parent} does not exist")
+    try:
+        sqlite3.connect(location.sqlite_path).close()
+    except sqlite3.Error as error:
+        raise translate(error, f"store URL {location.masked!r}: cannot open") from None
+
+
+def attach(store: Store, recorder: Any, datastore: Any) -> None:
+    """Give ``store`` its own connections to the file eventsourcing's datastore opened."""
+    recorder.store = store
+    store.sqlite = connections = SQLiteConnections(
+        datastore.pool.db_name, in_memory=store.location.in_memory, timeout=LOCK_TIMEOUT_S
+    )
+    store.begin = functools.partial(SQLiteTransaction, connections, store.dialect)

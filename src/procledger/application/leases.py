@@ -1,0 +1,123 @@
+"""Leases: who may write a process's outcome, fenced by a token that only grows.
+
+A claim takes a free or expired lease (or extends one the same incarnation holds); a reclaim
+takes a live lease away only from a holder that is provably dead. Both run in one write
+transaction with the lease row locked, so exactly one of any number of racing claimants wins.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from procledger.adapters.liveness import ProcProbe
+from procledger.adapters.sql import leases as lease_rows
+from procledger.adapters.sql.store import Tx
+from procledger.application.unit_of_work import Ledger, check_live_lease, release_lease_row
+from procledger.domain.leases import Acquired, Busy, Lease, LeaseOwner
+
+
+def lease_from_row(process_id: str, row: Any) -> Lease:
+    """A ``leases`` table row as a ``Lease`` (the row's ``released`` flag is not checked)."""
+    return Lease(
+        process_id=process_id,
+        owner=LeaseOwner.model_validate_json(row["owner"]),
+        lease_token=row["lease_token"],
+        fencing_token=int(row["fencing_token"]),
+        claimed_at_ms=int(row["claimed_at_ms"]),
+        expires_at_ms=int(row["expires_at_ms"]),
+    )
+
+
+def check_ttl(ttl_ms: int) -> None:
+    if ttl_ms < 1:
+        raise ValueError(f"ttl_ms must be at least 1, not {ttl_ms}")
+
+
+class Leases:
+    """The lease commands of one ledger."""
+
+    def __init__(self, ledger: Ledger, probe: ProcProbe) -> None:
+        self.ledger = ledger
+        self.probe = probe
+
+    def take(
+        self, process_id: str, owner: LeaseOwner, ttl_ms: int, *, observed: Lease | None
+    ) -> Acquired | Busy:
+        """Claim (``observed`` is None) or reclaim the process's lease."""
+        check_ttl(ttl_ms)
+        self.ledger.read_record(process_id)  # an unknown process is NotFound
+        now = self.ledger.now_ms()
+        with self.ledger.store.write() as tx:
+            lease_rows.ensure_row(tx, process_id)
+            row = lease_rows.lease_row(tx, process_id, lock=True)
+            if not row["released"] and int(row["expires_at_ms"]) > now:
+                holder = lease_from_row(process_id, row)
+                kept = self._keeps(holder, owner, observed)
+                if kept is not None:
+                    return kept if isinstance(kept, Busy) else self._extend(tx, holder, now, ttl_ms)
+            lease = Lease(
+                process_id=process_id,
+                owner=owner,
+                lease_token=secrets.token_urlsafe(16),
+                fencing_token=int(row["fencing_token"]) + 1,
+                claimed_at_ms=now,
+                expires_at_ms=now + ttl_ms,
+            )
+            _write(tx, lease)
+            return Acquired(lease=lease)
+
+    def _keeps(
+        self, holder: Lease, claimant: LeaseOwner, observed: Lease | None
+    ) -> Busy | Lease | None:
+        """A live holder keeps the lease (``Busy``), or is the claimant itself (its lease, to
+        extend), or may be replaced (``None``: only a provably dead holder that still holds
+        exactly what the claimant observed)."""
+        if observed is None and holder.owner.same_incarnation(claimant):
+            return holder
+        if observed is None or holder != observed:
+            return Busy(holder=holder)
+        if not self.probe.provably_dead(holder.owner, claimant):
+            return Busy(holder=holder)
+        return None
+
+    @staticmethod
+    def _extend(tx: Tx, lease: Lease, now: int, ttl_ms: int) -> Acquired:
+        expires_at_ms = now + ttl_ms
+        lease_rows.extend(
+            tx, lease.process_id, lease.lease_token, lease.fencing_token, expires_at_ms
+        )
+        return Acquired(lease=lease.model_copy(update={"expires_at_ms": expires_at_ms}))
+
+    def get(self, process_id: str) -> Lease | None:
+        with self.ledger.store.read() as tx:
+            row = lease_rows.lease_row(tx, process_id)
+        if row is None:
+            self.ledger.read_record(process_id)  # an unknown process is NotFound
+            return None
+        if row["released"]:
+            return None
+        return lease_from_row(process_id, row)
+
+    def renew(self, lease: Lease, ttl_ms: int) -> Lease:
+        check_ttl(ttl_ms)
+        now = self.ledger.now_ms()
+        with self.ledger.store.write() as tx:
+            check_live_lease(tx, lease, now)
+            return self._extend(tx, lease, now, ttl_ms).lease
+
+    def release(self, lease: Lease) -> None:
+        with self.ledger.store.write() as tx:
+            release_lease_row(tx, lease)
+
+
+def _write(tx: Tx, lease: Lease) -> None:
+    lease_rows.take(
+        tx,
+        lease.process_id,
+        owner_json=lease.owner.model_dump_json(),
+        lease_token=lease.lease_token,
+        fencing_token=lease.fencing_token,
+        claimed_at_ms=lease.claimed_at_ms,
+        expires_at_ms=lease.expires_at_ms,
+    )

@@ -1,0 +1,634 @@
+"""``ProcessRegistry``: the application service of one ledger.
+
+It composes the parts and adds nothing of its own: writes go through the ``Ledger`` (one
+transaction per command: load, decide, append with side effects), leases through ``Leases``,
+grants through ``Grants``, reads through the projections' ``ReadModels``. eventsourcing's
+infrastructure is composed privately (see ``adapters/sql/opening.py``), so no inherited public
+method can bypass our transactions. See docs/design.md §3 for the guarantees.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from procledger.adapters.liveness import ProcProbe
+from procledger.adapters.sql import envs as env_rows
+from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.opening import OpenedStore
+from procledger.application.grants import Grants
+from procledger.application.journal import NotificationJournal
+from procledger.application.leases import Leases
+from procledger.application.retention import prune_filter, prune_terminal
+from procledger.application.retry import retry_on_conflict
+from procledger.application.sessions import delete_session
+from procledger.application.unit_of_work import Ledger, Loaded
+from procledger.application.waiting import ChangeSignal
+from procledger.domain.errors import (
+    AuthorityRejected,
+    LeaseLost,
+    NotFound,
+    RegistrationConflict,
+    StoreCorrupt,
+    WriteConflict,
+)
+from procledger.domain.leases import Acquired, Busy, CompletionAuthority, Lease, LeaseOwner
+from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.process import Process, process_uuid
+from procledger.domain.records import (
+    ExternalRef,
+    OsFacts,
+    ProcessEvent,
+    ProcessRecord,
+    WaitState,
+)
+from procledger.domain.registration import ProcessRegistration, env_ref_for
+from procledger.domain.rendering import to_process_event
+from procledger.domain.vocabulary import ProcessState, TerminalReason
+from procledger.notifications.journal import JournalAppend, JournalEntry
+from procledger.projections.feed import ChangeCursor
+from procledger.projections.handles import HandleSummary
+from procledger.projections.queries import FilterLike, ReadModels
+from procledger.projections.rebuild import rebuild_read_models
+from procledger.projections.reports import PruneReport, SessionDeleteReport
+
+Clock = Callable[[], int]
+
+
+def system_clock() -> int:
+    """Milliseconds since the epoch: the time the ledger stamps on events."""
+    return time.time_ns() // 1_000_000
+
+
+def _id(event_id: Any) -> str | None:
+    return None if event_id is None else str(event_id)
+
+
+class ProcessRegistry:
+    """One ledger of processes; open it with ``procledger.open_registry``.
+
+    Every write command is one transaction that loads the process, lets the aggregate decide,
+    and appends its events together with their side effects (lease check and release, read
+    models, tracking). Reads see every committed write. Every method raises only
+    ``ProcledgerError`` subclasses (``StoreUnavailable``, ``StoreCorrupt`` … when the store
+    fails), plus ``TimeoutError`` from the ``await_*`` methods and ``ValueError``/``TypeError``
+    for arguments of the wrong kind, as documented per method.
+    """
+
+    def __init__(self, opened: OpenedStore, *, clock: Clock | None = None) -> None:
+        self._opened = opened
+        self.store = opened.store
+        self.location: StoreLocation = opened.store.location
+        self._changes = ChangeSignal()
+        self._ledger = Ledger(self.store, opened.recorder, clock or system_clock, self._changes)
+        self._leases = Leases(self._ledger, ProcProbe())
+        self._grants = Grants(self._ledger)
+        self._journal = NotificationJournal(self.store)
+        self._reads = ReadModels(self.store)
+
+    @property
+    def probe(self) -> ProcProbe:
+        """How this host tells that a lease holder is dead (tests substitute a fake)."""
+        return self._leases.probe
+
+    @probe.setter
+    def probe(self, probe: ProcProbe) -> None:
+        self._leases.probe = probe
+
+    def close(self) -> None:
+        """Close every connection; calls in flight finish first."""
+        self._opened.close()
+
+    def now_ms(self) -> int:
+        """The registry's clock (epoch milliseconds): what events are stamped with."""
+        return self._ledger.now_ms()
+
+    # -- registration and reads -----------------------------------------------------------------
+
+    def register(self, registration: ProcessRegistration) -> ProcessRecord:
+        """Register a process, or return its record if an identical registration exists.
+
+        Idempotent by id and content: registering the same id with the same registration hash
+        returns the existing record (whatever its state).
+
+        Raises:
+            RegistrationConflict: the id is registered with a different registration.
+        """
+        return retry_on_conflict(
+            lambda: self._register_once(registration), f"process {registration.id!r}"
+        )
+
+    def _register_once(self, registration: ProcessRegistration) -> ProcessRecord:
+        # Insert first: a new id (the common case) costs no read; a known id collides.
+        now = self.now_ms()
+        process = Process.register(registration, at_ms=now)
+        try:
+            unit = self._ledger.save([process], now_ms=now)
+        except WriteConflict:
+            pass
+        else:
+            self._ledger.keep(Loaded(process, unit.appended[registration.id]))
+            return unit.records[registration.id]
+        try:
+            existing = self.get(registration.id)
+        except NotFound:  # pruned in between: register afresh
+            raise WriteConflict(f"process {registration.id!r} was pruned meanwhile") from None
+        if existing.registration_hash != process.registration_hash:
+            raise RegistrationConflict(
+                registration.id, existing.registration_hash, process.registration_hash
+            )
+        return existing
+
+    def get(self, process_id: str) -> ProcessRecord:
+        """The process's current record.
+
+        Raises:
+            NotFound: no such process (never registered, or pruned).
+            StoreCorrupt: its stored record cannot be decoded (others stay readable).
+        """
+        return self._reads.record(process_id)
+
+    def events(self, process_id: str, after: int = 0) -> list[ProcessEvent]:
+        """The process's events with a sequence number above ``after``, in order.
+
+        Raises:
+            NotFound: no such process.
+            StoreCorrupt: one of its stored events cannot be decoded.
+        """
+        ledger = self._ledger
+        with self.store.read() as tx:
+            stored = ledger.stored_events(tx, process_uuid(process_id), after)
+        if not stored and after == 0:
+            raise NotFound(f"process {process_id!r} not found")
+        if not stored:
+            self.get(process_id)
+        return [to_process_event(process_id, ledger.decode(s, process_id)) for s in stored]
+
+    # -- environments ---------------------------------------------------------------------------
+
+    def store_env(self, env: Mapping[str, str]) -> str:
+        """Keep an environment outside the log and return its reference (its content hash);
+        storing the same environment twice returns the same reference."""
+        values = {str(k): str(v) for k, v in env.items()}
+        env_ref = env_ref_for(values)
+        with self.store.write() as tx:
+            env_rows.insert(tx, env_ref, orjson.dumps(values, option=orjson.OPT_SORT_KEYS).decode())
+        return env_ref
+
+    def load_env(self, env_ref: str) -> dict[str, str]:
+        """The environment stored under ``env_ref``.
+
+        Raises:
+            NotFound: nothing was stored under that reference.
+            StoreCorrupt: the stored environment cannot be decoded.
+        """
+        with self.store.read() as tx:
+            stored = env_rows.select(tx, env_ref)
+        if stored is None:
+            raise NotFound(f"environment {env_ref!r} was never stored")
+        try:
+            return dict(orjson.loads(stored))
+        except (orjson.JSONDecodeError, TypeError, ValueError) as error:
+            raise StoreCorrupt(f"environment {env_ref!r} is corrupt: {error}") from None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def record_started(
+        self,
+        process_id: str,
+        started_at_ms: int,
+        *,
+        event_id: str | None = None,
+        os: OsFacts | None = None,
+    ) -> ProcessRecord:
+        """Record that the process runs in the foreground (``starting`` → ``running``), with
+        the child's OS facts (``os``: pid, process group, start time, host) when known.
+
+        Idempotent by ``event_id``: an identical retry returns the record unchanged.
+
+        Raises:
+            InvalidTransition: the process is not ``starting`` (``AlreadyTerminal`` if ended).
+            ReplayConflict: ``event_id`` was used for a different fact.
+        """
+        return self._ledger.write(
+            process_id,
+            lambda p, now: p.record_started(
+                started_at_ms, at_ms=now, event_id=_id(event_id), os=os
+            ),
+        )
+
+    def record_backgrounded(
+        self,
+        process_id: str,
+        at_ms: int,
+        *,
+        event_id: str | None = None,
+        os: OsFacts | None = None,
+    ) -> ProcessRecord:
+        """Record that the process runs detached from its caller; as ``record_started``."""
+        return self._ledger.write(
+            process_id,
+            lambda p, now: p.record_backgrounded(at_ms, at_ms=now, event_id=_id(event_id), os=os),
+        )
+
+    def request_stop(
+        self, process_id: str, reason: TerminalReason | str, *, event_id: str | None = None
+    ) -> ProcessRecord:
+        """Record a request to stop the process with ``reason``; its owner carries it out.
+
+        Raises:
+            AlreadyTerminal: the process has ended.
+            ProcessLifecycleValidationError: ``reason`` is not a stop reason.
+        """
+        return self._ledger.write(
+            process_id,
+            lambda p, now: p.request_stop(reason, at_ms=now, event_id=_id(event_id)),
+        )
+
+    def record_completed(
+        self,
+        process_id: str,
+        state: ProcessState | str,
+        reason: TerminalReason | str,
+        *,
+        exit_code: int | None = None,
+        diagnostic: str | None = None,
+        value: Any = None,
+        event_id: str | None = None,
+        lease: Lease | None = None,
+        authority: CompletionAuthority | None = None,
+    ) -> ProcessRecord:
+        """Record how the process ended (a row of the closed lifecycle table).
+
+        Needs a live ``lease`` (checked and released in the same transaction) or a
+        ``CompletionAuthority``. An identical retry (same ``event_id`` and fields) is a no-op.
+
+        Raises:
+            ProcessLifecycleValidationError: ``(state, reason, exit_code)`` is not a legal row.
+            AlreadyTerminal: the process ended differently before.
+            LeaseLost: the lease is missing, expired or superseded (nothing is written).
+            AuthorityRejected: neither a lease nor a valid authority was given.
+        """
+        return self._write_terminal(
+            process_id,
+            lease,
+            authority,
+            lambda process, now: process.complete(
+                state,
+                reason,
+                exit_code=exit_code,
+                diagnostic=diagnostic,
+                value=value,
+                event_id=_id(event_id),
+                authority=authority,
+                at_ms=now,
+            ),
+        )
+
+    def record_lost(
+        self,
+        process_id: str,
+        *,
+        diagnostic: str | None = None,
+        event_id: str | None = None,
+        lease: Lease | None = None,
+        authority: CompletionAuthority | None = None,
+    ) -> ProcessRecord:
+        """Record that the process's outcome can no longer be known; as ``record_completed``."""
+        return self._write_terminal(
+            process_id,
+            lease,
+            authority,
+            lambda process, now: process.lose(
+                diagnostic=diagnostic, event_id=_id(event_id), authority=authority, at_ms=now
+            ),
+        )
+
+    def record_abandoned(
+        self,
+        process_id: str,
+        reason: TerminalReason | str,
+        *,
+        owner: LeaseOwner | None = None,
+        at_ms: int | None = None,
+        diagnostic: str | None = None,
+        event_id: str | None = None,
+        lease: Lease | None = None,
+        authority: CompletionAuthority | None = None,
+    ) -> ProcessRecord:
+        """Record that the process was given up (``reason`` says why; ``owner``/``at_ms`` the
+        evidence, e.g. a dead owner); as ``record_completed``."""
+        return self._write_terminal(
+            process_id,
+            lease,
+            authority,
+            lambda process, now: process.abandon(
+                reason,
+                owner=owner,
+                evidence_at_ms=at_ms,
+                diagnostic=diagnostic,
+                event_id=_id(event_id),
+                authority=authority,
+                at_ms=now,
+            ),
+        )
+
+    def _write_terminal(
+        self,
+        process_id: str,
+        lease: Lease | None,
+        authority: CompletionAuthority | None,
+        command: Callable[[Process, int], bool],
+    ) -> ProcessRecord:
+        """A terminal write: the aggregate decides, then (only if it appends) the lease or
+        authority is required; with a lease, the append also checks and releases it."""
+
+        def decide(process: Process, now: int) -> None:
+            if command(process, now):
+                _require_lease_or_authority(process, lease, authority)
+
+        return self._ledger.write(process_id, decide, lease=lease)
+
+    # -- producer events and other facts --------------------------------------------------------
+
+    def append_event(
+        self, process_id: str, event_type: str, payload: Any, *, replay_key: str
+    ) -> ProcessEvent:
+        """Append a producer event of a declared type; idempotent by ``replay_key``.
+
+        Raises:
+            UndeclaredEventType: the registration did not declare ``event_type``.
+            ReplayConflict: ``replay_key`` was used with a different type or payload.
+            AlreadyTerminal: the process has ended.
+        """
+        sequence_box: list[int] = []
+
+        def decide(process: Process, now: int) -> None:
+            sequence_box[:] = [
+                process.append_producer_event(event_type, payload, replay_key=replay_key, at_ms=now)
+            ]
+
+        self._ledger.write(process_id, decide)
+        return self.events(process_id, after=sequence_box[0] - 1)[0]
+
+    def record_first_started(self, process_id: str, owner: LeaseOwner, at_ms: int) -> ProcessRecord:
+        """Stamp the owner that first started the process (kept once; later calls no-op)."""
+        return self._ledger.write(
+            process_id, lambda p, now: p.record_first_started(owner, at_ms, at_ms=now)
+        )
+
+    def request_abandon(
+        self, process_id: str, requested_by: str, *, reason: str | None = None
+    ) -> ProcessRecord:
+        """Ask whoever recovers the process to abandon it instead of re-running it."""
+        return self._ledger.write(
+            process_id, lambda p, now: p.request_abandon(requested_by, reason, at_ms=now)
+        )
+
+    def set_wait(self, process_id: str, wait: WaitState) -> ProcessRecord:
+        """Record what the process is waiting for (shown in lists; filterable)."""
+        return self._ledger.write(process_id, lambda p, now: p.set_wait(wait, at_ms=now))
+
+    def clear_wait(self, process_id: str) -> ProcessRecord:
+        """Clear the process's wait (a no-op when it has none)."""
+        return self._ledger.write(process_id, lambda p, now: p.clear_wait(at_ms=now))
+
+    def set_external_ref(self, process_id: str, ref: ExternalRef) -> ProcessRecord:
+        """Link the process to an object outside procledger (e.g. a job id elsewhere)."""
+        return self._ledger.write(process_id, lambda p, now: p.set_external_ref(ref, at_ms=now))
+
+    # -- waiting --------------------------------------------------------------------------------
+
+    def await_event(
+        self,
+        process_id: str,
+        event_type: str,
+        *,
+        after: int = 0,
+        timeout: float | None = None,
+    ) -> ProcessEvent:
+        """The first event of kind ``event_type`` with a sequence above ``after``; waits for
+        it (woken at once by writes in this process, polling for others').
+
+        Raises:
+            TimeoutError: none arrived within ``timeout`` seconds.
+            NotFound: no such process.
+        """
+
+        def find() -> ProcessEvent | None:
+            for event in self.events(process_id, after=after):
+                if event.kind == event_type and event.sequence > after:
+                    return event
+            return None
+
+        return self._changes.wait_for(find, timeout, f"{event_type!r} on process {process_id!r}")
+
+    def await_terminal(self, process_id: str, *, timeout: float | None = None) -> ProcessRecord:
+        """The process's record once it has ended; waits as ``await_event`` does.
+
+        Raises:
+            TimeoutError: it had not ended within ``timeout`` seconds.
+            NotFound: no such process.
+        """
+
+        def find() -> ProcessRecord | None:
+            record = self.get(process_id)
+            return record if record.state.is_terminal else None
+
+        return self._changes.wait_for(find, timeout, f"the terminal of process {process_id!r}")
+
+    # -- leases ---------------------------------------------------------------------------------
+
+    def claim_lease(self, process_id: str, owner: LeaseOwner, ttl_ms: int) -> Acquired | Busy:
+        """Take the process's lease for ``ttl_ms``: ``Acquired`` with a fencing token higher
+        than any before, or ``Busy`` naming the live holder. The same incarnation claiming
+        again extends its lease. Exactly one of any number of racing claimants wins.
+
+        Raises:
+            NotFound: no such process.
+            ValueError: ``ttl_ms`` is below 1.
+        """
+        return self._leases.take(process_id, owner, ttl_ms, observed=None)
+
+    def reclaim_lease(
+        self, process_id: str, claimant: LeaseOwner, observed: Lease, ttl_ms: int
+    ) -> Acquired | Busy:
+        """Take a live lease away from ``observed``'s holder, only if that holder is provably
+        dead on this host and still holds exactly ``observed``; otherwise ``Busy``."""
+        return self._leases.take(process_id, claimant, ttl_ms, observed=observed)
+
+    def get_lease(self, process_id: str) -> Lease | None:
+        """The live or expired (not released) lease of the process, or ``None``.
+
+        Raises:
+            NotFound: no such process.
+        """
+        return self._leases.get(process_id)
+
+    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
+        """Extend a live lease to ``now + ttl_ms`` (same fencing token).
+
+        Raises:
+            LeaseLost: the lease expired, was released or was taken over.
+        """
+        return self._leases.renew(lease, ttl_ms)
+
+    def release_lease(self, lease: Lease) -> None:
+        """Give the lease up (a no-op if it is no longer the current one)."""
+        self._leases.release(lease)
+
+    # -- grants and sessions --------------------------------------------------------------------
+
+    def grant_handle(self, session_id: str, process_id: str, descriptor: Any = None) -> None:
+        """Let ``session_id`` see the process through a handle (idempotent).
+
+        Raises:
+            NotFound: no such process.
+        """
+        self._grants.grant(session_id, process_id, descriptor)
+
+    def revoke_handle(self, session_id: str, process_id: str) -> None:
+        """Take the session's handle away.
+
+        Raises:
+            NotFound: the session holds no handle to it (alike for an unknown process).
+        """
+        self._grants.revoke(session_id, process_id)
+
+    def transfer_handles(
+        self, from_session: str, to_session: str, process_ids: Sequence[str]
+    ) -> None:
+        """Move handles between sessions: all of them or none (one write).
+
+        Raises:
+            NotFound: ``from_session`` does not hold one of them.
+        """
+        self._grants.transfer(from_session, to_session, process_ids)
+
+    def delete_session(self, session_id: str) -> SessionDeleteReport:
+        """Revoke the session's grants and clear wake targets pointing at it (one write)."""
+        return delete_session(self._ledger, session_id)
+
+    # -- projections ----------------------------------------------------------------------------
+
+    def changes_since(
+        self, cursor: ChangeCursor | int, limit: int
+    ) -> tuple[list[ProcessRecord], ChangeCursor]:
+        """Records changed after ``cursor``, in ``(change_seq, id)`` order, at most ``limit``,
+        each once at its latest state, and the cursor of the last one (``cursor`` if none).
+        Never skips a change, even under concurrent writers; cursors survive ``rebuild``.
+
+        Raises:
+            ValueError: ``limit`` is negative.
+        """
+        return self._reads.changes_since(cursor, limit)
+
+    def list_processes(self, filter: FilterLike = None) -> list[ProcessRecord]:
+        """Processes matching ``filter`` (default: running), sorted by id.
+
+        Raises:
+            FilterError: the filter names an unknown key or a mistyped value.
+        """
+        return self._reads.list_processes(filter)
+
+    def handle(self, session_id: str, process_id: str) -> HandleSummary:
+        """The session's handle to a process.
+
+        Raises:
+            NotFound: alike for ungranted and unknown processes.
+        """
+        return self._reads.handle(session_id, process_id)
+
+    def handles(self, session_id: str, filter: FilterLike = None) -> list[HandleSummary]:
+        """The session's handles whose processes match ``filter`` (default: running), by id."""
+        return self._reads.handles(session_id, filter)
+
+    def handle_sessions(self, process_id: str) -> list[str]:
+        """The sessions holding a handle to the process, sorted.
+
+        Raises:
+            NotFound: no such process.
+        """
+        return self._reads.handle_sessions(process_id)
+
+    def prune_terminal(
+        self,
+        cutoff_ms: int,
+        filter: FilterLike = None,
+        up_to: ChangeCursor | int | None = None,
+    ) -> PruneReport:
+        """Delete terminal processes last updated before ``cutoff_ms`` (and changed at or
+        before ``up_to``) that match ``filter`` (default: any status), with their events,
+        grants, leases, handles and journal entries, in one transaction.
+
+        Raises:
+            TypeError: ``cutoff_ms`` is not an int.
+            FilterError: the filter is malformed.
+        """
+        if isinstance(cutoff_ms, bool) or not isinstance(cutoff_ms, int):
+            raise TypeError(f"cutoff_ms must be an int (epoch ms), not {cutoff_ms!r}")
+        watermark = None if up_to is None else ChangeCursor.of(up_to).value
+        return prune_terminal(self._ledger, cutoff_ms, prune_filter(filter), watermark)
+
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Drop every read model and rebuild it from the log in one transaction; returns the
+        events applied. ``progress(done, total)`` is called as batches are written.
+
+        Raises:
+            StoreCorrupt: an event cannot be decoded (nothing changes).
+        """
+        applied = rebuild_read_models(self.store, progress)
+        self._changes.notify()
+        return applied
+
+    # -- the notification journal ----------------------------------------------------------------
+
+    def journal_append(self, notification: ProcessCompletionNotification) -> JournalAppend:
+        """Journal ``notification`` under its command id (validated again first).
+
+        Returns ``JournalAppend(new=True)`` when this call wrote the row, ``new=False`` for an
+        identical retry (with ``consumed`` telling whether the loop handled it already).
+
+        Raises:
+            IdempotencyCollision: the id is journalled with a different payload.
+        """
+        return self._journal.append(notification.revalidated())
+
+    def journal_append_checked(self, notification: ProcessCompletionNotification) -> JournalAppend:
+        """``journal_append`` for a notification the caller has just validated."""
+        return self._journal.append(notification)
+
+    def journal_get(self, command_id: Any) -> ProcessCompletionNotification | None:
+        """The journalled notification with that command id, or ``None``."""
+        return self._journal.get(command_id)
+
+    def journal_mark_consumed(self, session_id: Any, loop_id: Any, command_id: Any) -> bool:
+        """Record that the loop handled the command; ``False`` if that loop has no such entry
+        (marking twice is harmless)."""
+        return self._journal.mark_consumed(session_id, loop_id, command_id)
+
+    def journal_undelivered(
+        self, session_id: Any, loop_id: Any
+    ) -> list[ProcessCompletionNotification]:
+        """The session's unconsumed notifications addressed to ``loop_id``, in journal order."""
+        return self._journal.undelivered(session_id, loop_id)
+
+    def journal_entries(self, session_id: Any = None) -> list[JournalEntry]:
+        """Every journalled command (or one session's), in journal order, consumed included."""
+        return self._journal.entries(session_id)
+
+
+def _require_lease_or_authority(
+    process: Process, lease: Lease | None, authority: CompletionAuthority | None
+) -> None:
+    """The last check of a terminal write (the aggregate already checked the authority)."""
+    if lease is None and authority is None:
+        raise AuthorityRejected(
+            f"process {process.process_id!r}: a terminal write needs a live lease "
+            "or a completion authority"
+        )
+    if lease is not None and lease.process_id != process.process_id:
+        raise LeaseLost(f"process {process.process_id!r}: the lease is for {lease.process_id!r}")

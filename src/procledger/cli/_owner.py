@@ -1,0 +1,44 @@
+"""Who the CLI is in the ledger: this host's CLI owner and its notification session.
+
+`run` supervises one command as ``procledger-cli@<host id>`` (a fresh incarnation per run) and
+publishes its completion into the CLI's own notification session, so `restore` can republish
+it -- same command id -- for a run whose `procledger` died. Both derive everything from the
+owner id, so any later `procledger` on the host finds the same session.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from typing import TYPE_CHECKING
+
+from procledger import LeaseOwner
+from procledger.adapters.liveness import local_identity
+
+if TYPE_CHECKING:
+    from procledger import Notifier, ProcessRegistry
+
+_CLI_NAMESPACE = uuid.UUID("0b7c5d2e-8a41-4c3f-9e6a-2f1d7b9c4a10")
+
+
+def host_id() -> str:
+    """The liveness adapter's host id (machine and PID namespace) when it has one, else the host
+    name: an owner id must name the same host in every `procledger` started on it."""
+    identity = local_identity()
+    return identity.host_id if identity and identity.host_id else socket.gethostname()
+
+
+def cli_owner() -> LeaseOwner:
+    """This host's CLI owner, as a fresh incarnation (so `restore` can tell runs apart)."""
+    return LeaseOwner.local_process(f"procledger-cli@{host_id()}")
+
+
+def cli_notifier(registry: ProcessRegistry, owner: LeaseOwner) -> tuple[Notifier, uuid.UUID]:
+    """The CLI owner's notification session and its one loop (both derived from the owner id)."""
+    from procledger import Notifier
+
+    session_id = uuid.uuid5(_CLI_NAMESPACE, f"session:{owner.owner_id}")
+    loop_id = uuid.uuid5(_CLI_NAMESPACE, f"loop:{owner.owner_id}")
+    notifier = Notifier(registry, session_id)
+    notifier.add_loop(loop_id)
+    return notifier, loop_id

@@ -1,0 +1,57 @@
+"""Commands that look after the ledger rather than processes: `table` prints the lifecycle
+table the ledger enforces, `rebuild` rebuilds the read models (docs/design.md §5)."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from procledger.cli._app import cli_state, open_ledger
+
+
+class TableFormat(StrEnum):
+    markdown = "markdown"
+    mermaid = "mermaid"
+
+
+def table(
+    fmt: Annotated[
+        TableFormat,
+        typer.Option(
+            "--format",
+            help="markdown: one row per (kind, state, reason); mermaid: the state diagram.",
+        ),
+    ] = TableFormat.markdown,
+) -> None:
+    """Print the closed lifecycle table (no store is opened)."""
+    # The renderers are looked up on the package at call time: `procledger.cli.render_markdown`
+    # is the seam where the error handler's tests substitute a failing one.
+    import procledger.cli as package
+
+    render = package.render_markdown if fmt is TableFormat.markdown else package.render_mermaid
+    sys.stdout.write(render())
+
+
+def rebuild(ctx: typer.Context) -> None:
+    """Drop every read model and rebuild it from the event log (with a progress bar)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with open_ledger(cli_state(ctx).url) as registry:
+        columns = (
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=Console(stderr=True)) as bar:
+            task = bar.add_task("rebuilding read models", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            applied = registry.rebuild(progress=progress)
+    sys.stdout.write(f"rebuilt the read models from {applied} events\n")

@@ -1,0 +1,202 @@
+"""A process's read side, rendered from its aggregate: the record (as JSON and as a model) and
+the log entries callers see.
+
+The record has two forms on the write path: the JSON document the read model stores and the
+``ProcessRecord`` the caller gets back. Both come from one table, ``RECORD_FIELDS``: a row per
+field, saying how to read its JSON form (from what the events stored, with no model round
+trip) and its model value (from parts already validated), so the two can never list different
+fields or drift apart field by field; a property test holds them equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from procledger.domain.caches import RegistrationCache
+from procledger.domain.model import Frozen, assemble
+from procledger.domain.process import Process
+from procledger.domain.records import Identity, ProcessEvent, ProcessRecord
+from procledger.domain.registration import input_identity
+from procledger.domain.vocabulary import LifecycleKind, ProcessStatus, coarse_status
+
+Getter = Callable[[Process], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordField:
+    """One record field: its JSON form and its model value, each read from the aggregate."""
+
+    name: str
+    document: Getter
+    value: Getter
+
+
+def same_field(name: str, get: Getter) -> RecordField:
+    """A field whose value is already JSON-native (ints, strings, stored JSON)."""
+    return RecordField(name, get, get)
+
+
+def enum_field(name: str, get: Callable[[Process], Enum | None]) -> RecordField:
+    def document(process: Process) -> Any:
+        member = get(process)
+        return None if member is None else member.value
+
+    return RecordField(name, document, get)
+
+
+def model_field(name: str, get: Callable[[Process], Frozen | None]) -> RecordField:
+    def document(process: Process) -> Any:
+        model = get(process)
+        return None if model is None else model.model_dump(mode="json")
+
+    return RecordField(name, document, get)
+
+
+def registered_field(name: str) -> RecordField:
+    """A field the registration alone decides: stored JSON, or the parsed registration's."""
+    return RecordField(
+        name,
+        lambda process: process.registration_json[name],
+        lambda process: getattr(process.registration, name),
+    )
+
+
+# Built once per registration: a registry reuses an aggregate across its writes, and a
+# rebuild renders many aggregates of few registrations.
+_IDENTITIES: RegistrationCache[tuple[dict[str, Any], Identity]] = RegistrationCache()
+
+
+def identity_forms(process: Process) -> tuple[dict[str, Any], Identity]:
+    """The record's identity as JSON and as a model, from the same stored fields."""
+    forms = _IDENTITIES.get(process.registration_hash)
+    if forms is None:
+        registration = process.registration_json
+        kind, label = input_identity(registration["input"])
+        document = {"kind": kind, "label": label, "definition": registration["definition"]}
+        forms = _IDENTITIES.put(
+            process.registration_hash, (document, assemble(Identity, dict(document)))
+        )
+    return forms
+
+
+def status_of(process: Process) -> ProcessStatus:
+    return coarse_status(process.state, process.reason, process.exit_code)
+
+
+def wake_target_document(process: Process) -> Any:
+    return None if process.wake_target_cleared else process.registration_json["wake_target"]
+
+
+#: Every ``ProcessRecord`` field but ``change_seq`` (the caller's), in the model's order.
+RECORD_FIELDS: tuple[RecordField, ...] = (
+    registered_field("id"),
+    same_field("registration_hash", lambda process: process.registration_hash),
+    registered_field("input"),
+    registered_field("disposition"),
+    RecordField(
+        "identity",
+        lambda process: identity_forms(process)[0],
+        lambda process: identity_forms(process)[1],
+    ),
+    registered_field("originator"),
+    RecordField("wake_target", wake_target_document, lambda process: process.wake_target),
+    registered_field("env_ref"),
+    registered_field("event_types"),
+    registered_field("descriptor"),
+    enum_field("state", lambda process: process.state),
+    enum_field("reason", lambda process: process.reason),
+    same_field("exit_code", lambda process: process.exit_code),
+    same_field("diagnostic", lambda process: process.diagnostic),
+    same_field("value", lambda process: process.value),
+    enum_field("status", status_of),
+    RecordField(
+        "stop_requested",
+        lambda process: [reason.value for reason in process.stop_requested],
+        lambda process: list(process.stop_requested),
+    ),
+    same_field("backgrounded", lambda process: process.backgrounded),
+    same_field("created_at_ms", lambda process: process.created_at_ms),
+    same_field("updated_at_ms", lambda process: process.updated_at_ms),
+    same_field("started_at_ms", lambda process: process.started_at_ms),
+    same_field("finished_at_ms", lambda process: process.finished_at_ms),
+    same_field("os_pid", lambda process: process.os_pid),
+    RecordField("os", lambda process: process.os_json, lambda process: process.os),
+    RecordField(
+        "first_started",
+        lambda process: process.first_started_json,
+        lambda process: process.first_started,
+    ),
+    model_field("abandon_request", lambda process: process.abandon_request),
+    model_field("abandon_evidence", lambda process: process.abandon_evidence),
+    model_field("wait", lambda process: process.wait),
+    model_field("external_ref", lambda process: process.external_ref),
+)
+
+if (*(field.name for field in RECORD_FIELDS), "change_seq") != tuple(ProcessRecord.model_fields):
+    raise RuntimeError("RECORD_FIELDS and ProcessRecord list different fields")  # pragma: no cover
+
+_DOCUMENT_GETTERS = tuple((field.name, field.document) for field in RECORD_FIELDS)
+_VALUE_GETTERS = tuple((field.name, field.value) for field in RECORD_FIELDS)
+
+
+def record_document(process: Process, change_seq: int) -> dict[str, Any]:
+    """The record as JSON: what the read model stores, built from what the events stored."""
+    document = {name: get(process) for name, get in _DOCUMENT_GETTERS}
+    document["change_seq"] = change_seq
+    return document
+
+
+def render_record(process: Process, change_seq: int) -> ProcessRecord:
+    """The record as a model, assembled without validation: every value already is one."""
+    fields = {name: get(process) for name, get in _VALUE_GETTERS}
+    fields["change_seq"] = change_seq
+    return assemble(ProcessRecord, fields)
+
+
+# -- log entries ---------------------------------------------------------------------------------
+
+_EVENT_KINDS: dict[type[Process.Event], str] = {
+    Process.Registered: "registered",
+    Process.Started: LifecycleKind.started.value,
+    Process.Backgrounded: LifecycleKind.backgrounded.value,
+    Process.StopRequested: LifecycleKind.stop_requested.value,
+    Process.Completed: LifecycleKind.completed.value,
+    Process.Lost: LifecycleKind.lost.value,
+    Process.Abandoned: LifecycleKind.abandoned.value,
+    Process.FirstStarted: "first_started",
+    Process.AbandonRequested: "abandon_requested",
+    Process.WaitSet: "wait_set",
+    Process.WaitCleared: "wait_cleared",
+    Process.ExternalRefSet: "external_ref_set",
+    Process.WakeTargetCleared: "wake_target_cleared",
+}
+
+_BOOKKEEPING = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})
+
+
+def event_kind(event: Process.Event) -> str:
+    """A producer event is logged under its declared type; the others under a fixed kind."""
+    if isinstance(event, Process.ProducerEvent):
+        return event.event_type
+    return _EVENT_KINDS[type(event)]
+
+
+def to_process_event(process_id: str, event: Process.Event) -> ProcessEvent:
+    """The log entry a caller sees: kind, payload (no bookkeeping), event id, time."""
+    fields = {k: v for k, v in vars(event).items() if k not in _BOOKKEEPING}
+    at_ms = fields.pop("at_ms")
+    event_id = fields.pop("event_id", None)
+    if isinstance(event, Process.ProducerEvent):
+        event_id = None
+        fields = {"payload": event.payload, "replay_key": event.replay_key}
+    return ProcessEvent(
+        process_id=process_id,
+        sequence=event.originator_version,
+        kind=event_kind(event),
+        payload=fields,
+        event_id=event_id,
+        occurred_at_ms=at_ms,
+    )

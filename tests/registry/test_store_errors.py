@@ -1,0 +1,157 @@
+"""Driver errors leave public methods as ``StoreError`` subclasses that say what the caller can
+do (docs/design.md §9): ``StoreUnavailable`` (retry later), ``StoreCorrupt`` (damaged data,
+naming the process), never a ``sqlite3``, ``psycopg`` or ``eventsourcing`` exception."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import procledger.adapters.sql.sqlite as sqlite_adapter
+from procledger import (
+    ProcessRegistry,
+    StoreCorrupt,
+    StoreUnavailable,
+    open_registry,
+)
+
+from .conformance import registration
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture
+def impatient(ledger_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ProcessRegistry]:
+    """A SQLite registry that waits 0.2 s (not a minute) for another writer's lock."""
+    monkeypatch.setattr(sqlite_adapter, "LOCK_TIMEOUT_S", 0.2)
+    registry = open_registry(f"sqlite:///{ledger_path}")
+    yield registry
+    registry.close()
+
+
+def test_a_sqlite_file_locked_past_the_wait_is_unavailable_and_nothing_is_written(
+    impatient: ProcessRegistry, ledger_path: Path
+) -> None:
+    holder = sqlite3.connect(ledger_path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked") as caught:
+            impatient.register(registration("p"))
+        assert str(ledger_path) in str(caught.value)
+        assert not isinstance(caught.value, sqlite3.Error)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert impatient.list_processes({"status": "any"}) == []
+    impatient.register(registration("p"))  # the lock is gone: the same call succeeds
+
+
+def test_a_corrupt_record_row_names_its_process_and_leaves_others_readable(
+    impatient: ProcessRegistry, ledger_path: Path
+) -> None:
+    impatient.register(registration("good"))
+    impatient.register(registration("bad"))
+    with sqlite3.connect(ledger_path) as raw:
+        raw.execute("UPDATE procledger_records SET record='{broken' WHERE process_id='bad'")
+    with pytest.raises(StoreCorrupt, match="'bad'") as caught:
+        impatient.get("bad")
+    assert caught.value.process_id == "bad"
+    assert impatient.get("good").id == "good"
+
+
+def test_undecodable_text_in_a_row_is_corrupt_not_a_driver_error(
+    impatient: ProcessRegistry, ledger_path: Path
+) -> None:
+    impatient.register(registration("p"))
+    with sqlite3.connect(ledger_path) as raw:
+        raw.execute(
+            "UPDATE procledger_records SET record=CAST(X'7BFFFE7D' AS TEXT) WHERE process_id='p'"
+        )
+    with pytest.raises(StoreCorrupt):
+        impatient.get("p")
+
+
+def test_a_file_that_is_not_a_database_is_corrupt(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 200)
+    with pytest.raises(StoreCorrupt, match=r"garbage\.db"):
+        open_registry(f"sqlite:///{garbage}")
+
+
+@pytest.mark.postgres
+def test_a_closed_postgres_connection_is_unavailable_not_a_driver_error(
+    postgres_schema_url: str,
+) -> None:
+    registry = open_registry(postgres_schema_url)
+    try:
+        registry.register(registration("p"))
+        _terminate_other_backends(postgres_schema_url)
+        outcomes: list[BaseException | None] = []
+        for _ in range(3):  # each pooled connection may be stale once
+            try:
+                registry.get("p")
+                outcomes.append(None)
+            except Exception as error:
+                outcomes.append(error)
+        escaped = [error for error in outcomes if error is not None]
+        assert all(isinstance(error, StoreUnavailable) for error in escaped), escaped
+        assert registry.get("p").id == "p"
+    finally:
+        registry.close()
+
+
+def _terminate_other_backends(url: str) -> None:
+    conninfo = url.split("?", maxsplit=1)[0]
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND usename = current_user"
+        )
+
+
+def test_memory_store_writers_and_a_log_reader_lose_nothing() -> None:
+    """Two threads registering 300 processes each while a third follows the change feed."""
+    registry = open_registry("memory://")
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def write(prefix: str) -> None:
+        try:
+            for n in range(300):
+                registry.register(registration(f"{prefix}-{n}"))
+        except BaseException as error:
+            failures.append(error)
+
+    def read() -> None:
+        cursor = 0
+        try:
+            while not done.is_set():
+                records, cursor = registry.changes_since(cursor, 50)
+                for record in records:
+                    registry.events(record.id)
+        except BaseException as error:
+            failures.append(error)
+
+    writers = [threading.Thread(target=write, args=(p,)) for p in ("a", "b")]
+    reader = threading.Thread(target=read)
+    reader.start()
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join(timeout=120)
+    done.set()
+    reader.join(timeout=30)
+    try:
+        assert failures == []
+        assert len(registry.list_processes({"status": "any"})) == 600
+    finally:
+        registry.close()

@@ -1,0 +1,85 @@
+"""The structure of docs/design.md §1.2, checked by tools rather than by memory: the
+import-linter contracts in pyproject.toml, and the house rules a linter does not know (SQL only
+in ``adapters/sql``, no private name imported from another module, short functions)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from importlinter.cli import lint_imports
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE = ROOT / "src" / "procledger"
+SQL_HOME = SOURCE / "adapters" / "sql"
+SQL_TEXT = re.compile(
+    r"\b(SELECT\s+\S|INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX))"
+)
+LONGEST_FUNCTION = 50
+
+
+def sources() -> Iterator[Path]:
+    yield from sorted(SOURCE.rglob("*.py"))
+
+
+def outside_sql_home() -> Iterator[Path]:
+    for path in sources():
+        if SQL_HOME not in path.parents:
+            yield path
+
+
+def test_the_import_linter_contracts_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0
+
+
+def test_sql_text_is_written_only_in_adapters_sql() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in outside_sql_home()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if SQL_TEXT.search(line) and not line.lstrip().startswith("#")
+    ]
+    assert found == []
+
+
+def test_only_adapters_sql_asks_which_database_it_is() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in outside_sql_home()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"dialect\s*[!=]=", line)
+    ]
+    assert found == []
+
+
+def test_no_module_imports_a_private_name_of_another_module() -> None:
+    found = []
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                if private and node.module.startswith("procledger"):
+                    found.append(f"{path.relative_to(ROOT)}: {node.module} {private}")
+    assert found == []
+
+
+def test_functions_stay_short() -> None:
+    found = []
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > LONGEST_FUNCTION:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length})")
+    assert found == []
+
+
+def test_sources_cite_the_design_in_the_repository() -> None:
+    assert (ROOT / "docs" / "design.md").is_file()
+    outside = "DESIGN" + ".md"  # the old contract's name, which lives outside the repository
+    found = [str(path.relative_to(ROOT)) for path in sources() if outside in path.read_text()]
+    assert found == []
