@@ -17,7 +17,8 @@ rounds)::
     on a SQLite file and memory (and PostgreSQL with ``--postgres`` or
     ``$PROCLEDGER_TEST_POSTGRES_URL``).
 (b) Loading a process (``get``, and replaying its aggregate with
-    ``registry._ledger.load_process``) after ``--renewals`` lease renewals, against a fresh process with the same events.
+    ``registry._ledger.load_process``) after ``--renewals`` lease renewals, against a fresh
+    process with the same events.
 
 Targets: registry ≥ 70% of raw es and ≥ 40% of raw sql on SQLite; (b) within 2×.
 """
