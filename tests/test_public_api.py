@@ -35,7 +35,7 @@ SUPERVISOR = [
 RECOVERY = ["RecoveryWorker", "SweepReport", "RunResult"]
 # §9: the root and every error it lists.
 ERRORS = [
-    "ProcledgerError", "InvalidTransition", "AlreadyTerminal", "ReplayConflict",
+    "ProcledgerError", "InvalidTransition", "AlreadyTerminal", "AmbiguousProcessId", "ReplayConflict",
     "RegistrationConflict", "RegistrationError", "UndeclaredEventType", "NotFound", "LeaseLost",
     "AuthorityRejected", "ProcessLifecycleValidationError", "OwnerMismatch", "LoopNotFound",
     "UnsupportedLoop", "DeliveryStopped", "IdempotencyCollision", "FilterError", "SpawnError",
@@ -57,7 +57,7 @@ EXPECTED = [
 
 
 def test_the_expected_list_has_no_duplicates() -> None:
-    assert len(EXPECTED) == len(set(EXPECTED)) == 74
+    assert len(EXPECTED) == len(set(EXPECTED)) == 75
 
 
 def test_all_is_exactly_the_names_of_the_design() -> None:

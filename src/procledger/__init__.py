@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import procledger.adapters.liveness as _liveness  # installs the /proc identity source
 from procledger.domain.errors import (
     AlreadyTerminal,
+    AmbiguousProcessId,
     AuthorityRejected,
     DeliveryStopped,
     FilterError,
@@ -209,6 +210,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     "SweepReport",
     # errors
     "AlreadyTerminal",
+    "AmbiguousProcessId",
     "AuthorityRejected",
     "DeliveryStopped",
     "FilterError",

@@ -13,6 +13,7 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     ├── RegistrationConflict              (.existing_hash, .new_hash)
     ├── UndeclaredEventType
     ├── NotFound                          (also LookupError)
+    │   └── AmbiguousProcessId            (.prefix, .candidates)
     ├── LeaseLost
     ├── AuthorityRejected
     ├── OwnerMismatch
@@ -117,6 +118,16 @@ class UndeclaredEventType(ProcledgerError):
 
 class NotFound(ProcledgerError, LookupError):
     """No such process, handle, env_ref or loop (or not visible to the asker)."""
+
+
+class AmbiguousProcessId(NotFound):
+    """An id prefix that matches more than one process; ``candidates`` lists some of them."""
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        shown = ", ".join(candidates)
+        super().__init__(f"process id prefix {prefix!r} is ambiguous: it matches {shown}")
+        self.prefix = prefix
+        self.candidates = candidates
 
 
 class LeaseLost(ProcledgerError):
