@@ -66,10 +66,12 @@ class Notifier:
 
     @property
     def session_id(self) -> uuid.UUID:
+        """The session whose loops this notifier serves; notifications for others are refused."""
         return self._session_id
 
     @property
     def headless(self) -> bool:
+        """Whether nothing is journalled: delivery is then only as durable as the inbox."""
         return self._journal is None
 
     def __repr__(self) -> str:
@@ -109,7 +111,21 @@ class Notifier:
     # -- delivery ------------------------------------------------------------------------------
 
     def notify_process_completion(self, notification: Notification) -> Delivery:
-        """Validate, route, journal, dispatch — in that order (see the module docstring)."""
+        """Validate, route, journal, dispatch — in that order (see the module docstring).
+
+        The command is journalled under its ``command_id`` before the loop sees it, so nothing
+        is lost when the loop is full, stopped or gone; an identical retry is ``DUPLICATE``
+        once the loop has consumed it, and never written twice.
+
+        Returns:
+            A ``Delivery`` whose disposition says what happened (accepted, duplicate, stopped
+            with the reason, or rejected by a full inbox).
+
+        Raises:
+            ProcessLifecycleValidationError: the notification is invalid (nothing is written).
+            OwnerMismatch: it is addressed to another session (nothing is written).
+            StoreError: the journal could not be written (nothing is dispatched).
+        """
         checked = notification.revalidated()
         if checked.session_id != self._session_id:
             raise OwnerMismatch(
