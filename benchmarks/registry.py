@@ -289,7 +289,7 @@ def runners(store: str, folder: Path, postgres: Callable[[], str] | None, url: s
     tag = uuid.uuid4().hex[:8]
     if store == "sqlite":
         return [
-            RegistryRunner(f"sqlite://{folder}/registry-{tag}.db"),
+            RegistryRunner(f"sqlite:///{folder}/registry-{tag}.db"),
             RawEventsourcingRunner(
                 {
                     "PERSISTENCE_MODULE": "eventsourcing.sqlite",
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(["store", "registry", "raw es", "raw sql", "reg/es", "reg/sql"], rows)
         print()
         if args.renewal_store == "sqlite":
-            renewal_url = f"sqlite://{folder}/renewals.db"
+            renewal_url = f"sqlite:///{folder}/renewals.db"
         elif args.renewal_store == "postgres":
             if not args.postgres:
                 parser.error("--renewal-store postgres needs --postgres URL")

@@ -24,6 +24,7 @@ DESIGN_ROWS: list[tuple[str, str, str | None]] = [
     ("completed", "killed", "killed"),
     ("completed", "killed", "runner_shutdown"),
     ("completed", "killed", "output_limit"),
+    ("completed", "signaled", "signaled"),
     ("lost", "lost_on_restore", "lost_on_restore"),
     ("abandoned", "abandoned", "owner_drain"),
     ("abandoned", "abandoned", "owner_dead"),
@@ -48,6 +49,7 @@ DESIGN_TRANSITIONS: set[tuple[str, str, str]] = {
     ("running", "completed", "interrupted"),
     ("running", "completed", "terminated"),
     ("running", "completed", "killed"),
+    ("running", "completed", "signaled"),
     ("running", "lost", "lost_on_restore"),
     ("running", "abandoned", "abandoned"),
 }

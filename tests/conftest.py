@@ -131,3 +131,18 @@ def procs(tmp_path: Path) -> Iterator[Processes]:
     processes = Processes(tmp_path)
     yield processes
     processes.kill_all()
+
+
+@pytest.fixture(autouse=True)
+def _private_state_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test (and every child it starts) keeps outbox files and captured output in a
+    state directory of its own, never in the user's ``~/.local/state``."""
+    previous = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("XDG_STATE_HOME", None)
+        else:
+            os.environ["XDG_STATE_HOME"] = previous

@@ -12,7 +12,7 @@ from _design import DESIGN_ROWS, DESIGN_TRANSITIONS
 from _shared import child_env, run_cli
 from procledger import cli
 from procledger.domain.errors import InvalidTransition, NotFound
-from procledger.domain.lifecycle import render_markdown, render_mermaid
+from procledger.domain.lifecycle_table import render_markdown, render_mermaid
 
 # docs/design.md §2.1 as `procledger table` prints it: "none" where there is no reason.
 EXPECTED_MARKDOWN_ROWS = [(kind, state, reason or "none") for kind, state, reason in DESIGN_ROWS]
@@ -38,7 +38,7 @@ def test_table_prints_exactly_the_rows_of_the_design() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     rows = markdown_rows(result.stdout)
-    assert len(rows) == len(set(rows)) == 22
+    assert len(rows) == len(set(rows)) == 23
     assert sorted(rows) == sorted(EXPECTED_MARKDOWN_ROWS)
     assert result.stdout == render_markdown()
 
@@ -89,6 +89,34 @@ def test_table_imports_neither_stores_nor_supervisor_nor_rich() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == render_markdown()
+    assert done.stderr.strip() == "none"
+
+
+# The table is the plain data generated from the machine (domain/lifecycle_table.py); building
+# it does not need python-statemachine, whose import alone costs ~23 ms (issue #14).
+TABLE_WITHOUT_THE_MACHINE = """
+import sys
+from procledger import cli
+try:
+    cli.main(["table", "--format", "mermaid"])
+except SystemExit:
+    pass
+loaded = sorted(m for m in sys.modules if m.split(".")[0] == "statemachine")
+print(" ".join(loaded) or "none", file=sys.stderr)
+"""
+
+
+def test_table_does_not_import_python_statemachine() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", TABLE_WITHOUT_THE_MACHINE],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == render_mermaid()
     assert done.stderr.strip() == "none"
 
 

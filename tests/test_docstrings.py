@@ -22,9 +22,7 @@ def public_methods(cls: type) -> list[str]:
 
 @pytest.mark.parametrize("cls", DOCUMENTED, ids=lambda cls: cls.__name__)
 def test_every_public_method_has_a_docstring(cls: type) -> None:
-    undocumented = [
-        name for name in public_methods(cls) if not inspect.getdoc(getattr(cls, name))
-    ]
+    undocumented = [name for name in public_methods(cls) if not inspect.getdoc(getattr(cls, name))]
     assert undocumented == []
 
 

@@ -17,12 +17,13 @@ VOCABULARY = [
 ]  # fmt: skip
 REGISTRATION_AND_RECORDS = [
     "ProcessRegistration", "ProcessInput", "Originator", "SessionScope", "EventType",
-    "HandleDescriptor", "ProcessRecord", "ProcessEvent", "ExternalRef", "WaitState",
+    "HandleDescriptor", "ProcessRecord", "ProcessEvent", "ExternalRef", "WaitState", "OsFacts",
 ]  # fmt: skip
 LEASES = ["LeaseOwner", "Lease", "Acquired", "Busy", "LeaseTimings", "CompletionAuthority"]
 REGISTRY = ["ProcessRegistry", "open_registry"]
 PROJECTIONS = [
     "ChangeCursor", "ProcessListFilter", "HandleSummary", "SessionDeleteReport", "PruneReport",
+    "ProcessScan", "FeedPage", "RebuildReport", "VerifyReport",
 ]  # fmt: skip
 NOTIFICATIONS = [
     "ProcessCompletionNotification", "NotificationDisposition", "Delivery", "Notifier",
@@ -35,12 +36,13 @@ SUPERVISOR = [
 RECOVERY = ["RecoveryWorker", "SweepReport", "RunResult"]
 # §9: the root and every error it lists.
 ERRORS = [
-    "ProcledgerError", "InvalidTransition", "AlreadyTerminal", "AmbiguousProcessId", "ReplayConflict",
+    "ProcledgerError", "InvalidTransition", "AlreadyTerminal",
+    "AmbiguousProcessId", "ReplayConflict",
     "RegistrationConflict", "RegistrationError", "UndeclaredEventType", "NotFound", "LeaseLost",
     "AuthorityRejected", "ProcessLifecycleValidationError", "OwnerMismatch", "LoopNotFound",
     "UnsupportedLoop", "DeliveryStopped", "IdempotencyCollision", "FilterError", "SpawnError",
     "StdinError", "Interrupted", "SupervisorClosed", "StoreError", "StoreURLError",
-    "StoreUnavailable", "StoreCorrupt", "WriteConflict",
+    "StoreUnavailable", "StoreCorrupt", "WriteConflict", "CipherError",
 ]  # fmt: skip
 
 EXPECTED = [
@@ -57,7 +59,7 @@ EXPECTED = [
 
 
 def test_the_expected_list_has_no_duplicates() -> None:
-    assert len(EXPECTED) == len(set(EXPECTED)) == 75
+    assert len(EXPECTED) == len(set(EXPECTED)) == 81
 
 
 def test_all_is_exactly_the_names_of_the_design() -> None:

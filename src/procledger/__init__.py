@@ -5,11 +5,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-import procledger.adapters.liveness as _liveness  # installs the /proc identity source
 from procledger.domain.errors import (
     AlreadyTerminal,
     AmbiguousProcessId,
     AuthorityRejected,
+    CipherError,
     DeliveryStopped,
     FilterError,
     IdempotencyCollision,
@@ -35,14 +35,6 @@ from procledger.domain.errors import (
     UnsupportedLoop,
     WriteConflict,
 )
-from procledger.domain.leases import (
-    Acquired,
-    Busy,
-    CompletionAuthority,
-    Lease,
-    LeaseOwner,
-    LeaseTimings,
-)
 from procledger.domain.vocabulary import (
     LifecycleKind,
     ProcessState,
@@ -51,15 +43,28 @@ from procledger.domain.vocabulary import (
     TerminalReason,
 )
 
+__version__ = "0.1.0"
+"""The installed distribution's version (a test keeps it equal to the package metadata)."""
+
 if TYPE_CHECKING:
     from procledger.application.bootstrap import open_registry
     from procledger.application.registry import ProcessRegistry
-    from procledger.domain.lifecycle import LifecycleRow, lifecycle_table
+    from procledger.application.verify import VerifyReport
+    from procledger.domain.leases import (
+        Acquired,
+        Busy,
+        CompletionAuthority,
+        Lease,
+        LeaseOwner,
+        LeaseTimings,
+    )
+    from procledger.domain.lifecycle_table import LifecycleRow, lifecycle_table
     from procledger.domain.notification import ProcessCompletionNotification
     from procledger.domain.records import (
         MAX_DIAGNOSTIC_BYTES,
         MAX_PROCESS_HANDLE_BYTES,
         ExternalRef,
+        OsFacts,
         ProcessEvent,
         ProcessRecord,
         WaitState,
@@ -80,6 +85,9 @@ if TYPE_CHECKING:
         PruneReport,
         SessionDeleteReport,
     )
+    from procledger.projections.feed import FeedPage
+    from procledger.projections.records import ProcessScan
+    from procledger.projections.reports import RebuildReport
     from procledger.recovery import RecoveryWorker, RunResult, SweepReport
     from procledger.supervisor.execution import (
         CapturedOutput,
@@ -90,13 +98,19 @@ if TYPE_CHECKING:
     )
     from procledger.supervisor.supervisor import ProcessHandle, StopMode, Supervisor
 
-# Imported above, eagerly: the errors, the vocabulary and the lease models (the liveness adapter
-# needs them, and it must install the /proc identity source before anything asks for one). The
-# rest is imported on first use, so that `procledger table`, or a program that needs only the
-# domain, does not load the stores, psycopg, the supervisor and recovery.
+# Imported above, eagerly: the errors and the vocabulary (plain classes and enums, no pydantic).
+# The rest is imported on first use, so that `procledger --version`, `procledger table`, or a
+# program that needs only the domain, does not load pydantic, the stores, psycopg, the
+# supervisor and recovery (docs/design.md §1.2, cheap start-up).
 _LAZY: dict[str, str] = {
-    "LifecycleRow": "procledger.domain.lifecycle",
-    "lifecycle_table": "procledger.domain.lifecycle",
+    "Acquired": "procledger.domain.leases",
+    "Busy": "procledger.domain.leases",
+    "CompletionAuthority": "procledger.domain.leases",
+    "Lease": "procledger.domain.leases",
+    "LeaseOwner": "procledger.domain.leases",
+    "LeaseTimings": "procledger.domain.leases",
+    "LifecycleRow": "procledger.domain.lifecycle_table",
+    "lifecycle_table": "procledger.domain.lifecycle_table",
     "ProcessCompletionNotification": "procledger.domain.notification",
     "MAX_DIAGNOSTIC_BYTES": "procledger.domain.records",
     "MAX_PROCESS_HANDLE_BYTES": "procledger.domain.records",
@@ -104,6 +118,11 @@ _LAZY: dict[str, str] = {
     "ProcessEvent": "procledger.domain.records",
     "ProcessRecord": "procledger.domain.records",
     "WaitState": "procledger.domain.records",
+    "OsFacts": "procledger.domain.records",
+    "ProcessScan": "procledger.projections.records",
+    "FeedPage": "procledger.projections.feed",
+    "RebuildReport": "procledger.projections.reports",
+    "VerifyReport": "procledger.application.verify",
     "EventType": "procledger.domain.registration",
     "HandleDescriptor": "procledger.domain.registration",
     "Originator": "procledger.domain.registration",
@@ -135,11 +154,18 @@ _LAZY: dict[str, str] = {
 }
 
 
+_NEEDS_IDENTITY = "procledger.domain.leases"
+"""The lease models: ``LeaseOwner.local_process`` asks the /proc identity source, which the
+liveness adapter installs when it is imported -- so it is imported with them, not before."""
+
+
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (PEP 562)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if module == _NEEDS_IDENTITY:
+        importlib.import_module("procledger.adapters.liveness")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
@@ -148,8 +174,6 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
-
-del _liveness
 
 __all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     # vocabulary
@@ -173,6 +197,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     "ProcessRegistration",
     "SessionScope",
     "WaitState",
+    "OsFacts",
     # leases
     "Acquired",
     "Busy",
@@ -189,6 +214,10 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     "ProcessListFilter",
     "PruneReport",
     "SessionDeleteReport",
+    "ProcessScan",
+    "FeedPage",
+    "RebuildReport",
+    "VerifyReport",
     # notifications
     "Delivery",
     "LoopInbox",
@@ -211,6 +240,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     # errors
     "AlreadyTerminal",
     "AmbiguousProcessId",
+    "CipherError",
     "AuthorityRejected",
     "DeliveryStopped",
     "FilterError",

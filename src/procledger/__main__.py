@@ -1,6 +1,30 @@
-"""``python -m procledger`` runs the CLI."""
+"""``python -m procledger`` and the ``procledger`` script: answer ``--version`` before importing
+anything, otherwise run the CLI (docs/design.md §8).
 
-from procledger.cli import main
+``procledger --version`` is what a person or a script types to check an install; it must not pay
+for typer, pydantic and the stores (docs/design.md §1.2, cheap start-up), so it is answered here,
+with the one version constant of ``procledger``, before ``procledger.cli`` is imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``procledger`` script."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--version"], ["-V"]):
+        import procledger  # noqa: PLC0415 -- nothing else is imported
+
+        sys.stdout.write(f"procledger {procledger.__version__}\n")
+        sys.stdout.flush()
+        raise SystemExit(0)
+    from procledger.cli import main as cli_main  # noqa: PLC0415 -- not for --version
+
+    cli_main(args)
+
 
 if __name__ == "__main__":
     main()

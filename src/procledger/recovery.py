@@ -40,19 +40,22 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from pydantic import Field, JsonValue
 
+from procledger.adapters.outbox import Outbox, default_outbox
 from procledger.adapters.sql import recovery_reads
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.leases import lease_from_row
+from procledger.application.outbox import deliver_outbox, store_key
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
     AuthorityRejected,
     ExecutionError,
     InvalidTransition,
     LeaseLost,
+    NotFound,
     ProcessLifecycleValidationError,
 )
 from procledger.domain.leases import (
@@ -73,6 +76,7 @@ from procledger.projections.records import read_record
 from procledger.supervisor.execution import StopPolicy, run_captured
 
 if TYPE_CHECKING:
+    from procledger.adapters.sql.store import Tx
     from procledger.application.registry import ProcessRegistry
 
 __all__ = [
@@ -238,9 +242,19 @@ class DefaultRunner:
             return engine(record, lease, cancel)
         raise ValueError(f"process {record.id!r}: {spec.type} work is never executed here")
 
+    def _environment(self, record: ProcessRecord) -> dict[str, str] | None:
+        """The stored environment; ``None`` (inherit this worker's) where the process was
+        started without an explicit one, whose values were never stored."""
+        if not record.env_ref:
+            return None
+        try:
+            return self.registry.load_env(record.env_ref)
+        except NotFound:
+            return None
+
     def _command(self, record: ProcessRecord, cancel: threading.Event) -> RunResult:
         argv = list(record.input.argv or ())
-        env = self.registry.load_env(record.env_ref) if record.env_ref else None
+        env = self._environment(record)
         output = run_captured(argv, cwd=record.input.cwd, env=env, stop=self.stop, cancel=cancel)
         if output.returncode < 0:
             name = signal.Signals(-output.returncode).name
@@ -338,6 +352,7 @@ class RecoveryWorker:
         timings: LeaseTimings = LeaseTimings(),  # noqa: B008 -- an immutable value
         engines: Mapping[str, Engine] | None = None,
         stop: StopPolicy | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         """A worker that does nothing until ``sweep``, ``drain`` or ``serve`` is called.
 
@@ -350,6 +365,8 @@ class RecoveryWorker:
                 up with a whole period of lease left and its tree gets half of one to stop,
                 so two holders never run the same process at once.
             stop: the default runner's stop policy (``default_stop_policy(timings)``).
+            outbox: the local outbox delivered before each pass (docs/design.md §6.3); the
+                user's when omitted, none for an in-memory store.
         """
         self.registry = registry
         self.owner = owner
@@ -360,6 +377,7 @@ class RecoveryWorker:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._cancels: set[threading.Event] = set()
+        self._outbox = outbox
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -378,6 +396,7 @@ class RecoveryWorker:
                 whose lease was left held is taken over once that lease lapses.
         """
         tally = _Tally()
+        self.deliver_outbox()
         for process_id in self._walk():
             self._recover(process_id, tally)
         return tally.report()
@@ -397,6 +416,7 @@ class RecoveryWorker:
             StoreError: the store failed; what was recorded so far stands.
         """
         tally = _Tally()
+        self.deliver_outbox()
         for process_id in self._walk():
             self._drain_one(process_id, tally)
         return tally.report()
@@ -442,6 +462,27 @@ class RecoveryWorker:
             for cancel in self._cancels:
                 cancel.set()
 
+    def deliver_outbox(self) -> list[ProcessRecord]:
+        """Record the outcomes this host's supervisors knew but could not write (their outbox
+        entries, docs/design.md §6.3) -- done first by every ``sweep`` and ``drain``, so no
+        process whose true outcome is on this disk is judged lost or abandoned.
+
+        Returns:
+            The records written.
+
+        Raises:
+            StoreError: the store failed; what was delivered so far stands.
+        """
+        if store_key(self.registry.location) is None:
+            return []
+        if self._outbox is None:
+            try:
+                self._outbox = default_outbox()
+            except OSError as error:
+                log.warning("no outbox to deliver: %s", error)
+                return []
+        return deliver_outbox(self.registry, self._outbox, ttl_ms=self.timings.ttl_ms)
+
     @property
     def stopping(self) -> bool:
         """Whether ``stop`` was called: a caller's loop around ``sweep`` should end."""
@@ -458,20 +499,18 @@ class RecoveryWorker:
     def _non_terminal_ids(self) -> list[str]:
         """Ids of the non-terminal processes, from the records read model, in code point order
         (a PostgreSQL collation may order them otherwise)."""
-        with self.registry.store.read() as tx:
-            return recovery_reads.non_terminal_ids(tx)
+        return self.registry.store.attempt(recovery_reads.non_terminal_ids)
 
     def _facts(self, process_id: str) -> tuple[ProcessRecord, Lease | None, bool] | None:
         """The fresh record, its stored lease (as ``get_lease`` returns it) and whether the
         holder is provably dead; ``None`` if the process was pruned since the walk began.
 
         One read transaction of the read model and the lease table, rather than ``get`` and
-        ``get_lease``: several workers walk the same ids, and most of their visits end here."""
-        with self.registry.store.read() as tx:
-            record = read_record(tx, process_id)
-            if record is None or record.state.is_terminal:
-                return None if record is None else (record, None, False)
-            row = recovery_reads.lease_row(tx, process_id)
+        ``get_lease``: several workers walk the same ids, and most of their visits end here.
+        A read, so a transaction lost mid-way runs again (``Store.attempt``)."""
+        record, row = self.registry.store.attempt(lambda tx: _record_and_lease(tx, process_id))
+        if record is None or record.state.is_terminal:
+            return None if record is None else (record, None, False)
         if row is None or row["released"] or record.disposition is EXTERNALLY_OWNED:
             return record, None, False
         lease = lease_from_row(process_id, row)
@@ -505,10 +544,13 @@ class RecoveryWorker:
         """Claim as a fresh incarnation, or reclaim from ``observed`` (a provably dead holder);
         the keeper's local deadline counts from just before the claim."""
         claimant, ttl, since = self._incarnation(), self.timings.ttl_ms, time.monotonic()
-        if observed is None:
-            outcome = self.registry.claim_lease(process_id, claimant, ttl)
-        else:
-            outcome = self.registry.reclaim_lease(process_id, claimant, observed, ttl)
+        try:
+            if observed is None:
+                outcome = self.registry.claim_lease(process_id, claimant, ttl)
+            else:
+                outcome = self.registry.reclaim_lease(process_id, claimant, observed, ttl)
+        except InvalidTransition:  # AlreadyTerminal: it ended since we looked
+            return None
         if not isinstance(outcome, Acquired):
             return None
         return LeaseKeeper(self.registry, outcome.lease, self.timings, since=since, log=log)
@@ -696,6 +738,15 @@ class RecoveryWorker:
         except (LeaseLost, InvalidTransition):
             pass  # fenced off or finished meanwhile: nothing of ours to record
         tally.lost.append(record.id)
+
+
+def _record_and_lease(tx: Tx, process_id: str) -> tuple[ProcessRecord | None, Any]:
+    """The process's record and, unless it has ended (or is gone), its ``leases`` row: one
+    read transaction, safe to run again."""
+    record = read_record(tx, process_id)
+    if record is None or record.state.is_terminal:
+        return record, None
+    return record, recovery_reads.lease_row(tx, process_id)
 
 
 def _checked(result: object) -> RunResult:

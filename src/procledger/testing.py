@@ -2,7 +2,8 @@
 
 Applications that record process lifecycles through procledger can property-test their own
 code with it. Everything here is derived from the live lifecycle table
-(``procledger.domain.lifecycle``), never copied from it, so the kit follows the table.
+(``procledger.domain.lifecycle_table``, the plain-data form of the one machine), never copied
+from it, so the kit follows the table.
 
 Strategies:
 
@@ -63,14 +64,14 @@ from procledger.domain.errors import (
     ReplayConflict,
 )
 from procledger.domain.leases import Acquired, CompletionAuthority, Lease, LeaseOwner, LeaseTimings
-from procledger.domain.lifecycle import (
+from procledger.domain.lifecycle_table import (
     NOTIFICATION_ROWS,
     TRANSITIONS,
     LifecycleRow,
     lifecycle_table,
 )
 from procledger.domain.notification import ProcessCompletionNotification
-from procledger.domain.process import Process
+from procledger.domain.process import MAX_SIGNAL, SIGNAL_STATES, Process
 from procledger.domain.records import (
     MAX_DIAGNOSTIC_BYTES,
     MAX_PROCESS_HANDLE_BYTES,
@@ -144,7 +145,7 @@ _PAYLOAD: Final[Mapping[LifecycleKind, tuple[str, ...]]] = {
     _K.started: ("at_ms",),
     _K.backgrounded: ("at_ms",),
     _K.stop_requested: ("reason",),
-    _K.completed: ("state", "reason", "exit_code", "diagnostic", "value"),
+    _K.completed: ("state", "reason", "exit_code", "diagnostic", "value", "signal", "survivors"),
     _K.lost: ("diagnostic",),
     _K.abandoned: ("reason", "diagnostic"),
 }
@@ -156,10 +157,11 @@ _PAYLOAD: Final[Mapping[LifecycleKind, tuple[str, ...]]] = {
 class LifecycleCommand:
     """One lifecycle write, described as the arguments of its registry method.
 
-    Only the fields the kind's write takes are meaningful (``state`` only for ``completed``;
-    ``reason`` for ``stop_requested``, ``completed`` and ``abandoned``; ``at_ms`` — the
-    caller's timestamp — for ``started`` and ``backgrounded``); generated commands leave the
-    others ``None``. Values may be invalid on purpose: unknown strings, broken field rules.
+    Only the fields the kind's write takes are meaningful (``state``, ``signal`` and
+    ``survivors`` only for ``completed``; ``reason`` for ``stop_requested``, ``completed`` and
+    ``abandoned``; ``at_ms`` — the caller's timestamp — for ``started`` and ``backgrounded``);
+    generated commands leave the others ``None`` (or empty). Values may be invalid on purpose:
+    unknown strings, broken field rules.
     """
 
     kind: LifecycleKind
@@ -170,6 +172,8 @@ class LifecycleCommand:
     value: Any = None
     event_id: str | None = None
     at_ms: int | None = None
+    signal: int | None = None
+    survivors: tuple[int, ...] = ()
 
     @property
     def is_terminal_kind(self) -> bool:
@@ -182,9 +186,12 @@ class LifecycleCommand:
 
 
 def _plain(value: Any) -> Any:
-    """A comparable form: enums as their values, JSON containers as canonical text."""
+    """A comparable form: enums as their values, JSON containers as canonical text, survivors
+    as the sorted set the registry stores."""
     if isinstance(value, ProcessState | TerminalReason):
         return value.value
+    if isinstance(value, tuple):
+        return tuple(sorted(set(value)))
     if isinstance(value, dict | list):
         return repr(_canonical(value))
     return value
@@ -214,6 +221,13 @@ def _parse_reason(value: TerminalReason | str | None) -> TerminalReason | None:
         return TerminalReason(value)
     except ValueError:
         return None
+
+
+def _signal_broken(state: ProcessState, signal: int | None) -> bool:
+    """docs/design.md §3.2's signal rule, written out independently of the aggregate."""
+    if signal is None:
+        return state is _S.signaled
+    return state not in SIGNAL_STATES or not 1 <= signal <= MAX_SIGNAL
 
 
 # -- the reference model -----------------------------------------------------------------------
@@ -248,7 +262,7 @@ def expected_status(
         return ProcessStatus.running
     if state is _S.exited:
         return ProcessStatus.completed if exit_code == 0 else ProcessStatus.failed
-    if state in (_S.failed, _S.timed_out):
+    if state in (_S.failed, _S.timed_out, _S.signaled):
         return ProcessStatus.failed
     if state in (_S.interrupted, _S.terminated, _S.killed):
         if reason is TerminalReason.output_limit:
@@ -273,6 +287,8 @@ class LifecycleModel:
     exit_code: int | None = None
     diagnostic: str | None = None
     value: Any = None
+    signal: int | None = None
+    survivors: list[int] = field(default_factory=list)
     stop_requested: list[TerminalReason] = field(default_factory=list)
     backgrounded: bool = False
     started_at_ms: int | None = None
@@ -327,6 +343,10 @@ class LifecycleModel:
                 broken.add("value")
             if command.diagnostic is not None and state is not _S.failed:
                 broken.add("diagnostic")
+            if _signal_broken(state, command.signal):
+                broken.add("signal")
+        if command.kind is _K.completed and any(pid < 1 for pid in command.survivors):
+            broken.add("survivors")
         if (
             command.diagnostic is not None
             and len(command.diagnostic.encode()) > MAX_DIAGNOSTIC_BYTES
@@ -383,6 +403,8 @@ class LifecycleModel:
             self.exit_code = command.exit_code
             self.diagnostic = command.diagnostic
             self.value = command.value
+            self.signal = command.signal
+            self.survivors = sorted(set(command.survivors))
             self.finished_at_ms = now_ms
             self.terminal = command.payload()
         self.state = state
@@ -401,6 +423,8 @@ class LifecycleModel:
             "state": self.state,
             "reason": self.reason,
             "exit_code": self.exit_code,
+            "signal": self.signal,
+            "survivors": self.survivors,
             "diagnostic": self.diagnostic,
             "value": self.value,
             "status": self.status,
@@ -513,6 +537,9 @@ _DIAGNOSTICS = st.one_of(
 )
 _EXIT_CODES = st.none() | st.sampled_from([0, 1, 2, 127, 255, -9])
 _VALUES = st.none() | _JSON
+_SIGNALS = st.none() | st.sampled_from([-1, 0, 1, 2, 9, 11, 13, 15, MAX_SIGNAL, MAX_SIGNAL + 1])
+_SURVIVORS = st.lists(st.sampled_from([-3, 0, 1, 4242, 4_194_304]), max_size=3).map(tuple)
+_GOOD_SURVIVORS = st.lists(st.integers(1, 4_194_304), max_size=3).map(tuple)
 
 
 @st.composite
@@ -544,6 +571,8 @@ def lifecycle_commands(
             )
         fields["exit_code"] = draw(_EXIT_CODES)
         fields["value"] = draw(_VALUES)
+        fields["signal"] = draw(_SIGNALS)
+        fields["survivors"] = draw(_SURVIVORS)
     if "diagnostic" in _PAYLOAD[kind]:
         fields["diagnostic"] = draw(_DIAGNOSTICS)
     return LifecycleCommand(kind=kind, **fields)
@@ -575,6 +604,11 @@ def _command_for_row(
         if row.state is _S.exited:
             fields["exit_code"] = draw(st.integers(-255, 255))
             fields["value"] = draw(_VALUES)
+        if row.state is _S.signaled:
+            fields["signal"] = draw(st.integers(1, MAX_SIGNAL))
+        elif row.state in SIGNAL_STATES:
+            fields["signal"] = draw(st.none() | st.integers(1, MAX_SIGNAL))
+        fields["survivors"] = draw(_GOOD_SURVIVORS)
     if "diagnostic" in _PAYLOAD[kind] and (kind is not _K.completed or row.state is _S.failed):
         fields["diagnostic"] = draw(st.none() | _SAFE_TEXT)
     return LifecycleCommand(kind=kind, **fields)
@@ -812,12 +846,10 @@ def apply_command(
             process_id,
             _unchecked(command.state),
             _unchecked(command.reason),
-            exit_code=command.exit_code,
-            diagnostic=command.diagnostic,
-            value=command.value,
             event_id=event_id,
             lease=lease,
             authority=authority,
+            **_completion_details(command),
         )
     if kind is _K.lost:
         return registry.record_lost(
@@ -859,12 +891,10 @@ def apply_to_process(
         return process.complete(
             _unchecked(command.state),
             _unchecked(command.reason),
-            exit_code=command.exit_code,
-            diagnostic=command.diagnostic,
-            value=command.value,
             event_id=event_id,
             authority=granted,
             at_ms=at_ms,
+            **_completion_details(command),
         )
     if kind is _K.lost:
         return process.lose(
@@ -879,6 +909,17 @@ def apply_to_process(
         authority=granted,
         at_ms=at_ms,
     )
+
+
+def _completion_details(command: LifecycleCommand) -> dict[str, Any]:
+    """What a completion says about how the process ended, as the writes' keywords."""
+    return {
+        "exit_code": command.exit_code,
+        "diagnostic": command.diagnostic,
+        "value": command.value,
+        "signal": command.signal,
+        "survivors": command.survivors,
+    }
 
 
 def _at(command: LifecycleCommand) -> int:
@@ -955,9 +996,16 @@ class ProcessMachine(RuleBasedStateMachine):
 
     def credentials(self, process_id: str, command: LifecycleCommand) -> dict[str, Any]:
         """Keyword arguments (``lease=`` or ``authority=``) for a terminal write: a fresh lease
-        claimed for ``owner`` when ``use_leases``, else ``authority_for`` the disposition."""
+        claimed for ``owner`` when ``use_leases``, else ``authority_for`` the disposition.
+
+        An ended process grants no lease (``AlreadyTerminal``): the write then goes without
+        one, which is what a retry after the end does — an identical terminal succeeds without
+        credentials, anything else is refused before they would be checked."""
         if self.use_leases:
-            claim = self.registry.claim_lease(process_id, self.owner, LeaseTimings().ttl_ms)
+            try:
+                claim = self.registry.claim_lease(process_id, self.owner, LeaseTimings().ttl_ms)
+            except AlreadyTerminal:
+                return {}
             if not isinstance(claim, Acquired):
                 raise AssertionError(f"process {process_id!r}: lease busy: {claim}")
             return {"lease": claim.lease}

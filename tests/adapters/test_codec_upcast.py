@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from procledger.adapters.codec import OrjsonMapper, decode_event
 from procledger.domain.errors import StoreError
-from procledger.domain.leases import LeaseOwner
+from procledger.domain.leases import CompletionAuthority, LeaseOwner
 from procledger.domain.process import Process
 from procledger.domain.records import ExternalRef, OsFacts, WaitState
 from procledger.domain.registration import ProcessRegistration, env_ref_for
@@ -43,7 +43,21 @@ V1_STOP_REQUESTED = (
     b'{"timestamp":"2023-11-14T22:13:20.500000+00:00","at_ms":1700000000500,"state":"running",'
     b'"reason":"terminated","event_id":null}'
 )
+# Two of the golden ledger's Completed events (tests/golden/ledger-0.1.0.db), byte for byte.
+V1_COMPLETED_EXITED = (
+    b'{"timestamp":"2023-11-14T22:13:27.020000+00:00","at_ms":1700000007020,"state":"exited",'
+    b'"reason":"exited","exit_code":3,"diagnostic":null,"value":null,'
+    b'"event_id":"done-exited-3:done","authority":{"authority":"workflow_key",'
+    b'"key":"golden-workflow"}}'
+)
+V1_COMPLETED_KILLED = (
+    b'{"timestamp":"2023-11-14T22:13:53.090000+00:00","at_ms":1700000033090,"state":"killed",'
+    b'"reason":"killed","exit_code":null,"diagnostic":null,"value":null,'
+    b'"event_id":"done-killed-killed:done","authority":{"authority":"workflow_key",'
+    b'"key":"golden-workflow"}}'
+)
 FACTS = OsFacts(pid=4242, pgid=4242, start_time=987654, host_id="host-a")
+WORKFLOW = CompletionAuthority.workflow_key("golden-workflow")
 
 
 def registration(process_id: str = "job-1") -> ProcessRegistration:
@@ -116,7 +130,64 @@ def test_version_1_events_still_encode_to_the_bytes_0_1_0_wrote() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("state", "exit_code", "bytes_"),
+    [("exited", 3, V1_COMPLETED_EXITED), ("killed", None, V1_COMPLETED_KILLED)],
+)
+def test_a_v1_completed_event_reads_back_with_no_signal_and_no_survivors(
+    state: str, exit_code: int | None, bytes_: bytes
+) -> None:
+    event = decode_event(JOB_1, 3, "procledger:Process.Completed", bytes_)
+    assert isinstance(event, Process.Completed)
+    assert (event.state, event.exit_code) == (state, exit_code)
+    assert (event.signal, event.survivors) == (None, [])
+    assert "class_version" not in vars(event)
+
+    process = registered("job-1")
+    process.record_started(1, at_ms=2, event_id=None)
+    process.collect_events()
+    event.mutate(process)
+    record = render_record(process, change_seq=3)
+    assert (record.state.value, record.exit_code) == (state, exit_code)
+    assert (record.signal, record.survivors) == (None, [])
+    # The retry 0.1.0 would have sent is still an identical replay, by event id and as a
+    # terminal: the fingerprint of a completion without signal or survivors is 0.1.0's.
+    again = {"exit_code": exit_code, "diagnostic": None, "value": None, "authority": WORKFLOW}
+    assert not process.complete(state, state, event_id=event.event_id, at_ms=5, **again)
+    assert not process.complete(state, state, event_id=None, at_ms=5, **again)
+    assert process.collect_events() == []
+    # Encoding the upcast event writes today's shape: 0.1.0's fields, then the new ones.
+    assert orjson.loads(MAPPER.to_stored_event(event).state) == {
+        **orjson.loads(bytes_),
+        "signal": None,
+        "survivors": [],
+        "class_version": 2,
+    }
+
+
 # -- version 2 --------------------------------------------------------------------------------
+
+
+def test_a_v2_completed_event_round_trips_with_its_signal_and_survivors() -> None:
+    process = registered("job-1")
+    process.record_started(1, at_ms=2, event_id=None)
+    process.complete(
+        "signaled", "signaled", exit_code=None, diagnostic=None, value=None, event_id=E1,
+        authority=None, at_ms=3, signal=11, survivors=[900, 12],
+    )  # fmt: skip
+    _, event = process.collect_events()
+    first = MAPPER.to_stored_event(event)
+    state = orjson.loads(first.state)
+    assert list(state)[-3:] == ["signal", "survivors", "class_version"]
+    assert (state["signal"], state["survivors"], state["class_version"]) == (11, [12, 900], 2)
+    decoded = MAPPER.to_domain_event(first)
+    assert vars(decoded) == vars(event)
+    assert MAPPER.to_stored_event(decoded).state == first.state
+    replayed = registered("job-1")
+    replayed.record_started(1, at_ms=2, event_id=None)
+    decoded.mutate(replayed)
+    record = render_record(replayed, change_seq=3)
+    assert (record.state.value, record.signal, record.survivors) == ("signaled", 11, [12, 900])
 
 
 @pytest.mark.parametrize("facts", [FACTS, None])
@@ -158,6 +229,7 @@ def with_version(state: bytes, version: Any) -> bytes:
     [
         ("procledger:Process.Started", V1_STARTED),
         ("procledger:Process.StopRequested", V1_STOP_REQUESTED),
+        ("procledger:Process.Completed", V1_COMPLETED_EXITED),
     ],
 )
 def test_an_event_from_a_newer_procledger_is_a_store_error(topic: str, state: bytes) -> None:
@@ -201,6 +273,7 @@ def test_every_stored_event_class_declares_its_version() -> None:
     assert {name for name, version in versions.items() if version != 1} == {
         "Process.Started",
         "Process.Backgrounded",
+        "Process.Completed",
     }
     # The codec can bring every older version up: each step's upcast exists.
     for cls in classes:

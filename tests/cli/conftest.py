@@ -118,6 +118,10 @@ class Terminal:
                     raise AssertionError(f"no {pattern!r} in the terminal: {self.output!r}")
                 self._changed.wait(min(remaining, 0.1))
 
+    def type(self, text: str) -> None:
+        """Type ``text`` at the terminal (what a person's keystrokes send)."""
+        os.write(self._master, text.encode())
+
     def ctrl_c(self) -> None:
         """Type Ctrl-C: the terminal sends SIGINT to its foreground process group."""
         os.write(self._master, b"\x03")

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from _shared import CLI, Processes, child_env, run_cli, wait_until
+from _shared import CLI, Processes, child_env, is_dead, run_cli, wait_until
 from procledger import ProcessState, open_registry
 from procledger.notifications import Notifier
 from procledger.supervisor.decide import event_ids
@@ -24,6 +24,13 @@ def ok(*args: str, url: str) -> str:
     ran = run_cli(*args, url=url)
     assert ran.returncode == 0, ran.stderr
     return ran.stdout
+
+
+def records(*args: str, url: str) -> list[dict]:
+    """``ps [ARGS] --json``'s records (it also names the records it could not read)."""
+    listed = orjson.loads(ok("ps", *args, "--json", url=url))
+    assert listed["damaged"] == []
+    return listed["records"]
 
 
 def one_line_error(ran: subprocess.CompletedProcess[str], *names: str) -> None:
@@ -43,8 +50,8 @@ def test_ps_lists_running_processes_and_all_with_all(
 ) -> None:
     ok("run", "--", "true", url=ledger)
     term, _ = supervise_sleeper(terminal, procs, ledger)
-    running = orjson.loads(ok("ps", "--json", url=ledger))
-    everything = orjson.loads(ok("ps", "--all", "--json", url=ledger))
+    running = records(url=ledger)
+    everything = records("--all", url=ledger)
     assert [r["state"] for r in running] == ["running"]
     assert sorted(r["state"] for r in everything) == ["exited", "running"]
     assert [r["id"] for r in everything] == sorted(r["id"] for r in everything)
@@ -96,8 +103,9 @@ def test_feed_prints_changes_after_a_cursor(ledger: str) -> None:
 
 
 def test_feed_follow_prints_changes_as_they_happen(ledger: str, procs: Processes) -> None:
+    before = orjson.loads(ok("run", "--json", "--", "true", url=ledger))  # the ledger exists
     follower = subprocess.Popen(
-        [*CLI, "--url", ledger, "feed", "--follow", "--json"],
+        [*CLI, "--url", ledger, "feed", "--follow", "--json", "--since", str(before["change_seq"])],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -138,14 +146,15 @@ def test_restore_after_run_was_killed(
 ) -> None:
     url = request.getfixturevalue("ledger" if store == "sqlite" else "postgres_ledger")
     term, orphan = supervise_sleeper(terminal, procs, url)
-    (process_id,) = [r["id"] for r in orjson.loads(ok("ps", "--json", url=url))]
+    (process_id,) = [r["id"] for r in records(url=url)]
 
     term.process.send_signal(signal.SIGKILL)  # mid-run: nothing records the end
     assert term.wait() == -signal.SIGKILL
     restored = orjson.loads(ok("restore", "--json", url=url))
     assert [r["id"] for r in restored] == [process_id]
     assert (restored[0]["state"], restored[0]["reason"]) == ("lost_on_restore", "lost_on_restore")
-    assert orphan.is_running()  # its recorded pid was never signalled
+    wait_until(lambda: is_dead(orphan), what="restore to stop the orphaned child")
+    assert str(orphan.pid) in restored[0]["diagnostic"]  # the record says what was done
     assert orjson.loads(ok("restore", "--json", url=url)) == []  # nothing left to restore
 
     shown = orjson.loads(ok("show", process_id, "--json", url=url))
@@ -173,6 +182,18 @@ def test_restore_after_run_was_killed(
     assert row.command_id == commands[0].command_id
 
 
+def test_restore_keep_orphans_leaves_the_child_running_and_says_so(
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
+) -> None:
+    term, orphan = supervise_sleeper(terminal, procs, ledger)
+    term.process.send_signal(signal.SIGKILL)
+    assert term.wait() == -signal.SIGKILL
+    (restored,) = orjson.loads(ok("restore", "--keep-orphans", "--json", url=ledger))
+    assert restored["state"] == "lost_on_restore"
+    assert str(orphan.pid) in restored["diagnostic"]
+    assert not is_dead(orphan)
+
+
 def test_restore_leaves_a_live_run_alone(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
@@ -187,6 +208,7 @@ def test_restore_leaves_a_live_run_alone(
 
 
 def test_unknown_ids_are_one_line_errors(ledger: str) -> None:
+    ok("run", "--", "true", url=ledger)
     one_line_error(run_cli("show", "no-such-id", url=ledger), "NotFound", "no-such-id")
     one_line_error(run_cli("stop", "no-such-id", url=ledger), "NotFound", "no-such-id")
 
@@ -203,6 +225,7 @@ def test_a_bad_url_is_a_one_line_error() -> None:
 def test_an_unreadable_store_is_a_one_line_error(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not a database" * 100)
+    garbage.chmod(0o600)
     one_line_error(run_cli("ps", url=f"sqlite:///{garbage}"), "StoreCorrupt", "garbage.db")
     missing = tmp_path / "no" / "such" / "folder" / "ledger.db"
     one_line_error(run_cli("show", "x", url=f"sqlite:///{missing}"), "StoreURLError")
@@ -211,15 +234,13 @@ def test_an_unreadable_store_is_a_one_line_error(tmp_path: Path) -> None:
 def test_the_environment_names_the_store(ledger: str) -> None:
     ran = run_cli("run", "--json", "--", "true", env=child_env(PROCLEDGER_URL=ledger))
     assert ran.returncode == 0, ran.stderr
-    assert (
-        orjson.loads(ok("ps", "--all", "--json", url=ledger))[0]["id"]
-        == (orjson.loads(ran.stdout)["id"])
-    )
+    assert records("--all", url=ledger)[0]["id"] == orjson.loads(ran.stdout)["id"]
 
 
 def test_python_dash_m_works(ledger: str) -> None:
+    ok("run", "--", "true", url=ledger)
     ran = run_cli("ps", "--json", url=ledger)  # run_cli runs `python -m procledger`
-    assert (ran.returncode, orjson.loads(ran.stdout)) == (0, [])
+    assert (ran.returncode, orjson.loads(ran.stdout)) == (0, {"records": [], "damaged": []})
 
 
 def test_wait_until_is_usable() -> None:

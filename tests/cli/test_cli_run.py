@@ -19,16 +19,21 @@ from procledger import ProcessState, TerminalReason, open_registry
 from .conftest import Terminal, ignoring, sleeper, supervise_sleeper
 
 
+def listed(url: str, *options: str) -> list[dict]:
+    """``ps --json [OPTIONS]``'s records (it also says which records it could not read)."""
+    ran = run_cli("ps", *options, "--json", url=url)
+    assert ran.returncode == 0, ran.stderr
+    found = orjson.loads(ran.stdout)
+    assert found["damaged"] == []
+    return found["records"]
+
+
 def running_ids(url: str) -> list[str]:
-    listed = run_cli("ps", "--json", url=url)
-    assert listed.returncode == 0, listed.stderr
-    return [record["id"] for record in orjson.loads(listed.stdout)]
+    return [record["id"] for record in listed(url)]
 
 
 def only_process(url: str) -> dict:
-    listed = run_cli("ps", "--all", "--json", url=url)
-    assert listed.returncode == 0, listed.stderr
-    (record,) = orjson.loads(listed.stdout)
+    (record,) = listed(url, "--all")
     return record
 
 
@@ -88,8 +93,7 @@ def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
     term.ctrl_c()
     assert term.wait() == 130
     assert time.monotonic() - started >= 0.5  # two graces before the SIGKILL
-    records = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)
-    killed = [r for r in records if r["state"] == "killed"]
+    killed = [r for r in listed(ledger, "--all") if r["state"] == "killed"]
     assert [(r["reason"], r["stop_requested"]) for r in killed] == [("killed", ["interrupted"])]
 
 
@@ -140,7 +144,8 @@ def test_an_unrequested_signal_exits_128_plus_its_number(
     term = terminal("--url", ledger, "run", "--", "sh", "-c", "kill -TERM $$")
     assert term.wait() == 128 + signal.SIGTERM
     record = only_process(ledger)
-    assert (record["state"], record["stop_requested"]) == ("terminated", [])
+    assert (record["state"], record["stop_requested"]) == ("signaled", [])
+    assert (record["signal"], record["status"], record["exit_code"]) == (15, "failed", None)
 
 
 def test_json_prints_the_final_record_on_stdout(ledger: str) -> None:
@@ -154,7 +159,7 @@ def test_json_prints_the_final_record_on_stdout(ledger: str) -> None:
 
 def test_spawn_failure_is_one_line_and_recorded(ledger: str) -> None:
     ran = run_cli("run", "--", "/no/such/program", url=ledger)
-    assert ran.returncode == 1
+    assert ran.returncode == 127  # as a shell says "command not found"
     assert ran.stderr.count("\n") == 1
     assert "SpawnError" in ran.stderr
     assert "/no/such/program" in ran.stderr

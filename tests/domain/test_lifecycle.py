@@ -1,19 +1,33 @@
-"""The closed lifecycle table (docs/design.md §2.1) and its transitions (§2.2), exhaustively."""
+"""The closed lifecycle table (docs/design.md §2.1) and its transitions (§2.2), exhaustively;
+and the plain-data table the run time uses (``lifecycle_table.py``) equal to the one machine."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from statemachine import StateMachine
 
+import procledger.domain.lifecycle_table as table
 from _design import DESIGN_ROWS, DESIGN_TRANSITIONS
 from procledger.domain.errors import InvalidTransition, ProcessLifecycleValidationError
 from procledger.domain.lifecycle import (
+    ProcessLifecycle,
+    machine_reasons,
+    machine_states,
+    machine_transitions,
+    render_table_block,
+    replace_table_block,
+)
+from procledger.domain.lifecycle_table import (
     NOTIFICATION_ROWS,
     TRANSITIONS,
     LifecycleRow,
-    ProcessLifecycle,
     check_row,
     check_transition,
     is_allowed,
@@ -47,8 +61,8 @@ def _expected_move(from_state: ProcessState, kind: LifecycleKind, to: ProcessSta
 
 def test_the_table_has_exactly_the_rows_of_the_design() -> None:
     rows = lifecycle_table()
-    assert len(EXPECTED_ROWS) == 22
-    assert len(rows) == len(set(rows)) == 22
+    assert len(EXPECTED_ROWS) == 23
+    assert len(rows) == len(set(rows)) == 23
     assert sorted(map(_plain, rows), key=repr) == sorted(EXPECTED_ROWS, key=repr)
 
 
@@ -63,7 +77,7 @@ def test_rows_are_named_tuples_of_the_vocabulary() -> None:
 
 def test_the_table_is_a_copy_callers_cannot_corrupt() -> None:
     lifecycle_table().clear()
-    assert len(lifecycle_table()) == 22
+    assert len(lifecycle_table()) == 23
 
 
 @pytest.mark.parametrize(("kind", "state", "reason"), ALL_TRIPLES)
@@ -87,7 +101,7 @@ def test_notifications_accept_exactly_the_completed_and_lost_rows() -> None:
         if kind in ("completed", "lost") and reason is not None
     }
     assert set(NOTIFICATION_ROWS) == expected
-    assert len(expected) == 11
+    assert len(expected) == 12
 
 
 def test_the_transitions_are_exactly_those_of_the_design() -> None:
@@ -160,3 +174,81 @@ def test_the_machine_is_a_strict_state_machine_with_the_vocabulary_states() -> N
     assert [s.value for s in initial] == ["starting"]
     finals = {s.value for s in ProcessLifecycle.states_map.values() if s.final}
     assert finals == {state.value for state in TERMINAL_STATES}
+
+
+# -- signaled (issue #14): a signal procledger did not send ------------------------------------
+
+
+def test_signaled_is_a_completion_from_running_only() -> None:
+    """Like ``exited``: a signal death needs a child that ran, and ``started`` is recorded
+    before anyone waits for one; ``failed``/``terminated``/``killed`` need no child."""
+    signaled = ProcessState.signaled
+    assert signaled.is_terminal
+    assert is_allowed(ProcessState.running, LifecycleKind.completed, signaled)
+    assert not is_allowed(ProcessState.starting, LifecycleKind.completed, signaled)
+    assert [row for row in lifecycle_table() if row.state is signaled] == [
+        LifecycleRow(LifecycleKind.completed, signaled, TerminalReason.signaled)
+    ]
+    assert (signaled, TerminalReason.signaled) in NOTIFICATION_ROWS
+
+
+# -- the plain-data table equals the machine ----------------------------------------------------
+
+TABLE_SOURCE = Path(table.__file__)
+
+
+def test_the_generated_block_is_the_machine_written_out() -> None:
+    text = TABLE_SOURCE.read_text(encoding="utf-8")
+    assert render_table_block() in text
+    stale = "lifecycle_table.py is stale: run tests/domain/regenerate_lifecycle_table.py"
+    assert replace_table_block(text) == text, stale
+
+
+def test_the_plain_data_has_exactly_the_machines_states_transitions_and_reasons() -> None:
+    states, finals = machine_states()
+    assert tuple(states) == table.STATES
+    assert finals == table.FINAL_STATES
+    assert set(table.STATES) == set(ProcessState)
+    assert table.STATES[0] is ProcessState.starting
+    assert {state for state in ProcessState if state.is_terminal} == table.FINAL_STATES
+    assert machine_transitions() == table.TRANSITIONS
+    assert dict(table.REASONS) == dict(machine_reasons())
+    assert [list(reasons) for reasons in table.REASONS.values()] == [
+        list(reasons) for reasons in machine_reasons().values()
+    ]
+
+
+def test_a_changed_machine_makes_the_block_stale() -> None:
+    text = TABLE_SOURCE.read_text(encoding="utf-8")
+    edited = text.replace("(_S.running, _K.completed, _S.signaled),\n", "", 1)
+    assert edited != text
+    assert replace_table_block(edited) == text
+    with pytest.raises(ValueError, match="markers"):
+        replace_table_block(text.replace(table.GENERATED_END, "# gone"))
+
+
+# Runs in a fresh interpreter: what loading the aggregate and the table costs in modules.
+_IMPORTS = """
+import json, sys
+import procledger.domain.process, procledger.domain.lifecycle_table, procledger.domain.rendering
+import procledger.domain.notification
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_run_time_never_imports_python_statemachine() -> None:
+    src = str(Path(table.__file__).parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", _IMPORTS],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    modules = json.loads(done.stdout)
+    assert [m for m in modules if m.split(".")[0] == "statemachine"] == []
+    assert "procledger.domain.lifecycle" not in modules
+    assert "statemachine" not in done.stderr  # -X importtime lists every import on stderr

@@ -6,8 +6,10 @@ identical replay (a no-op), state, then authority.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+import orjson
 import pytest
 
 from procledger.adapters.codec import OrjsonMapper
@@ -17,10 +19,11 @@ from procledger.domain.errors import (
     InvalidTransition,
     ProcessLifecycleValidationError,
     ReplayConflict,
+    StoreCorrupt,
     UndeclaredEventType,
 )
 from procledger.domain.leases import CompletionAuthority, LeaseOwner, Liveness
-from procledger.domain.lifecycle import lifecycle_table
+from procledger.domain.lifecycle_table import lifecycle_table
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.domain.process import Process, process_uuid
 from procledger.domain.records import ExternalRef, OsFacts, WaitState
@@ -305,6 +308,8 @@ def fields_for(state: ProcessState) -> dict[str, Any]:
         return {"exit_code": 3, "value": {"out": [1, 2]}}
     if state is S.failed:
         return {"diagnostic": "spawn failed: ENOENT"}
+    if state is S.signaled:
+        return {"signal": 11}
     return {}
 
 
@@ -321,6 +326,8 @@ def test_every_completed_row_from_running(row: Any) -> None:
     assert record.exit_code == extra.get("exit_code")
     assert record.value == extra.get("value")
     assert record.diagnostic == extra.get("diagnostic")
+    assert record.signal == extra.get("signal")
+    assert record.survivors == []
     assert record.finished_at_ms == record.updated_at_ms == 900
 
 
@@ -386,6 +393,24 @@ def test_completions_outside_the_table_are_validation_errors(state: Any, reason:
         ("failed", "failed", {"diagnostic": "é" * 257}, "diagnostic"),  # 514 bytes
         ("failed", "failed", {"value": 1}, "value"),
         ("interrupted", "interrupted", {"value": {"a": 1}}, "value"),
+        ("signaled", "signaled", {}, "signal"),
+        ("signaled", "signaled", {"signal": 0}, "signal"),
+        ("signaled", "signaled", {"signal": 65}, "signal"),
+        ("signaled", "signaled", {"signal": -11}, "signal"),
+        ("signaled", "signaled", {"signal": True}, "signal"),
+        ("signaled", "signaled", {"signal": 11.0}, "signal"),
+        ("signaled", "signaled", {"signal": 11, "exit_code": 139}, "exit_code"),
+        ("signaled", "signaled", {"signal": 11, "diagnostic": "segv"}, "diagnostic"),
+        ("exited", "exited", {"exit_code": 0, "signal": 15}, "signal"),
+        ("failed", "failed", {"signal": 9}, "signal"),
+        ("timed_out", "timed_out", {"signal": 9}, "signal"),
+        ("killed", "killed", {"signal": 99}, "signal"),
+        ("killed", "killed", {"survivors": [0]}, "survivors"),
+        ("killed", "killed", {"survivors": [-4]}, "survivors"),
+        ("killed", "killed", {"survivors": [True]}, "survivors"),
+        ("killed", "killed", {"survivors": ["4242"]}, "survivors"),
+        ("killed", "killed", {"survivors": "4242"}, "survivors"),
+        ("exited", "exited", {"exit_code": 0, "survivors": 4242}, "survivors"),
     ],
 )
 def test_completion_field_rules(
@@ -400,6 +425,82 @@ def test_completion_field_rules(
     assert isinstance(error, ProcessLifecycleValidationError)
     assert error.field == field
     assert field in str(error)
+
+
+# -- signals and survivors (issue #14) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signal", [1, 6, 11, 13, 64])
+def test_a_signal_nobody_sent_is_signaled_and_failed(signal: int) -> None:
+    process = running()
+    assert complete(process, "signaled", "signaled", signal=signal)
+    (event,) = process.collect_events()
+    assert (event.signal, event.exit_code, event.survivors) == (signal, None, [])
+    record = render_record(process, change_seq=0)
+    assert (record.state, record.reason, record.signal) == (S.signaled, R.signaled, signal)
+    assert record.exit_code is None
+    assert record.status is ProcessStatus.failed
+
+
+@pytest.mark.parametrize(
+    ("state", "signal"), [("interrupted", 2), ("terminated", 15), ("killed", 9), ("killed", None)]
+)
+def test_a_requested_stop_may_name_the_signal_that_ended_it(state: str, signal: int | None) -> None:
+    process = running()
+    assert complete(process, state, state, signal=signal)
+    record = render_record(process, change_seq=0)
+    assert (record.state.value, record.signal) == (state, signal)
+    assert record.status is ProcessStatus.cancelled
+
+
+def test_survivors_are_stored_sorted_once_on_any_completion() -> None:
+    process = running()
+    assert complete(process, "killed", "killed", signal=9, survivors=(4242, 17, 4242))
+    (event,) = process.collect_events()
+    assert event.survivors == [17, 4242]
+    assert render_record(process, change_seq=0).survivors == [17, 4242]
+    other = running()
+    assert exited(other, 0, survivors=[99])
+    assert render_record(other, change_seq=0).survivors == [99]
+
+
+def test_signal_and_survivors_join_the_replay_fingerprint() -> None:
+    process = running()
+    assert complete(process, "signaled", "signaled", signal=11, survivors=[5, 3], event_id=E1)
+    process.collect_events()
+    # The same write (survivors in another order) is an identical replay…
+    no_op(process, lambda: complete(process, "signaled", "signaled", signal=11, survivors=[3, 5]))
+    no_op(
+        process,
+        lambda: complete(
+            process, "signaled", "signaled", signal=11, survivors=[3, 5, 5], event_id=E1
+        ),
+    )
+    # …another signal or other survivors are not.
+    refuses(
+        process,
+        ReplayConflict,
+        lambda: complete(process, "signaled", "signaled", signal=6, event_id=E1),
+    )
+    refuses(
+        process,
+        AlreadyTerminal,
+        lambda: complete(process, "signaled", "signaled", signal=11, survivors=[3]),
+    )
+    refuses(process, AlreadyTerminal, lambda: complete(process, "signaled", "signaled", signal=6))
+
+
+def test_without_signal_or_survivors_the_fingerprint_is_0_1_0s() -> None:
+    """A completion 0.1.0 recorded (read back with ``signal=None``, ``survivors=[]``) keeps the
+    fingerprint 0.1.0 gave it, so a retry from 0.1.0-era code still matches it."""
+    process = running()
+    assert exited(process, 3, event_id=E1)
+    (event,) = process.collect_events()
+    assert event.fingerprint() == '["completed","exited","exited",3,null,null]'
+    with_signal = running()
+    assert complete(with_signal, "killed", "killed", signal=9)
+    (signalled,) = with_signal.collect_events()
+    assert signalled.fingerprint() == '["completed","killed","killed",null,null,null,9,[]]'
 
 
 @pytest.mark.parametrize("diagnostic", ["x" * 512, "é" * 256, "☃" * 170, ""])
@@ -889,6 +990,7 @@ TERMINAL_ROWS = [row for row in lifecycle_table() if row.state.is_terminal]
 STATUS = {
     S.failed: ProcessStatus.failed,
     S.timed_out: ProcessStatus.failed,
+    S.signaled: ProcessStatus.failed,
     S.interrupted: ProcessStatus.cancelled,
     S.lost_on_restore: ProcessStatus.abandoned,
     S.abandoned: ProcessStatus.abandoned,
@@ -944,10 +1046,93 @@ def test_process_events_as_callers_see_them() -> None:
     assert [e.occurred_at_ms for e in events] == [100, 200, 250, 900]
     assert events[1].event_id == E1
     assert events[1].payload == {"state": "running", "started_at_ms": 150, "os": None}
-    assert events[2].payload == {"payload": {"port": 1}, "replay_key": "r"}
-    assert events[2].event_id is None
+    # A producer event reads back as its producer wrote it (issue #14); the key beside it.
+    assert events[2].payload == {"port": 1}
+    assert (events[2].replay_key, events[2].event_id) == ("r", None)
     assert events[3].payload["exit_code"] == 0
+    assert events[3].payload["signal"] is None
+    assert events[3].payload["survivors"] == []
+    assert [e.replay_key for e in events] == [None, None, "r", None]
     assert all(e.process_id == "job-1" for e in events)
+
+
+@pytest.mark.parametrize("payload", [{"n": 2}, [1, "two"], 3, "text", None, {"payload": 1}])
+def test_a_producer_payload_of_any_json_shape_reads_back_unchanged(payload: Any) -> None:
+    process = running()
+    sequence = process.append_producer_event("signal.ready", payload, replay_key="p2", at_ms=300)
+    (event,) = process.collect_events()
+    entry = to_process_event("job-1", event)
+    assert (entry.sequence, entry.kind) == (sequence, "signal.ready")
+    assert entry.payload == payload
+    assert type(entry.payload) is type(payload)
+    assert entry.replay_key == "p2"
+    assert entry.model_dump(mode="json")["payload"] == payload
+
+
+# -- tamper evidence (issue #13) -----------------------------------------------------------------
+
+
+def test_a_registration_that_still_hashes_to_its_hash_loads() -> None:
+    process = Process.register(registration(), at_ms=100)
+    process.record_started(150, at_ms=200, event_id=None)
+    loaded = replayed(process)
+    assert loaded.registration == process.registration
+    assert render_record(loaded, change_seq=0) == render_record(process, change_seq=0)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda r: r["input"].update(argv=["evil"]),
+        lambda r: r.update(disposition="rerunnable"),
+        lambda r: r.update(definition={"step": "deploy"}),
+        lambda r: r.update(definition={"step": "build", "extra": True}),
+        lambda r: r.update(env_ref=env_ref_for({"A": "2"})),
+    ],
+)
+def test_an_edited_registration_is_store_corrupt_naming_its_process(edit: Any) -> None:
+    mapper = OrjsonMapper()
+    process = Process.register(registration(), at_ms=100)
+    (created,) = process.collect_events()
+    stored = mapper.to_stored_event(created)
+    state = orjson.loads(stored.state)
+    edit(state["registration"])
+    tampered = dataclasses.replace(stored, state=orjson.dumps(state))
+    with pytest.raises(StoreCorrupt) as caught:
+        mapper.to_domain_event(tampered).mutate(None)
+    assert caught.value.process_id == "job-1"
+    assert str(caught.value) == "process 'job-1': registration does not match its hash"
+
+
+def test_an_edited_hash_is_store_corrupt_too() -> None:
+    mapper = OrjsonMapper()
+    (created,) = Process.register(registration(), at_ms=100).collect_events()
+    stored = mapper.to_stored_event(created)
+    state = orjson.loads(stored.state)
+    state["registration_hash"] = "sha256:" + "0" * 64
+    with pytest.raises(StoreCorrupt, match="'job-1'"):
+        mapper.to_domain_event(dataclasses.replace(stored, state=orjson.dumps(state))).mutate(None)
+
+
+def test_the_hash_is_computed_once_per_registration_and_per_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from procledger.domain import caches
+
+    calls: list[str] = []
+    real = caches.registration_hash_of
+
+    def counting(document: Any) -> str:
+        calls.append(document["id"])
+        return real(document)
+
+    monkeypatch.setattr(caches, "registration_hash_of", counting)
+    process = Process.register(registration(), at_ms=100)
+    assert calls == ["job-1"]  # register: hashed once, its creation reuses it
+    process.record_started(150, at_ms=200, event_id=None)
+    exited(process, 0)
+    replayed(process)
+    assert calls == ["job-1", "job-1"]  # a load: once, for its Registered event
 
 
 @pytest.mark.parametrize("disposition", list(RecoveryDisposition))

@@ -35,7 +35,7 @@ from procledger.domain.errors import (
     ProcessLifecycleValidationError,
     ProcledgerError,
 )
-from procledger.domain.lifecycle import TRANSITIONS, lifecycle_table
+from procledger.domain.lifecycle_table import TRANSITIONS, lifecycle_table
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.domain.process import Process
 from procledger.domain.records import ProcessRecord

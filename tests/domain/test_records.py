@@ -36,7 +36,8 @@ from procledger.testing import LifecycleHistory, apply_to_process, lifecycle_his
 
 RECORD_KEYS = {
     "id", "registration_hash", "input", "disposition", "identity", "originator", "wake_target",
-    "env_ref", "event_types", "descriptor", "state", "reason", "exit_code", "diagnostic",
+    "env_ref", "event_types", "descriptor", "state", "reason", "exit_code", "signal",
+    "survivors", "diagnostic",
     "value", "status", "stop_requested", "backgrounded", "created_at_ms", "updated_at_ms",
     "started_at_ms", "finished_at_ms", "os_pid", "os", "first_started", "abandon_request",
     "abandon_evidence", "wait", "external_ref", "change_seq",
@@ -188,19 +189,25 @@ def test_process_event_shape() -> None:
         process_id="p",
         sequence=2,
         kind="signal.ready",
-        payload={"payload": {"port": 1}, "replay_key": "k"},
+        payload={"port": 1},
         event_id=None,
         occurred_at_ms=5,
+        replay_key="k",
     )
     assert json.loads(event.model_dump_json()) == {
         "process_id": "p",
         "sequence": 2,
         "kind": "signal.ready",
-        "payload": {"payload": {"port": 1}, "replay_key": "k"},
+        "payload": {"port": 1},
         "event_id": None,
         "occurred_at_ms": 5,
+        "replay_key": "k",
     }
     assert ProcessEvent.model_validate_json(event.model_dump_json()) == event
+    lifecycle = ProcessEvent(
+        process_id="p", sequence=1, kind="started", payload={}, event_id=None, occurred_at_ms=1
+    )
+    assert lifecycle.replay_key is None
 
 
 def test_wait_state_defaults_and_json() -> None:
@@ -418,3 +425,35 @@ def test_a_record_stored_before_os_facts_still_reads_back() -> None:
     legacy = ProcessRecord.model_validate(document)
     assert (legacy.os, legacy.os_pid) == (None, None)
     assert legacy == full_record().model_copy(update={"os": None, "os_pid": None})
+
+
+def test_a_record_carries_the_signal_and_the_survivors_of_its_completion() -> None:
+    process = Process.register(full_record_registration(), at_ms=1)
+    process.record_started(2, at_ms=3, event_id=None, os=OsFacts.model_validate(FACTS))
+    authority = CompletionAuthority.external_owner("ops")
+    process.complete(
+        "signaled",
+        "signaled",
+        exit_code=None,
+        diagnostic=None,
+        value=None,
+        event_id=None,
+        authority=authority,
+        at_ms=4,
+        signal=9,
+        survivors=[77, 12],
+    )
+    record = render_record(process, change_seq=2)
+    assert (record.state, record.signal, record.survivors) == (ProcessState.signaled, 9, [12, 77])
+    assert record.status is ProcessStatus.failed
+    data = json.loads(record.model_dump_json())
+    assert (data["signal"], data["survivors"]) == (9, [12, 77])
+    assert ProcessRecord.model_validate_json(record.model_dump_json()) == record
+
+
+def test_a_record_stored_before_signals_still_reads_back() -> None:
+    document = full_record().model_dump(mode="json")
+    del document["signal"], document["survivors"]
+    legacy = ProcessRecord.model_validate(document)
+    assert (legacy.signal, legacy.survivors) == (None, [])
+    assert legacy == full_record()

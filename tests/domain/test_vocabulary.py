@@ -7,7 +7,7 @@ from enum import StrEnum
 
 import pytest
 
-from procledger.domain.lifecycle import lifecycle_table
+from procledger.domain.lifecycle_table import lifecycle_table
 from procledger.domain.vocabulary import (
     LifecycleKind,
     ProcessState,
@@ -28,12 +28,13 @@ C = ProcessStatus
         (
             ProcessState,
             "starting running exited failed timed_out interrupted terminated killed "
-            "lost_on_restore abandoned",
+            "signaled lost_on_restore abandoned",
         ),
         (
             TerminalReason,
-            "exited failed timed_out interrupted terminated killed runner_shutdown "
-            "output_limit lost_on_restore owner_drain owner_dead abandon_requested",
+            "exited failed timed_out interrupted terminated killed signaled "
+            "runner_shutdown output_limit lost_on_restore owner_drain owner_dead "
+            "abandon_requested",
         ),
         (LifecycleKind, "started backgrounded stop_requested completed lost abandoned"),
         (RecoveryDisposition, "rerunnable owner_bound externally_owned"),
@@ -67,6 +68,7 @@ COARSE_CASES = [
     (S.exited, R.exited, -9, C.failed),
     (S.failed, R.failed, None, C.failed),
     (S.timed_out, R.timed_out, None, C.failed),
+    (S.signaled, R.signaled, None, C.failed),
     (S.terminated, R.output_limit, None, C.failed),
     (S.killed, R.output_limit, None, C.failed),
     (S.interrupted, R.interrupted, None, C.cancelled),
@@ -95,5 +97,5 @@ def test_coarse_status_cases_cover_every_live_state_and_terminal_row() -> None:
     covered = {(state, reason) for state, reason, _, _ in COARSE_CASES}
     assert {state for state, _ in covered if not state.is_terminal} == {S.starting, S.running}
     terminal_rows = {(row.state, row.reason) for row in lifecycle_table() if row.state.is_terminal}
-    assert len(terminal_rows) == 14
+    assert len(terminal_rows) == 15
     assert {pair for pair in covered if pair[0].is_terminal} == terminal_rows

@@ -24,6 +24,7 @@ NOTIFICATION_PAIRS = frozenset(
         ("killed", "killed"),
         ("killed", "runner_shutdown"),
         ("killed", "output_limit"),
+        ("signaled", "signaled"),
         ("lost_on_restore", "lost_on_restore"),
     }
 )

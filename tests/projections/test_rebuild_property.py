@@ -31,6 +31,7 @@ from hypothesis.stateful import (
 
 from procledger import (
     Acquired,
+    AlreadyTerminal,
     ExternalRef,
     LeaseOwner,
     NotFound,
@@ -158,7 +159,7 @@ class LedgerHistory(RuleBasedStateMachine):
     def lease_churn(self, pid: str) -> None:
         try:
             claimed = self.registry.claim_lease(pid, OWNER, 1_000)
-        except NotFound:
+        except (NotFound, AlreadyTerminal):  # pruned, or ended: no lease on a terminal
             return
         if isinstance(claimed, Acquired):
             renewed = self.registry.renew_lease(claimed.lease, 2_000)

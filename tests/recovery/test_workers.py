@@ -193,10 +193,14 @@ def pause_between_transactions(pid: int, registry: ProcessRegistry, process_id: 
 
 
 def _fences_seen(registry: ProcessRegistry, process_id: str) -> int:
-    """The fence the next claim would get, minus one: how many claims there have been."""
-    probe = registry.claim_lease(process_id, opaque_owner("probe"), 1)
-    assert not hasattr(probe, "holder"), probe
-    return probe.lease.fencing_token - 1  # type: ignore[union-attr]
+    """The stored fence (kept after release): how many claims there have been. A claim cannot
+    probe it: a terminal process refuses claims (``AlreadyTerminal``)."""
+    from procledger.adapters.sql import recovery_reads
+
+    with registry.store.read() as tx:
+        row = recovery_reads.lease_row(tx, process_id)
+    assert row is not None
+    return int(row["fencing_token"])
 
 
 def test_ten_workers_sweeping_at_once_recover_everything_exactly_once(

@@ -52,7 +52,10 @@ class Churn:
     def run(self) -> None:
         while not self.finished():
             owner = LeaseOwner(owner_id=f"worker-{self.index}", incarnation_id=uuid.uuid4().hex)
-            result = self.registry.claim_lease(self.pid, owner, self.ttl)
+            try:
+                result = self.registry.claim_lease(self.pid, owner, self.ttl)
+            except AlreadyTerminal:
+                return  # completed by another worker: nothing left to hold
             if not isinstance(result, Acquired):
                 emit(op="claim", ok=False, holder_fence=result.holder.fencing_token)
                 self.try_stale_completion(result.holder.fencing_token)

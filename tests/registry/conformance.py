@@ -43,6 +43,7 @@ from procledger import (
     RegistrationConflict,
     ReplayConflict,
     SessionScope,
+    StoreCorrupt,
     StoreError,
     TerminalReason,
     UndeclaredEventType,
@@ -333,6 +334,7 @@ class RegistryConformance(StoreCase):
         exit_code = 3 if row.state is ProcessState.exited else None
         diagnostic = "boom ✗" if row.state is ProcessState.failed else None
         value = {"out": [1, None, "ü"]} if row.state is ProcessState.exited else None
+        signal = 11 if row.state is ProcessState.signaled else None
         clock.advance(250)
         record = registry.record_completed(
             running,
@@ -342,8 +344,9 @@ class RegistryConformance(StoreCase):
             diagnostic=diagnostic,
             value=value,
             authority=KEY,
+            signal=signal,
         )
-        assert (record.state, record.reason) == (row.state, row.reason)
+        assert (record.state, record.reason, record.signal) == (row.state, row.reason, signal)
         assert (record.exit_code, record.diagnostic, record.value) == (exit_code, diagnostic, value)
         assert record.finished_at_ms == record.updated_at_ms == clock.now_ms
         assert record.is_terminal
@@ -744,7 +747,7 @@ class RegistryConformance(StoreCase):
         clock.advance(42)
         event = registry.append_event(running, "signal.ready", {"port": 8080}, replay_key="r1")
         assert (event.process_id, event.sequence, event.kind) == (running, 3, "signal.ready")
-        assert event.payload["payload"] == {"port": 8080}
+        assert (event.payload, event.replay_key) == ({"port": 8080}, "r1")
         assert event.occurred_at_ms == clock.now_ms
         assert registry.events(running)[-1] == event
         assert registry.get(running).updated_at_ms == clock.now_ms
@@ -769,6 +772,27 @@ class RegistryConformance(StoreCase):
         second = registry.append_event(running, "signal.ready", {"n": 1}, replay_key="k2")
         assert second.sequence == first.sequence + 1
         assert len(registry.events(running)) == 4
+
+    @pytest.mark.parametrize("payload", [{"n": 2}, [1, {"n": 2}], 7, "ping", None])
+    def test_a_producer_event_reads_back_as_its_producer_wrote_it(
+        self, registry: ProcessRegistry, payload: Any
+    ) -> None:
+        """Issue #14: the payload is the producer's own, the replay key a field of its own."""
+        registry.register(registration("pinger", event_types=("signal.ping",)))
+        registry.record_started("pinger", 1)
+        appended = registry.append_event("pinger", "signal.ping", payload, replay_key="p2")
+        assert (appended.payload, appended.replay_key) == (payload, "p2")
+        read = registry.events("pinger")[-1]
+        assert read == appended
+        assert (read.kind, read.payload, read.replay_key, read.event_id) == (
+            "signal.ping",
+            payload,
+            "p2",
+            None,
+        )
+        assert registry.await_event("pinger", "signal.ping", timeout=5) == appended
+        assert registry.append_event("pinger", "signal.ping", payload, replay_key="p2") == read
+        assert [e.replay_key for e in registry.events("pinger")] == [None, None, "p2"]
 
     # -- leases ------------------------------------------------------------------------------------
 
@@ -919,7 +943,8 @@ class RegistryConformance(StoreCase):
         record = registry.record_completed(running, "exited", "exited", exit_code=0, lease=lease)
         assert record.state is ProcessState.exited
         assert registry.get_lease(running) is None
-        assert self.acquire(registry, running, owner("b")).fencing_token == 2
+        with pytest.raises(AlreadyTerminal):  # and nobody can take a lease on it again
+            registry.claim_lease(running, owner("b"), TTL)
 
     @pytest.mark.parametrize("terminal", ["completed", "lost", "abandoned"])
     def test_stale_and_expired_writers_append_nothing_and_leave_holder(
@@ -1415,7 +1440,8 @@ class RegistryConformance(StoreCase):
             decoded = stored_of(process_uuid(pid))
             assert [type(e) for e in decoded] == [type(e) for e in originals]
             for original, back in zip(originals, decoded, strict=True):
-                assert vars(back) == vars(original), type(original).__name__
+                chained = {k: v for k, v in vars(back).items() if k != "prev_digest"}
+                assert chained == vars(original), type(original).__name__
                 covered.add(type(original))
             replayed = registry._ledger.load_process(pid)
             record = registry.get(pid)
@@ -1435,6 +1461,106 @@ class RegistryConformance(StoreCase):
         }
         assert expected - covered == set()
         assert registry.get("enc-main ✓").value == nested
+
+    # -- signals and survivors (issue #14) ---------------------------------------------------------
+
+    def test_a_signal_nobody_sent_is_recorded_signaled_with_its_number(
+        self, registry: ProcessRegistry, running: str
+    ) -> None:
+        record = registry.record_completed(
+            running, "signaled", "signaled", signal=11, survivors=[4242, 17], authority=KEY
+        )
+        assert (record.state, record.reason, record.status) == (
+            ProcessState.signaled,
+            TerminalReason.signaled,
+            ProcessStatus.failed,
+        )
+        assert (record.exit_code, record.signal, record.survivors) == (None, 11, [17, 4242])
+        assert registry.get(running) == record
+        completed = registry.events(running)[-1]
+        assert (completed.payload["signal"], completed.payload["survivors"]) == (11, [17, 4242])
+        assert [r.id for r in registry.list_processes({"status": "failed"})] == [running]
+        # An identical retry (survivors in another order) appends nothing.
+        again = registry.record_completed(
+            running, "signaled", "signaled", signal=11, survivors=[17, 4242], authority=KEY
+        )
+        assert again == record
+        assert len(registry.events(running)) == 3
+        registry.rebuild()
+        assert registry.get(running) == record
+
+    @pytest.mark.parametrize(("state", "signal"), [("terminated", 15), ("killed", 9)])
+    def test_a_requested_stop_keeps_the_signal_that_ended_it(
+        self, registry: ProcessRegistry, running: str, state: str, signal: int
+    ) -> None:
+        registry.request_stop(running, state)
+        record = registry.record_completed(running, state, state, signal=signal, authority=KEY)
+        assert (record.state.value, record.signal, record.status) == (
+            state,
+            signal,
+            ProcessStatus.cancelled,
+        )
+
+    @pytest.mark.parametrize(
+        ("state", "fields", "field"),
+        [
+            ("signaled", {}, "signal"),
+            ("signaled", {"signal": 65}, "signal"),
+            ("signaled", {"signal": 9, "exit_code": 137}, "exit_code"),
+            ("exited", {"exit_code": 0, "signal": 15}, "signal"),
+            ("killed", {"survivors": [0]}, "survivors"),
+        ],
+    )
+    def test_signal_and_survivor_rules_name_the_field_and_append_nothing(
+        self, registry: ProcessRegistry, running: str, state: str, fields: Any, field: str
+    ) -> None:
+        with pytest.raises(ProcessLifecycleValidationError) as caught:
+            registry.record_completed(running, state, state, authority=KEY, **fields)
+        assert caught.value.field == field
+        assert len(registry.events(running)) == 2
+        assert registry.get(running).state is ProcessState.running
+
+    def test_signaled_is_not_reachable_from_starting(self, registry: ProcessRegistry) -> None:
+        registry.register(registration("never-ran"))
+        with pytest.raises(InvalidTransition):
+            registry.record_completed("never-ran", "signaled", "signaled", signal=9, authority=KEY)
+        assert self.kinds(registry, "never-ran") == ["registered"]
+
+    # -- tamper evidence (issue #13) --------------------------------------------------------------
+
+    def edit_registration(self, registry: ProcessRegistry, process_id: str) -> None:
+        """Rewrite the stored Registered event's argv, leaving its hash (raw SQL)."""
+        store = registry.store
+        key: Any = store.dialect.originator_key(process_uuid(process_id))
+        where = "WHERE originator_id=? AND originator_version=1"
+        with store.write() as tx:
+            row = tx.execute(f"SELECT state FROM {store.events_table} {where}", (key,)).one()
+            state = bytes(row["state"])
+            assert b'"/bin/sleep"' in state
+            edited = state.replace(b'"/bin/sleep"', b'"/bin/evil"')
+            tx.execute(f"UPDATE {store.events_table} SET state=? {where}", (edited, key))
+            assert tx.rowcount == 1
+
+    def test_an_edited_registration_is_store_corrupt_when_loaded(
+        self, registry: ProcessRegistry
+    ) -> None:
+        for pid in ("healthy", "tampered"):
+            registry.register(registration(pid))
+            registry.record_started(pid, 1)
+        self.edit_registration(registry, "tampered")
+        for write in (
+            lambda: registry.request_stop("tampered", "killed"),
+            lambda: registry.record_completed(
+                "tampered", "exited", "exited", exit_code=0, authority=KEY
+            ),
+        ):
+            with pytest.raises(StoreCorrupt) as caught:
+                write()
+            assert caught.value.process_id == "tampered"
+            assert "registration does not match its hash" in str(caught.value)
+        assert self.kinds(registry, "tampered") == ["registered", "started"]
+        # Every other process stays writable.
+        assert registry.request_stop("healthy", "killed").stop_requested == ["killed"]
 
     def corrupt_event(self, registry: ProcessRegistry, process_id: str, version: int) -> None:
         """Overwrite one stored event's state with bytes that are not JSON (raw SQL)."""

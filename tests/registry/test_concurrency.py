@@ -175,9 +175,9 @@ def test_concurrent_claims_on_one_process(workers: Workers, shared_url: str) -> 
         appended = {op["key"]: op["sequence"] for op in ops if op["op"] == "append" and op["ok"]}
         assert all(op["sequence"] == op["again"] for op in ops if op["op"] == "append" and op["ok"])
         ticks = [e for e in events if e.kind == "signal.tick"]
-        logged = [e.payload["replay_key"] for e in ticks]
+        logged = [e.replay_key for e in ticks]
         assert len(logged) == len(set(logged)), "a replayed tick was appended twice"
-        assert {e.payload["replay_key"]: e.sequence for e in ticks} == appended
+        assert {e.replay_key: e.sequence for e in ticks} == appended
         assert record.change_seq >= max(e.sequence for e in events)
         final = parent.get_lease("contended")
         assert final is None or final.fencing_token == max(fences)
@@ -234,7 +234,7 @@ def test_reclaim_race_among_processes_has_one_winner(workers: Workers, shared_ur
 
 
 def test_real_probe_refuses_to_reclaim_from_a_live_holder(tmp_path: Path) -> None:
-    registry = open_registry(f"sqlite://{tmp_path}/live.db")
+    registry = open_registry(f"sqlite:///{tmp_path}/live.db")
     try:
         registry.register(_registration("held"))
         me = LeaseOwner.local_process("this-test")

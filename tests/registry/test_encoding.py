@@ -63,7 +63,7 @@ def test_caller_json_round_trips(
 ) -> None:
     pid = _started(registry)
     event = registry.append_event(pid, "signal.ready", payload, replay_key="k")
-    assert event.payload["payload"] == payload
+    assert (event.payload, event.replay_key) == (payload, "k")
     assert registry.events(pid)[-1] == event
     registry.set_external_ref(pid, ExternalRef(backend="b", id="i", metadata=metadata))
     record = registry.record_completed(

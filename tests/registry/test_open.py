@@ -4,11 +4,12 @@ URL with any password masked; the default URL and ``$PROCLEDGER_URL``."""
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
 
-from procledger import StoreError, open_registry
+from procledger import StoreError, StoreUnavailable, open_registry
 
 from .conformance import registration
 
@@ -34,7 +35,7 @@ def test_unknown_scheme_names_the_url_with_password_masked() -> None:
 
 
 def test_sqlite_folder_that_does_not_exist(tmp_path: Path) -> None:
-    url = f"sqlite://{tmp_path}/missing/ledger.db"
+    url = f"sqlite:///{tmp_path}/missing/ledger.db"
     message = _open_fails(url)
     assert url in message
     assert "does not exist" in message
@@ -42,14 +43,14 @@ def test_sqlite_folder_that_does_not_exist(tmp_path: Path) -> None:
 
 
 def test_sqlite_path_that_is_a_folder(tmp_path: Path) -> None:
-    url = f"sqlite://{tmp_path}"
+    url = f"sqlite:///{tmp_path}"
     assert url in _open_fails(url)
 
 
 def test_sqlite_file_that_is_not_a_database(tmp_path: Path) -> None:
     path = tmp_path / "not-a-db.db"
     path.write_bytes(b"this is not SQLite " * 100)
-    url = f"sqlite://{path}"
+    url = f"sqlite:///{path}"
     assert url in _open_fails(url)
 
 
@@ -58,10 +59,20 @@ def test_sqlite_url_without_a_path() -> None:
 
 
 def test_unreachable_postgres_masks_the_password() -> None:
-    url = f"postgresql://bob:hunter2@127.0.0.1:{_closed_port()}/ledger?schema=s1"
+    url = f"postgresql://bob:hunter2@127.0.0.1:{_closed_port()}/ledger?schema=s1&retry_s=0"
     message = _open_fails(url)
     assert "hunter2" not in message
     assert url.replace("hunter2", "***") in message
+
+
+def test_an_unreachable_server_is_retried_for_retry_s_then_unavailable() -> None:
+    url = f"postgresql://bob:hunter2@127.0.0.1:{_closed_port()}/ledger?retry_s=1"
+    began = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        open_registry(url)
+    assert 0.9 <= time.monotonic() - began < 10
+    assert "hunter2" not in str(caught.value)
+    assert url.replace("hunter2", "***") in str(caught.value)
 
 
 @pytest.mark.parametrize("port", ["notaport", "99999"])
@@ -96,7 +107,7 @@ def test_postgres_database_that_does_not_exist(postgres_url: str) -> None:
 def test_default_url_follows_procledger_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PROCLEDGER_URL", f"sqlite://{tmp_path}/from-env.db")
+    monkeypatch.setenv("PROCLEDGER_URL", f"sqlite:///{tmp_path}/from-env.db")
     registry = open_registry()
     try:
         registry.register(registration("p"))

@@ -36,7 +36,7 @@ def test_sqlite_ledger_survives_reopening(tmp_path: Path) -> None:
 def test_relative_sqlite_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "rel").mkdir()
-    registry = open_registry("sqlite:rel/ledger.db")
+    registry = open_registry("sqlite:///rel/ledger.db")
     try:
         registry.register(registration("r"))
     finally:

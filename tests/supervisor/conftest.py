@@ -98,3 +98,11 @@ def in_thread(procs: Processes) -> Iterator[StartCall]:
     procs.kill_all()
     for call in calls:
         call.thread.join(10)
+
+
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A state directory of the test's own: outbox entries never reach the user's."""
+    home = tmp_path / "state-home"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    return home

@@ -3,6 +3,8 @@ thread both drive. Its decisions take ``now``, so they are tested without a cloc
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from procledger.application.lease_keeper import RETRY_S, LeaseKeeper, Renewal
@@ -60,6 +62,7 @@ def test_a_renewal_moves_both_on_from_its_own_start() -> None:
 def test_a_store_failure_is_retried_sooner_and_leaves_the_deadline(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO)  # an outage is logged, not printed (info, not warning)
     store = Store()
     kept = keeper(store)
     store.failure = StoreUnavailable("down")

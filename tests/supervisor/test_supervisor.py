@@ -577,8 +577,13 @@ threading.Event().wait(120)
 """
 
 
+@pytest.mark.parametrize("keep_orphans", [False, True], ids=["stop-orphan", "keep-orphan"])
 def test_restore_after_the_supervisor_was_killed(
-    shared_url: str, registry: ProcessRegistry, procs: Processes, tmp_path: Path
+    shared_url: str,
+    registry: ProcessRegistry,
+    procs: Processes,
+    tmp_path: Path,
+    keep_orphans: bool,
 ) -> None:
     from procledger.notifications import Notifier
 
@@ -612,8 +617,8 @@ def test_restore_after_the_supervisor_was_killed(
     notifier = Notifier(registry, session_id)
     inbox = notifier.add_loop(loop_id)
     with Supervisor(registry, owner=LeaseOwner.local_process(owner_id), notifier=notifier) as sup:
-        restored = sup.restore()
-        again = sup.restore()
+        restored = sup.restore(keep_orphans=keep_orphans)
+        again = sup.restore(keep_orphans=keep_orphans)
     assert [r.id for r in restored] == [started["process_id"]]
     assert again == []
     record = registry.get(started["process_id"])
@@ -623,8 +628,18 @@ def test_restore_after_the_supervisor_was_killed(
     )
     assert record.status is ProcessStatus.abandoned
     assert registry.get_lease(record.id) is None
-    assert orphan.is_running()  # its recorded pid was never signalled
-    assert orphan.status() != psutil.STATUS_ZOMBIE
+    assert record.os is not None
+    assert record.os.pid == orphan.pid
+    assert record.diagnostic is not None
+    assert f"OS pid {orphan.pid}" in record.diagnostic
+    if keep_orphans:  # left running, and the record says so
+        assert orphan.is_running()
+        assert orphan.status() != psutil.STATUS_ZOMBIE
+        assert "left running" in record.diagnostic
+    else:  # its tree was stopped, and the record says how
+        assert is_dead(orphan)
+        assert "restore stopped orphaned child" in record.diagnostic
+        assert "SIGTERM" in record.diagnostic
     (notification,) = inbox.pending()
     row = handle_for_process(registry, record.id)
     assert row is not None

@@ -35,7 +35,9 @@ def test_every_outcome_is_a_valid_completed_row(
 ) -> None:
     result = outcome(returncode, requested=requested, shutdown=shutdown, failure=failure)
     check_row(LifecycleKind.completed, result.state, result.reason)
-    check_completion_fields(result.state, result.exit_code, result.diagnostic, None)
+    check_completion_fields(result.state, result.exit_code, result.diagnostic, None, result.signal)
+    if returncode < 0 and failure is None:
+        assert result.signal == -returncode  # whoever sent it, the record names the signal
     assert result.diagnostic is None or len(result.diagnostic.encode()) <= MAX_DIAGNOSTIC_BYTES
 
 
@@ -48,6 +50,8 @@ def test_the_status_is_cancelled_after_a_stop_unless_it_exited_zero(
         assert (result.state, result.exit_code) == (S.exited, 0)
     elif requested or shutdown:
         assert result.state in {S.interrupted, S.terminated, S.killed}
+    elif returncode < 0:  # a signal nobody here sent: a crash is not a cancellation
+        assert (result.state, result.signal) == (S.signaled, -returncode)
 
 
 @pytest.mark.parametrize(
@@ -55,10 +59,14 @@ def test_the_status_is_cancelled_after_a_stop_unless_it_exited_zero(
     [
         (0, (), False, (S.exited, R.exited, 0)),
         (3, (), False, (S.exited, R.exited, 3)),
-        (-signal.SIGINT, (), False, (S.interrupted, R.interrupted, None)),
-        (-signal.SIGKILL, (), False, (S.killed, R.killed, None)),
-        (-signal.SIGTERM, (), False, (S.terminated, R.terminated, None)),
-        (-signal.SIGHUP, (), False, (S.terminated, R.terminated, None)),
+        (-signal.SIGINT, (), False, (S.signaled, R.signaled, None)),
+        (-signal.SIGKILL, (), False, (S.signaled, R.signaled, None)),
+        (-signal.SIGSEGV, (), False, (S.signaled, R.signaled, None)),
+        (-signal.SIGPIPE, (), False, (S.signaled, R.signaled, None)),
+        (-signal.SIGINT, (R.interrupted,), False, (S.interrupted, R.interrupted, None)),
+        (-signal.SIGKILL, (R.terminated,), False, (S.killed, R.killed, None)),
+        (-signal.SIGTERM, (R.terminated,), False, (S.terminated, R.terminated, None)),
+        (-signal.SIGHUP, (R.killed,), False, (S.terminated, R.terminated, None)),
         (130, (R.interrupted,), False, (S.interrupted, R.interrupted, None)),
         (1, (R.interrupted, R.killed), False, (S.killed, R.killed, None)),
         (0, (R.terminated,), False, (S.exited, R.exited, 0)),
@@ -111,7 +119,14 @@ def test_requests_are_carried_out_with_the_supervisors_policy() -> None:
 def test_event_ids_are_stable_distinct_uuids(process_id: str, registration_hash: str) -> None:
     ids = event_ids(process_id, registration_hash)
     assert ids == event_ids(process_id, registration_hash)
-    every = [ids.started, ids.backgrounded, *ids.stop.values(), ids.completed, ids.lost]
+    every = [
+        ids.started,
+        ids.backgrounded,
+        *ids.stop.values(),
+        ids.completed,
+        ids.lost,
+        ids.run_marker,
+    ]
     assert len({*every, str(ids.command_id)}) == len(every) + 1
     assert all(uuid.UUID(value).version == 5 for value in every)
     assert event_ids(process_id + "x", registration_hash).command_id != ids.command_id

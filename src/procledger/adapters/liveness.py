@@ -1,8 +1,9 @@
 """The /proc liveness probe: can a claimant *prove* that a lease holder is dead?
 
 Only ``local_process`` owners in the same PID namespace (``host_id``) and the same boot can be
-judged, and only a missing PID or a PID whose start time differs counts as proof. Any read
-error means "not provably dead": a lease is never stolen on a guess.
+judged, and only a missing PID, a zombie (exited, not yet reaped by its parent) or a PID whose
+start time differs counts as proof. Any read error means "not provably dead": a lease is never
+stolen on a guess.
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ def read_process_start(pid: int, proc: Path = _PROC) -> str | None:
     # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
     fields = stat[stat.rindex(")") + 2 :].split()
     return fields[19]
+
+
+def live_process_start(pid: int, proc: Path = _PROC) -> str | None:
+    """The start time of a *living* process: ``None`` when the pid is gone or is a zombie
+    (exited, not yet reaped — it will never write again, so it counts as dead)."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except FileNotFoundError:
+        return None
+    state_and_rest = stat[stat.rindex(")") + 2 :].split()
+    if state_and_rest[0] in ("Z", "X"):
+        return None
+    return state_and_rest[19]
 
 
 def _machine_id(proc: Path) -> str:
@@ -62,7 +76,7 @@ StartReader = Callable[[int], str | None]
 class ProcProbe:
     """Decides "provably dead" for a holder, as seen by a claimant on this host."""
 
-    def __init__(self, read_start: StartReader = read_process_start) -> None:
+    def __init__(self, read_start: StartReader = live_process_start) -> None:
         self._read_start = read_start
 
     def provably_dead(self, holder: LeaseOwner, claimant: LeaseOwner) -> bool:

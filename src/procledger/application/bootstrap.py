@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-from procledger.adapters.sql.location import default_url, ensure_default_folder, parse_store_url
+from procledger.adapters.sql.location import locate
 from procledger.adapters.sql.opening import open_store
 from procledger.application.registry import Clock, ProcessRegistry
 
 
-def open_registry(url: str | None = None, *, clock: Clock | None = None) -> ProcessRegistry:
-    """Open (creating it if needed) the ledger at ``url`` — ``$PROCLEDGER_URL`` or the
-    per-user default when omitted.
+def open_registry(
+    url: str | None = None, *, clock: Clock | None = None, create: bool = True
+) -> ProcessRegistry:
+    """Open the ledger at ``url`` — ``$PROCLEDGER_URL`` or the per-user default when omitted
+    (an explicit URL and the variable mean exactly the same).
+
+    With ``create`` (the default) a missing SQLite file is created ``0600`` — and, for the
+    per-user default only, its folder ``0700`` — and missing tables or a missing PostgreSQL
+    schema are created. With ``create=False`` nothing is ever created: read-only commands use
+    it, so a mistyped path is an error rather than a new empty ledger.
 
     Raises:
-        StoreURLError: the URL is malformed or names nothing that can be opened.
+        StoreURLError: the URL is malformed or names nothing that can be opened (with
+            ``create=False``: no ledger there, naming the path).
         StoreUnavailable: the server or file cannot be reached now.
         StoreError: anything else that stops the ledger from opening (the URL is named,
             its password masked).
     """
-    location = parse_store_url(url or default_url())
-    if not url:
-        ensure_default_folder(location)
-    return ProcessRegistry(open_store(location), clock=clock)
+    return ProcessRegistry(open_store(locate(url), create=create), clock=clock)

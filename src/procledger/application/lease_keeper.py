@@ -119,7 +119,7 @@ class LeaseKeeper:
             return Renewal.lost
         except Exception as error:  # the store is unreachable: try again soon, not in a loop
             self._due = now + min(self._renew_s, RETRY_S)
-            self._log.warning("process %r: lease renewal failed: %s", self._lease.process_id, error)
+            self._log.info("process %r: lease renewal failed: %s", self._lease.process_id, error)
             return Renewal.retry
         return Renewal.renewed
 

@@ -3,6 +3,14 @@
 A claim takes a free or expired lease (or extends one the same incarnation holds); a reclaim
 takes a live lease away only from a holder that is provably dead. Both run in one write
 transaction with the lease row locked, so exactly one of any number of racing claimants wins.
+A terminal process is never leased: the claim checks the state inside that transaction, after
+taking the log's write lock, so no terminal can commit between the check and the claim.
+
+Each command is one ``Store.attempt``: a transaction lost mid-way (a PostgreSQL restart) runs
+again from scratch, reading the clock and the lease row afresh (docs/design.md §7.3). That is
+safe because every run decides on what it reads under the row lock: a claim whose commit
+reached the server but not the caller finds the claimant's own lease on the next run and
+extends it; a renewal re-checks the lease; a release of a lease no longer current is a no-op.
 """
 
 from __future__ import annotations
@@ -12,9 +20,12 @@ from typing import Any
 
 from procledger.adapters.liveness import ProcProbe
 from procledger.adapters.sql import leases as lease_rows
+from procledger.adapters.sql import records as record_rows
 from procledger.adapters.sql.store import Tx
 from procledger.application.unit_of_work import Ledger, check_live_lease, release_lease_row
+from procledger.domain.errors import AlreadyTerminal, NotFound, StoreCorrupt
 from procledger.domain.leases import Acquired, Busy, Lease, LeaseOwner
+from procledger.projections.records import read_record
 
 
 def lease_from_row(process_id: str, row: Any) -> Lease:
@@ -27,6 +38,21 @@ def lease_from_row(process_id: str, row: Any) -> Lease:
         claimed_at_ms=int(row["claimed_at_ms"]),
         expires_at_ms=int(row["expires_at_ms"]),
     )
+
+
+def check_claimable(tx: Tx, process_id: str) -> None:
+    """Raise ``NotFound`` for an unknown process and ``AlreadyTerminal`` for an ended one: a
+    lease on a terminal process would let its holder believe it may still execute it."""
+    terminal = record_rows.is_terminal(tx, process_id)
+    if terminal is None:
+        raise NotFound(f"process {process_id!r} not found")
+    if terminal:
+        try:
+            record = read_record(tx, process_id)
+        except StoreCorrupt:  # the row says terminal; only the message loses the state name
+            record = None
+        state = record.state.value if record is not None else "terminal"
+        raise AlreadyTerminal(state, "lease_claimed", state, process_id=process_id)
 
 
 def check_ttl(ttl_ms: int) -> None:
@@ -46,34 +72,49 @@ class Leases:
     ) -> Acquired | Busy:
         """Claim (``observed`` is None) or reclaim the process's lease."""
         check_ttl(ttl_ms)
-        self.ledger.read_record(process_id)  # an unknown process is NotFound
+        return self.ledger.store.attempt(
+            lambda tx: self._take_in(tx, process_id, owner, ttl_ms, observed), write=True
+        )
+
+    def _take_in(
+        self, tx: Tx, process_id: str, owner: LeaseOwner, ttl_ms: int, observed: Lease | None
+    ) -> Acquired | Busy:
+        """One run of a claim in the write transaction ``tx``; everything it decides on
+        (the clock, the state, the lease row) is read here, so it may run again."""
+        # The log lock first, as every append takes it first: a terminal either committed
+        # before this check or waits for this claim (docs/design.md §3.5).
+        self.ledger.store.lock_log(tx)
+        check_claimable(tx, process_id)
         now = self.ledger.now_ms()
-        with self.ledger.store.write() as tx:
-            lease_rows.ensure_row(tx, process_id)
-            row = lease_rows.lease_row(tx, process_id, lock=True)
-            if not row["released"] and int(row["expires_at_ms"]) > now:
-                holder = lease_from_row(process_id, row)
-                kept = self._keeps(holder, owner, observed)
-                if kept is not None:
-                    return kept if isinstance(kept, Busy) else self._extend(tx, holder, now, ttl_ms)
-            lease = Lease(
-                process_id=process_id,
-                owner=owner,
-                lease_token=secrets.token_urlsafe(16),
-                fencing_token=int(row["fencing_token"]) + 1,
-                claimed_at_ms=now,
-                expires_at_ms=now + ttl_ms,
-            )
-            _write(tx, lease)
-            return Acquired(lease=lease)
+        lease_rows.ensure_row(tx, process_id)
+        row = lease_rows.lease_row(tx, process_id, lock=True)
+        if not row["released"] and int(row["expires_at_ms"]) > now:
+            holder = lease_from_row(process_id, row)
+            kept = self._keeps(holder, owner, observed)
+            if kept is not None:
+                return kept if isinstance(kept, Busy) else self._extend(tx, holder, now, ttl_ms)
+        lease = Lease(
+            process_id=process_id,
+            owner=owner,
+            lease_token=secrets.token_urlsafe(16),
+            fencing_token=int(row["fencing_token"]) + 1,
+            claimed_at_ms=now,
+            expires_at_ms=now + ttl_ms,
+        )
+        _write(tx, lease)
+        return Acquired(lease=lease)
 
     def _keeps(
         self, holder: Lease, claimant: LeaseOwner, observed: Lease | None
     ) -> Busy | Lease | None:
         """A live holder keeps the lease (``Busy``), or is the claimant itself (its lease, to
         extend), or may be replaced (``None``: only a provably dead holder that still holds
-        exactly what the claimant observed)."""
-        if observed is None and holder.owner.same_incarnation(claimant):
+        exactly what the claimant observed).
+
+        A reclaim finds the claimant holding the lease when its own earlier run committed but
+        the acknowledgement was lost with the connection: that lease is the claimant's, so it
+        is extended rather than reported ``Busy`` against the claimant itself."""
+        if holder.owner.same_incarnation(claimant):
             return holder
         if observed is None or holder != observed:
             return Busy(holder=holder)
@@ -90,8 +131,7 @@ class Leases:
         return Acquired(lease=lease.model_copy(update={"expires_at_ms": expires_at_ms}))
 
     def get(self, process_id: str) -> Lease | None:
-        with self.ledger.store.read() as tx:
-            row = lease_rows.lease_row(tx, process_id)
+        row = self.ledger.store.attempt(lambda tx: lease_rows.lease_row(tx, process_id))
         if row is None:
             self.ledger.read_record(process_id)  # an unknown process is NotFound
             return None
@@ -101,14 +141,19 @@ class Leases:
 
     def renew(self, lease: Lease, ttl_ms: int) -> Lease:
         check_ttl(ttl_ms)
-        now = self.ledger.now_ms()
-        with self.ledger.store.write() as tx:
+
+        def renew_in(tx: Tx) -> Lease:
+            """Re-checks the lease on every run (a repeated extension by the same holder
+            just moves the expiry again), with the clock read inside the transaction."""
+            now = self.ledger.now_ms()
             check_live_lease(tx, lease, now)
             return self._extend(tx, lease, now, ttl_ms).lease
 
+        return self.ledger.store.attempt(renew_in, write=True)
+
     def release(self, lease: Lease) -> None:
-        with self.ledger.store.write() as tx:
-            release_lease_row(tx, lease)
+        """Releasing matches the lease's tokens, so a second run is a no-op."""
+        self.ledger.store.attempt(lambda tx: release_lease_row(tx, lease), write=True)
 
 
 def _write(tx: Tx, lease: Lease) -> None:

@@ -19,6 +19,7 @@ from procledger.adapters.liveness import ProcProbe
 from procledger.adapters.sql import envs as env_rows
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.opening import OpenedStore
+from procledger.application import cipher
 from procledger.application.grants import Grants
 from procledger.application.journal import NotificationJournal
 from procledger.application.leases import Leases
@@ -26,6 +27,7 @@ from procledger.application.retention import prune_filter, prune_terminal
 from procledger.application.retry import retry_on_conflict
 from procledger.application.sessions import delete_session
 from procledger.application.unit_of_work import Ledger, Loaded
+from procledger.application.verify import VerifyReport, verify_ledger
 from procledger.application.waiting import ChangeSignal
 from procledger.domain.errors import (
     AuthorityRejected,
@@ -49,11 +51,12 @@ from procledger.domain.registration import ProcessRegistration, env_ref_for
 from procledger.domain.rendering import to_process_event
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.notifications.journal import JournalAppend, JournalEntry
-from procledger.projections.feed import ChangeCursor
+from procledger.projections.feed import ChangeCursor, FeedPage
 from procledger.projections.handles import HandleSummary
 from procledger.projections.queries import FilterLike, ReadModels
 from procledger.projections.rebuild import rebuild_read_models
-from procledger.projections.reports import PruneReport, SessionDeleteReport
+from procledger.projections.records import ProcessScan
+from procledger.projections.reports import PruneReport, RebuildReport, SessionDeleteReport
 
 Clock = Callable[[], int]
 
@@ -159,8 +162,8 @@ class ProcessRegistry:
             StoreCorrupt: one of its stored events cannot be decoded.
         """
         ledger = self._ledger
-        with self.store.read() as tx:
-            stored = ledger.stored_events(tx, process_uuid(process_id), after)
+        key = process_uuid(process_id)
+        stored = self.store.attempt(lambda tx: ledger.stored_events(tx, key, after))
         if not stored and after == 0:
             raise NotFound(f"process {process_id!r} not found")
         if not stored:
@@ -170,29 +173,47 @@ class ProcessRegistry:
     # -- environments ---------------------------------------------------------------------------
 
     def store_env(self, env: Mapping[str, str]) -> str:
-        """Keep an environment outside the log and return its reference (its content hash);
-        storing the same environment twice returns the same reference."""
+        """Keep an environment outside the log and return its reference (the content hash of
+        the values); storing the same environment twice returns the same reference. Only what
+        the caller passes is stored. With ``PROCLEDGER_CIPHER_KEY`` set the values are stored
+        AES-GCM encrypted (the reference is unchanged; a plain row of the same environment is
+        replaced by ciphertext).
+
+        Raises:
+            CipherError: ``PROCLEDGER_CIPHER_KEY`` is set but not a 32-byte URL-safe base64 key.
+        """
         values = {str(k): str(v) for k, v in env.items()}
         env_ref = env_ref_for(values)
-        with self.store.write() as tx:
-            env_rows.insert(tx, env_ref, orjson.dumps(values, option=orjson.OPT_SORT_KEYS).decode())
+        plain = orjson.dumps(values, option=orjson.OPT_SORT_KEYS)
+        sealed = cipher.seal(env_ref, plain)
+        text = plain.decode() if sealed is None else sealed
+        replace_plain = sealed is not None
+        # ON CONFLICT: a run repeated after a lost commit finds its own row (docs/design.md §7.3)
+        self.store.attempt(
+            lambda tx: env_rows.insert(tx, env_ref, text, replace_plain=replace_plain), write=True
+        )
         return env_ref
 
     def load_env(self, env_ref: str) -> dict[str, str]:
-        """The environment stored under ``env_ref``.
+        """The environment stored under ``env_ref`` (decrypted when it was stored encrypted).
 
         Raises:
             NotFound: nothing was stored under that reference.
+            CipherError: it is encrypted and ``PROCLEDGER_CIPHER_KEY`` is unset or another key
+                (the message names the env ref, never the key).
             StoreCorrupt: the stored environment cannot be decoded.
         """
-        with self.store.read() as tx:
-            stored = env_rows.select(tx, env_ref)
+        stored = self.store.attempt(lambda tx: env_rows.select(tx, env_ref))
         if stored is None:
             raise NotFound(f"environment {env_ref!r} was never stored")
+        payload = cipher.unseal(env_ref, stored) if cipher.is_encrypted(stored) else stored
         try:
-            return dict(orjson.loads(stored))
-        except (orjson.JSONDecodeError, TypeError, ValueError) as error:
+            values = orjson.loads(payload)
+        except orjson.JSONDecodeError as error:
             raise StoreCorrupt(f"environment {env_ref!r} is corrupt: {error}") from None
+        if not isinstance(values, dict):
+            raise StoreCorrupt(f"environment {env_ref!r} is corrupt: not a JSON object")
+        return {str(k): str(v) for k, v in values.items()}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -260,14 +281,21 @@ class ProcessRegistry:
         event_id: str | None = None,
         lease: Lease | None = None,
         authority: CompletionAuthority | None = None,
+        signal: int | None = None,
+        survivors: Sequence[int] = (),
     ) -> ProcessRecord:
         """Record how the process ended (a row of the closed lifecycle table).
 
         Needs a live ``lease`` (checked and released in the same transaction) or a
         ``CompletionAuthority``. An identical retry (same ``event_id`` and fields) is a no-op.
+        ``signal`` is the number of the signal that ended the child: required for
+        ``signaled`` (a signal procledger did not send), allowed for ``interrupted``,
+        ``terminated`` and ``killed``, refused elsewhere; ``survivors`` the OS pids a tree stop
+        left alive (stored sorted, each once).
 
         Raises:
-            ProcessLifecycleValidationError: ``(state, reason, exit_code)`` is not a legal row.
+            ProcessLifecycleValidationError: ``(state, reason, exit_code)`` is not a legal row,
+                or ``signal``/``survivors`` break their rules (``.field`` names which).
             AlreadyTerminal: the process ended differently before.
             LeaseLost: the lease is missing, expired or superseded (nothing is written).
             AuthorityRejected: neither a lease nor a valid authority was given.
@@ -285,6 +313,8 @@ class ProcessRegistry:
                 event_id=_id(event_id),
                 authority=authority,
                 at_ms=now,
+                signal=signal,
+                survivors=survivors,
             ),
         )
 
@@ -445,10 +475,12 @@ class ProcessRegistry:
     def claim_lease(self, process_id: str, owner: LeaseOwner, ttl_ms: int) -> Acquired | Busy:
         """Take the process's lease for ``ttl_ms``: ``Acquired`` with a fencing token higher
         than any before, or ``Busy`` naming the live holder. The same incarnation claiming
-        again extends its lease. Exactly one of any number of racing claimants wins.
+        again extends its lease. Exactly one of any number of racing claimants wins. A
+        terminal process is never leased (checked inside the claim's transaction).
 
         Raises:
             NotFound: no such process.
+            AlreadyTerminal: the process has ended.
             ValueError: ``ttl_ms`` is below 1.
         """
         return self._leases.take(process_id, owner, ttl_ms, observed=None)
@@ -457,7 +489,13 @@ class ProcessRegistry:
         self, process_id: str, claimant: LeaseOwner, observed: Lease, ttl_ms: int
     ) -> Acquired | Busy:
         """Take a live lease away from ``observed``'s holder, only if that holder is provably
-        dead on this host and still holds exactly ``observed``; otherwise ``Busy``."""
+        dead on this host and still holds exactly ``observed``; otherwise ``Busy``.
+
+        Raises:
+            NotFound: no such process.
+            AlreadyTerminal: the process has ended.
+            ValueError: ``ttl_ms`` is below 1.
+        """
         return self._leases.take(process_id, claimant, ttl_ms, observed=observed)
 
     def get_lease(self, process_id: str) -> Lease | None:
@@ -527,12 +565,45 @@ class ProcessRegistry:
         return self._reads.changes_since(cursor, limit)
 
     def list_processes(self, filter: FilterLike = None) -> list[ProcessRecord]:
-        """Processes matching ``filter`` (default: running), sorted by id.
+        """Processes matching ``filter`` (default: running), sorted by id — the healthy ones:
+        a process whose stored record is damaged is left out (and logged on the
+        ``procledger.store`` logger); ``scan_processes`` names them.
 
         Raises:
             FilterError: the filter names an unknown key or a mistyped value.
         """
         return self._reads.list_processes(filter)
+
+    def scan_processes(self, filter: FilterLike = None) -> ProcessScan:
+        """``ProcessScan(records, damaged)``: the records ``list_processes`` returns, and the
+        ids of matching processes whose stored record is damaged (``get`` of one raises
+        ``StoreCorrupt``; ``rebuild`` repairs it from the log).
+
+        Raises:
+            FilterError: the filter names an unknown key or a mistyped value.
+        """
+        return self._reads.scan_processes(filter)
+
+    def scan_changes(self, cursor: ChangeCursor | int, limit: int) -> FeedPage:
+        """``FeedPage(records, cursor, damaged)``: a page of ``changes_since``, with the ids of
+        the changed processes whose stored record is damaged. The cursor passes them, so one
+        damaged record never stalls a consumer, and they are named rather than skipped
+        silently (``changes_since`` logs them on the ``procledger.store`` logger).
+
+        Raises:
+            ValueError: ``limit`` is negative.
+        """
+        return self._reads.scan_changes(cursor, limit)
+
+    def resolve_process_id(self, prefix: str) -> str:
+        """The process id that ``prefix`` names: the id itself when a process has exactly
+        that id, else the one id that starts with it (an index range query).
+
+        Raises:
+            NotFound: no process id starts with ``prefix``.
+            AmbiguousProcessId: several do (a ``NotFound``; ``.candidates`` lists a few).
+        """
+        return self._reads.resolve_process_id(prefix)
 
     def handle(self, session_id: str, process_id: str) -> HandleSummary:
         """The session's handle to a process.
@@ -573,16 +644,33 @@ class ProcessRegistry:
         watermark = None if up_to is None else ChangeCursor.of(up_to).value
         return prune_terminal(self._ledger, cutoff_ms, prune_filter(filter), watermark)
 
-    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
-        """Drop every read model and rebuild it from the log in one transaction; returns the
-        events applied. ``progress(done, total)`` is called as batches are written.
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RebuildReport:
+        """Rebuild every read model from the log, one transaction per batch of streams:
+        each process's record (and each session's grants) is at every moment either the one
+        before or the rebuilt one, never half-built. ``progress(done, total)`` is called per
+        batch. A process whose events cannot be decoded or applied keeps its old rows and is
+        named in the report; everything else is rebuilt.
+
+        Returns:
+            ``RebuildReport(applied, damaged)``: the events read, and the ids of what could
+            not be rebuilt (``"stream <uuid>"`` when not even its id can be read).
+        """
+        report = rebuild_read_models(self.store, progress)
+        self._changes.notify()
+        return report
+
+    def verify(self) -> VerifyReport:
+        """Check the ledger and write nothing: the database's integrity, every process's hash
+        chain and head, every registration against its hash, the read models against a
+        rebuild done in memory, and the env rows against their references. ``report.ok`` only
+        when all hold; each problem names its process. Processes with events from before
+        hash chains existed are listed ``unchained`` (not a failure). Writers wait while it
+        runs (docs/design.md §13).
 
         Raises:
-            StoreCorrupt: an event cannot be decoded (nothing changes).
+            StoreUnavailable: the store cannot be reached.
         """
-        applied = rebuild_read_models(self.store, progress)
-        self._changes.notify()
-        return applied
+        return verify_ledger(self.store)
 
     # -- the notification journal ----------------------------------------------------------------
 
@@ -590,7 +678,9 @@ class ProcessRegistry:
         """Journal ``notification`` under its command id (validated again first).
 
         Returns ``JournalAppend(new=True)`` when this call wrote the row, ``new=False`` for an
-        identical retry (with ``consumed`` telling whether the loop handled it already).
+        identical retry (with ``consumed`` telling whether the loop handled it already). A call
+        whose commit reached the server but whose connection was lost before the answer runs
+        again and finds its own row: ``new=False`` then too, and the row is there once.
 
         Raises:
             IdempotencyCollision: the id is journalled with a different payload.

@@ -4,8 +4,9 @@ One prune is one transaction (appended events and deletions commit together):
 
 - the candidates are the terminal records with ``updated_at_ms < cutoff_ms`` (and
   ``change_seq <= up_to``) matching the filter — never a non-terminal process;
-- their events leave the log, their ``records``, ``leases`` and ``handles`` rows and the
-  journal entries of those handles go;
+- their events leave the log, their ``records``, ``leases``, ``heads`` and ``handles`` rows
+  and the journal entries of those handles go, and so do the ``envs`` rows of their
+  environments unless a process still in the ledger names the same env ref;
 - their grants are revoked with ``Session.Revoked`` events (so a rebuild does not bring them
   back), and a ``Retention.Pruned`` event records the prune. That event also keeps the log's
   high-water mark: SQLite hands out ``max(rowid) + 1``, so deleting the newest events would
@@ -24,9 +25,11 @@ from typing import Any
 
 from eventsourcing.domain import DomainEvent
 
+from procledger.adapters.sql import envs as env_rows
 from procledger.adapters.sql import events as event_rows
 from procledger.adapters.sql import grants as grant_rows
 from procledger.adapters.sql import handles as handle_rows
+from procledger.adapters.sql import heads as head_rows
 from procledger.adapters.sql import journal as journal_rows
 from procledger.adapters.sql import leases as lease_rows
 from procledger.adapters.sql import records as record_rows
@@ -85,12 +88,10 @@ def prune_terminal(
 def _prune_once(
     ledger: Ledger, cutoff_ms: int, selection: ProcessListFilter, up_to: int | None
 ) -> PruneReport:
-    with ledger.store.read() as tx:
-        candidates = record_rows.prunable(tx, cutoff_ms, selection.conditions(), up_to)
-        if not candidates:
-            return PruneReport()
-        grants = grant_rows.grants_on(tx, list(candidates))
-        version = event_rows.max_version(tx, RETENTION_ID)
+    found = ledger.store.attempt(lambda tx: _prune_candidates(tx, cutoff_ms, selection, up_to))
+    if found is None:
+        return PruneReport()
+    candidates, grants, version = found
     now = ledger.now_ms()
     sessions = _revoke(ledger, grants, now)
     marker = RetentionPruned(
@@ -108,6 +109,19 @@ def _prune_once(
     stored.append(to_stored(marker))
     ledger.append(stored, unit)
     return PruneReport(processes=sorted(candidates), events=unit.deleted_events)
+
+
+def _prune_candidates(
+    tx: Tx, cutoff_ms: int, selection: ProcessListFilter, up_to: int | None
+) -> tuple[dict[str, int], set[tuple[str, str]], int] | None:
+    """What a prune would delete, the grants on it and the retention stream's version, read
+    in one transaction (``Store.attempt`` re-runs it if the connection is lost); ``None``:
+    nothing to prune."""
+    candidates = record_rows.prunable(tx, cutoff_ms, selection.conditions(), up_to)
+    if not candidates:
+        return None
+    grants = grant_rows.grants_on(tx, list(candidates))
+    return candidates, grants, event_rows.max_version(tx, RETENTION_ID)
 
 
 def _revoke(
@@ -147,9 +161,11 @@ class PruneUnit:
     def after(self, tx: Tx, notification_ids: Sequence[int]) -> None:
         if grant_rows.grants_on(tx, list(self.candidates)) != self.grants:
             raise Changed("grants changed during a prune")
+        env_refs = env_rows.referenced_by(tx, self.candidates)
         for process_id, change_seq in self.candidates.items():
             if not self._delete(tx, process_id, change_seq):
                 raise Changed(f"process {process_id!r} changed during a prune")
+        env_rows.delete_unreferenced(tx, env_refs)
         for session, events in self.sessions:
             for event in events:
                 apply_session_event(tx, session.session_id, event)
@@ -162,4 +178,5 @@ class PruneUnit:
         journal_rows.delete_for_process(tx, process_id)
         handle_rows.delete_for_process(tx, process_id)
         lease_rows.delete(tx, process_id)
+        head_rows.delete(tx, process_id)
         return True

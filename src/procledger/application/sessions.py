@@ -38,9 +38,9 @@ def delete_session(ledger: Ledger, session_id: str) -> SessionDeleteReport:
         now = ledger.now_ms()
         session = ledger.load_session(session_id)
         held = sorted(session.grants) if session is not None else []
-        with ledger.store.read() as tx:
-            woken = record_rows.woken_by(tx, session_id)
-            orphaned, preserved = classify(tx, session_id, held)
+        woken, (orphaned, preserved) = ledger.store.attempt(
+            lambda tx: (record_rows.woken_by(tx, session_id), classify(tx, session_id, held))
+        )
         processes = _cleared_wake_targets(ledger, woken, session_id, now)
         for process_id in held:
             assert session is not None

@@ -6,10 +6,17 @@ it. A deciding unit loads the process and lets the aggregate decide *inside* the
 transaction, so load, decision and append see one state. An optimistic-concurrency conflict
 (another writer appended first) is retried by ``retry_on_conflict``, which re-reads and
 re-decides, so a decision that is no longer valid raises its own typed error.
+
+Every process event after the first is chained to its predecessor: the unit encodes it inside
+the write transaction, where the predecessor's stored bytes are known, and adds
+``prev_digest`` (``event_digest`` of the predecessor) to its stored state; the same
+transaction records the new last event in ``heads`` (docs/design.md §13).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any, NamedTuple
@@ -19,12 +26,19 @@ from eventsourcing.persistence import StoredEvent
 
 from procledger.adapters.codec import OrjsonMapper
 from procledger.adapters.sql import events as event_rows
+from procledger.adapters.sql import heads as head_rows
 from procledger.adapters.sql import leases as lease_rows
 from procledger.adapters.sql import records as record_rows
 from procledger.adapters.sql.store import Store, Tx
 from procledger.application.retry import retry_on_conflict
 from procledger.application.waiting import ChangeSignal
-from procledger.domain.errors import LeaseLost, NotFound, StoreCorrupt, StoreError
+from procledger.domain.errors import (
+    LeaseLost,
+    NotFound,
+    ProcledgerError,
+    StoreCorrupt,
+    StoreError,
+)
 from procledger.domain.leases import Lease
 from procledger.domain.process import Process, process_uuid
 from procledger.domain.records import ProcessRecord
@@ -42,12 +56,47 @@ LOG_KEPT = 32
 """...if their logs are no longer than this (the copy keeps each event's bytes)."""
 
 
+def event_digest(topic: str, version: int, state: bytes) -> str:
+    """``sha256:<hex>`` of one stored event: its topic, version and stored state bytes (the
+    stored form, so an upcast on reading never changes it)."""
+    digest = hashlib.sha256(f"{topic}\n{version}\n".encode())
+    digest.update(bytes(state))
+    return f"sha256:{digest.hexdigest()}"
+
+
+def chained(stored: StoredEvent, prev_digest: str | None) -> StoredEvent:
+    """``stored`` with ``prev_digest`` in its state (the first event of a stream has none).
+
+    The key goes where the codec would write it back after decoding (the digest becomes a
+    plain attribute of the decoded event): last of the event's own fields, before the
+    ``class_version`` the codec always writes last. Splicing the bytes keeps them exactly the
+    codec's, so a decoded event encodes to the stored bytes again.
+    """
+    if prev_digest is None:
+        return stored
+    state = bytes(stored.state)
+    version = _CLASS_VERSION_TAIL.search(state)
+    cut = version.start() if version is not None else len(state) - 1  # before ``}``
+    link = b',"prev_digest":"' + prev_digest.encode() + b'"'
+    return StoredEvent(
+        originator_id=stored.originator_id,
+        originator_version=stored.originator_version,
+        topic=stored.topic,
+        state=state[:cut] + link + state[cut:],
+    )
+
+
+_CLASS_VERSION_TAIL = re.compile(rb',"class_version":\d+\}$')
+
+
 class Loaded(NamedTuple):
     """A process, and the notification id and stored bytes of each event it reflects: what
-    must still be in the log, unchanged, for this copy to be reused."""
+    must still be in the log, unchanged, for this copy to be reused; ``head`` is the digest of
+    its last stored event when it was read from the log (what the next event chains to)."""
 
     process: Process
     log: tuple[tuple[int, bytes], ...]
+    head: str | None = None
 
     def still_matches(self, rows: Sequence[Any]) -> bool:
         if len(rows) < len(self.log):
@@ -95,17 +144,35 @@ class AppendUnit:
         self.sessions = sessions
         self.lease = lease
         self.now_ms = now_ms
-        self.stored = self.encode()
+        self.stored: list[StoredEvent] = []
         self.records: dict[str, ProcessRecord] = {}
         self.appended: dict[str, tuple[tuple[int, bytes], ...]] = {}  # see ``Loaded.log``
+        self.heads: list[tuple[str, int, str]] = []
 
-    def encode(self) -> list[StoredEvent]:
+    def decide(self, tx: Tx) -> list[StoredEvent]:
+        """Encode the events inside the write transaction: each process event after a stream's
+        first is chained to its predecessor as stored (read here, under the write lock)."""
+        self.stored = self.encode(tx, {})
+        return self.stored
+
+    def encode(self, tx: Tx, heads: dict[str, str | None]) -> list[StoredEvent]:
+        """The stored events; ``heads`` gives a process's last digest where already known."""
         to_stored_event = self.ledger.mapper.to_stored_event
-        return [
-            to_stored_event(event)
-            for _, events in (*self.processes, *self.sessions)
-            for event in events
-        ]
+        stored: list[StoredEvent] = []
+        self.heads = []
+        for process, events in self.processes:
+            if not events:
+                continue
+            head: str | None = heads.get(process.process_id, MISSING)
+            if head is MISSING:
+                head = predecessor_digest(tx, process.process_id, events[0].originator_version)
+            for event in events:
+                item = chained(to_stored_event(event), head)
+                head = digest = event_digest(item.topic, item.originator_version, item.state)
+                stored.append(item)
+            self.heads.append((process.process_id, events[-1].originator_version, digest))
+        stored.extend(to_stored_event(e) for _, events in self.sessions for e in events)
+        return stored
 
     def before(self, tx: Tx) -> None:
         if self.lease is not None:
@@ -131,9 +198,27 @@ class AppendUnit:
             for event in events:
                 apply_session_event(tx, session.session_id, event)
         record_rows.upsert_records(tx, documents, must_exist=loaded)
+        head_rows.upsert(tx, self.heads)
         record_rows.advance_tracking(tx, max(notification_ids, default=0))
         if self.lease is not None:
             release_lease_row(tx, self.lease)
+
+
+MISSING: Any = object()
+
+
+def predecessor_digest(tx: Tx, process_id: str, version: int) -> str | None:
+    """The digest an event at ``version`` chains to: none for a stream's first event.
+
+    Raises:
+        NotFound: the predecessor is gone (the process was pruned since it was loaded).
+    """
+    if version <= 1:
+        return None
+    row = head_rows.last_event(tx, process_uuid(process_id), version - 1)
+    if row is None:
+        raise NotFound(f"process {process_id!r} not found")
+    return event_digest(row["topic"], version - 1, row["state"])
 
 
 class DecideUnit(AppendUnit):
@@ -152,13 +237,18 @@ class DecideUnit(AppendUnit):
         process = loaded.process
         self.decide_on(process, self.now_ms)
         self.processes = [(process, list(process.collect_events()))]
-        self.stored = self.encode()
+        self.stored = self.encode(tx, {self.process_id: loaded.head})
+        if not self.stored and self.lease is not None and process.state.is_terminal:
+            # An identical terminal replayed with its lease (the writer died between commit
+            # and acknowledgement): nothing is appended, but the lease must not outlive the
+            # process (docs/design.md §3.5).
+            release_lease_row(tx, self.lease)
         return self.stored
 
     def committed(self) -> Loaded:
         """The process as this write left it (call only after the commit)."""
         assert self.loaded is not None
-        process, log = self.loaded
+        process, log = self.loaded.process, self.loaded.log
         return Loaded(process, log + self.appended.get(self.process_id, ()))
 
 
@@ -180,9 +270,9 @@ class Ledger:
     # -- loading ----------------------------------------------------------------------------
 
     def load_process(self, process_id: str) -> Process:
-        """Replay a process from its log (``NotFound`` if it has none)."""
-        with self.store.read() as tx:
-            return self.replay(tx, process_id, None).process
+        """Replay a process from its log (``NotFound`` if it has none). A read, so a
+        transaction lost mid-way simply runs again (``Store.attempt``, docs/design.md §7.3)."""
+        return self.store.attempt(lambda tx: self.replay(tx, process_id, None).process)
 
     def checkout(self, tx: Tx, process_id: str) -> Loaded:
         """The process as its log stands, for a write in the open transaction ``tx``.
@@ -213,16 +303,22 @@ class Ledger:
         if cached is not None and cached.still_matches(rows):
             process, reused = cached.process, len(cached.log)
         for row in rows[reused:]:
-            process = self.decode(stored_event(key, row), process_id).mutate(process)
-        return Loaded(process, tuple((row["position"], row["state"]) for row in rows))
+            event = self.decode(stored_event(key, row), process_id)
+            process = apply_stored(event, process, f"process {process_id!r}", process_id)
+        last = rows[-1]
+        head = event_digest(last["topic"], last["originator_version"], last["state"])
+        return Loaded(process, tuple((row["position"], row["state"]) for row in rows), head)
 
     def stored_events(self, tx: Tx, key: UUID, after: int = 0) -> list[StoredEvent]:
         return [stored_event(key, row) for row in event_rows.aggregate_rows(tx, key, after)]
 
     def decode(self, stored: StoredEvent, process_id: str | None = None) -> Any:
-        """One stored event; a corrupt one is a ``StoreCorrupt`` naming its process."""
+        """One stored event; a corrupt one is a ``StoreCorrupt`` naming its process. The chain
+        link (``prev_digest``) is the store's, not the domain's: it is dropped here."""
         try:
-            return self.mapper.to_domain_event(stored)
+            event = self.mapper.to_domain_event(stored)
+            event.__dict__.pop("prev_digest", None)
+            return event
         except StoreError as error:
             if process_id is None:
                 raise
@@ -231,11 +327,12 @@ class Ledger:
             ) from error.__cause__
 
     def load_session(self, session_id: str) -> Session | None:
-        with self.store.read() as tx:
-            stored = self.stored_events(tx, session_uuid(session_id))
+        key = session_uuid(session_id)
+        stored = self.store.attempt(lambda tx: self.stored_events(tx, key))
         aggregate: Any = None
         for item in stored:
-            aggregate = self.decode(item).mutate(aggregate)
+            stream = f"session {session_id!r}"
+            aggregate = apply_stored(self.decode(item), aggregate, stream, None)
         return aggregate  # type: ignore[no-any-return]
 
     # -- saving -----------------------------------------------------------------------------
@@ -256,7 +353,7 @@ class Ledger:
         collected = [(p, list(p.collect_events())) for p in processes]
         session_events = [(s, list(s.collect_events())) for s in sessions]
         unit = AppendUnit(self, collected, session_events, lease=lease, now_ms=now_ms)
-        self.append(unit.stored, unit)
+        self.append([], unit)
         return unit
 
     def append(self, stored: Sequence[StoredEvent], unit: Any) -> list[int]:
@@ -286,8 +383,7 @@ class Ledger:
 
     def read_record(self, process_id: str) -> ProcessRecord:
         """The process's current record (``NotFound`` if unknown)."""
-        with self.store.read() as tx:
-            record = read_record(tx, process_id)
+        record = self.store.attempt(lambda tx: read_record(tx, process_id))
         if record is None:
             raise NotFound(f"process {process_id!r} not found")
         return record
@@ -301,3 +397,19 @@ def stored_event(key: UUID, row: Any) -> StoredEvent:
         topic=row["topic"],
         state=row["state"],
     )
+
+
+def apply_stored(event: Any, aggregate: Any, stream: str, process_id: str | None) -> Any:
+    """``event`` applied to ``aggregate``. A stored event the domain cannot apply (an unknown
+    state written by hand, say) is ``StoreCorrupt`` naming its stream, never a bare KeyError."""
+    try:
+        return event.mutate(aggregate)
+    except ProcledgerError:
+        raise
+    except Exception as error:
+        version = getattr(event, "originator_version", "?")
+        raise StoreCorrupt(
+            f"{stream}: stored event v{version} ({type(event).__name__}) cannot be applied: "
+            f"{error!r}",
+            process_id=process_id,
+        ) from error

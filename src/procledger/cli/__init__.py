@@ -2,9 +2,9 @@
 
 How to add a command: write it in the module of its group -- taking ``ctx: typer.Context``
 when it needs the global options (``cli_state(ctx).url``, then ``open_ledger``) -- let library
-errors propagate, and register it below. ``main`` is the one place that turns a
-``ProcledgerError`` or ``OSError`` into exactly one line on stderr and exit code 1; usage
-errors exit 2 (typer/click's own handling). Machine output goes to stdout as plain text;
+errors propagate, and register it below. ``main`` is the one place that turns an error into
+exactly one line on stderr and exit code 1 (never a traceback); a usage error is one line and
+exit 2; a closed pipe (``| head``) ends quietly with 0. Machine output goes to stdout as plain text;
 nothing here opens a store unless the command needs one.
 
 Start-up time: a command imports what it uses (the store, the supervisor, recovery, rich) in its
@@ -18,25 +18,45 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``recovery``: ``sweep``, ``worker``.
 - ``running``: ``run``, in the foreground or detached.
 - ``inspection``: ``ps``, ``show``, ``feed``.
-- ``control``: ``stop``, ``restore``.
+- ``control``: ``stop``, ``abandon``, ``restore``.
+- ``keys``: ``keygen``.
 """
 
-from procledger.cli import control, inspection, maintenance, recovery, running
-from procledger.cli._app import CliState, app, main
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-# `table` renders through these names, so that they can be replaced here (see `table`).
-from procledger.domain.lifecycle import render_markdown, render_mermaid
+from procledger.cli import control, inspection, keys, maintenance, recovery, running, verify
+from procledger.cli._app import CliState, Command, app, main
 
-# The order of registration is the order of `procledger --help`.
-app.command()(maintenance.table)
-app.command()(recovery.sweep)
-app.command()(recovery.worker)
-app.command()(maintenance.rebuild)
-app.command(context_settings=running.RUN_CONTEXT_SETTINGS)(running.run)
-app.command()(inspection.ps)
-app.command()(inspection.show)
-app.command()(inspection.feed)
-app.command()(control.stop)
-app.command()(control.restore)
+if TYPE_CHECKING:
+    from procledger.domain.lifecycle_table import render_markdown, render_mermaid
+
+# The order of registration is the order of `procledger --help`: the order a person uses them.
+command = partial(app.command, cls=Command)
+command(context_settings=running.RUN_CONTEXT_SETTINGS, cls=running.RunCommand)(running.run)
+command()(inspection.ps)
+command()(inspection.show)
+command()(control.stop)
+command()(control.abandon)
+command()(inspection.feed)
+command()(control.restore)
+command()(recovery.sweep)
+command()(recovery.worker)
+command(short_help="Rebuild the read models from the event log.")(maintenance.rebuild)
+command(short_help="Check the ledger's integrity, chains and read models.")(verify.verify)
+command()(maintenance.table)
+command()(keys.keygen)
+
+
+def __getattr__(name: str) -> Any:
+    """``render_markdown``/``render_mermaid``: `table` renders through these names, so that
+    they can be replaced here (see `table`); imported on first use, as the lifecycle table's
+    module is not needed by any other command (docs/design.md §1.2, cheap start-up)."""
+    if name in ("render_markdown", "render_mermaid"):
+        from procledger.domain import lifecycle_table  # the frozen table: no state machine
+
+        return getattr(lifecycle_table, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["CliState", "app", "main", "render_markdown", "render_mermaid"]

@@ -7,22 +7,29 @@ knows none of them, so it stays cheap to import.
 
 from __future__ import annotations
 
+import logging
+import math
+import os
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import orjson
 import typer
-
-from procledger import ProcledgerError
+import typer.main
+from typer.core import TyperCommand
 
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
 
 PROG = "procledger"
+URL_VARIABLE = "PROCLEDGER_URL"
 EXIT_FAILURE = 1
+EXIT_USAGE = 2
+MAX_GRACE_S = 86_400.0
+"""``--grace`` is at most a day: a stop that waits longer is a mistake, not a policy."""
 EXIT_STOPPED = 130
 """128 + SIGINT: what a command stopped on request (Ctrl-C, ``procledger stop``) exits with."""
 
@@ -34,8 +41,8 @@ class CliState:
     """What the global options decided, shared with every command through ``ctx.obj``."""
 
     url: str | None = None
-    """``--url``; ``None`` lets ``open_registry`` fall back to ``$PROCLEDGER_URL``, then the
-    default SQLite ledger (docs/design.md §7)."""
+    """``--url``, else ``$PROCLEDGER_URL`` (the same option: the two mean exactly the same);
+    ``None`` lets ``open_registry`` use the default SQLite ledger (docs/design.md §7)."""
     command: str | None = None
     """The subcommand being run, named in the error line."""
 
@@ -51,12 +58,36 @@ app = typer.Typer(
 )
 
 
+_USAGE_ERROR: type[Exception] = next(
+    base for base in typer.BadParameter.__mro__ if base.__name__ == "UsageError"
+)
+"""click's ``UsageError`` (typer may vendor click): found from a public typer name."""
+
+
+class Command(TyperCommand):
+    """A command whose usage line names its arguments as people write them (``ID``), not in
+    typer's braces for a required one (``{ID}``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [piece.replace("{", "").replace("}", "") for piece in pieces]
+
+
 def cli_state(ctx: typer.Context) -> CliState:
     """The global options of this invocation (set up by the app callback)."""
     state = ctx.find_root().obj
     if not isinstance(state, CliState):  # pragma: no cover - only if a caller bypasses main()
         raise TypeError("procledger CLI state missing: run the app through procledger.cli.main")
     return state
+
+
+def _print_version(value: bool) -> None:
+    """``--version``: answered while parsing, before any command runs or any store opens."""
+    if value:
+        import procledger
+
+        sys.stdout.write(f"{PROG} {procledger.__version__}\n")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -67,28 +98,69 @@ def _global_options(
         typer.Option(
             "--url",
             metavar="URL",
-            help="Store URL (memory://, sqlite:///path.db, postgresql://...). "
-            "Default: $PROCLEDGER_URL, else the SQLite ledger under $XDG_DATA_HOME/procledger.",
+            envvar=URL_VARIABLE,
+            show_envvar=False,
+            help="Store URL: sqlite:///relative.db, sqlite:////absolute.db, "
+            "postgresql://user@host/db, memory://. Default: $PROCLEDGER_URL, else the SQLite "
+            "ledger under $XDG_DATA_HOME/procledger.",
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the version and exit.",
+        ),
+    ] = False,
 ) -> None:
     state = ctx.ensure_object(CliState)
-    state.url = url
+    state.url = url or None
     state.command = ctx.invoked_subcommand
 
 
 @contextmanager
-def open_ledger(url: str | None) -> Iterator[ProcessRegistry]:
-    """The one way a command opens the store, closed after it. ``open_registry`` is imported
-    here, through the package's public name, so that ``procledger table`` never loads a store
-    and a move of the registry inside the library changes nothing in the CLI."""
+def open_ledger(url: str | None, *, create: bool = True) -> Iterator[ProcessRegistry]:
+    """The one way a command opens the store, closed after it. ``create=False`` for the
+    commands that only read: they never create a ledger, a missing one is an error naming it.
+    ``open_registry`` is imported here, through the package's public name, so that
+    ``procledger table`` never loads a store."""
     from procledger import open_registry
 
-    registry = open_registry(url)
+    registry = open_registry(url, create=create)
     try:
         yield registry
     finally:
         registry.close()
+
+
+def resolve_id(registry: ProcessRegistry, text: str) -> str:
+    """The process id ``text`` names: the id itself, or a unique prefix of one (an ambiguous
+    one is ``AmbiguousProcessId`` listing candidates). Text that is not valid UTF-8 -- a shell
+    can pass any bytes -- names no process."""
+    from procledger import NotFound
+
+    if not is_utf8(text):
+        raise NotFound(f"no process {os.fsencode(text)!r}: a process id is UTF-8 text")
+    return registry.resolve_process_id(text)
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be kept as UTF-8 (an argument or path decoded from other bytes holds
+    surrogate escapes, which cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def warn(text: str) -> None:
+    """A note for the person on stderr (stdout stays the command's data), on one line."""
+    line = f"{PROG}: {one_line(text)}\n"
+    sys.stderr.write(line.encode(errors="backslashreplace").decode())
 
 
 def one_line(text: str) -> str:
@@ -96,21 +168,120 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _fail(state: CliState, exc: BaseException) -> NoReturn:
+def _say(state: CliState, text: str) -> None:
     where = f"{PROG} {state.command}" if state.command else PROG
-    detail = one_line(str(exc)) or "(no message)"
-    sys.stderr.write(f"{where}: {type(exc).__name__}: {detail}\n")
+    message = one_line(text) or "(no message)"
+    # A message may carry undecodable bytes (surrogate escapes of a non-UTF-8 argument): they
+    # are shown escaped, so writing the error line can never itself fail.
+    line = f"{where}: {message}\n".encode(errors="backslashreplace").decode()
+    sys.stderr.write(line)
     sys.stderr.flush()
-    raise SystemExit(EXIT_FAILURE)
+
+
+def fail(state: CliState, exc: BaseException, code: int = EXIT_FAILURE) -> NoReturn:
+    """Report ``exc`` as the one error line (naming the command and the error class) and
+    exit with ``code`` -- for a command that exits with something other than 1 on an error."""
+    _say(state, f"{type(exc).__name__}: {exc}")
+    raise SystemExit(code)
+
+
+def _missing_driver(exc: ImportError) -> str | None:
+    """PostgreSQL support is an extra: name what to install when its driver is missing."""
+    name = exc.name or ""
+    if name.split(".")[0] in ("psycopg", "psycopg_pool"):
+        return f"PostgreSQL support is not installed ({name}): pip install 'procledger[postgres]'"
+    return None
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """The reader went away (``| head``): that is not a failure. Point stdout at /dev/null so
+    the interpreter's final flush cannot raise again, and exit 0."""
+    with suppress(OSError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+    raise SystemExit(0)
+
+
+def _usage(state: CliState, exc: Exception) -> NoReturn:
+    """A usage error (click's): one line naming the command, and exit 2; nothing was done."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `procledger` or a group with no command
+        sys.stderr.write(str(getattr(exc, "message", exc)).rstrip() + "\n")
+        raise SystemExit(EXIT_USAGE)
+    context = getattr(exc, "ctx", None)
+    named = (getattr(context, "command_path", None) or PROG).removeprefix(PROG).strip()
+    state.command = named or state.command  # click may blame the group for a command's option
+    path = f"{PROG} {state.command}" if state.command else PROG
+    _say(state, f"{exc.format_message()} (see '{path} --help')")  # type: ignore[attr-defined]
+    raise SystemExit(EXIT_USAGE)
+
+
+def _log_to_stderr() -> None:
+    """The library's warnings (a ledger readable by others, waiting for the store) reach the
+    person as lines like the error line: ``procledger: <message>``. Installed once per process,
+    writing to whatever ``sys.stderr`` is when a warning comes."""
+    logger = logging.getLogger("procledger")
+    if any(isinstance(handler, _StderrLines) for handler in logger.handlers):
+        return
+    handler = _StderrLines()
+    handler.setLevel(logging.WARNING)  # on the handler: the logger's level stays the caller's
+    logger.addHandler(handler)
+
+
+class _StderrLines(logging.Handler):
+    """One ``procledger: <message>`` line on the current ``sys.stderr`` per record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with suppress(OSError, ValueError):  # a closed stderr: nobody to tell
+            warn(record.getMessage())
+
+
+def _invoke(state: CliState, args: list[str]) -> int:
+    """Parse ``args`` and run the command; its exit code. Click exceptions come back raised
+    (no standalone mode), so that every way out is decided in ``main``."""
+    _log_to_stderr()
+    command = typer.main.get_command(app)
+    with command.make_context(PROG, args, obj=state) as ctx:
+        command.invoke(ctx)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``procledger`` script and of ``python -m procledger``."""
+    """Entry point of the CLI: every way a command ends becomes an exit code, and every failure
+    exactly one line on stderr -- never a traceback (docs/design.md §8)."""
     state = CliState()
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=list(argv) if argv is not None else None, prog_name=PROG, obj=state)
-    except (ProcledgerError, OSError) as exc:
-        _fail(state, exc)
+        code = _invoke(state, args)
+    except typer.Exit as done:
+        code = done.exit_code
+    except (KeyboardInterrupt, typer.Abort):
+        code = EXIT_STOPPED
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+    except _USAGE_ERROR as exc:
+        _usage(state, exc)
+    except ImportError as exc:
+        missing = _missing_driver(exc)
+        if missing is None:
+            fail(state, exc)
+        _say(state, missing)
+        raise SystemExit(EXIT_FAILURE) from None
+    except Exception as exc:  # ProcledgerError, OSError -- and a bug: one line all the same
+        fail(state, exc)
+    raise SystemExit(code)
+
+
+def parse_grace(value: str) -> float:
+    """``--grace``: a finite number of seconds from 0 to a day; anything else (``inf``,
+    ``nan``, ``1e308``) is a usage error, found before anything is recorded."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0.0 <= seconds <= MAX_GRACE_S):
+        message = f"{value!r} is not a number of seconds from 0 to {MAX_GRACE_S:.0f}"
+        raise typer.BadParameter(message, param_hint="--grace")
+    return seconds
 
 
 def dump(model: Any) -> Any:

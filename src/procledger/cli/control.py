@@ -1,22 +1,61 @@
-"""Commands that act on processes other `procledger` instances supervise: `stop` records a
-request their supervisor carries out; `restore` settles the runs whose supervisor died."""
+"""Commands that act on processes other `procledger` instances supervise (docs/design.md §8).
+
+`stop` tells the truth: it succeeds only when someone will carry the stop out -- a live owner
+holding the lease, which it asks through the ledger -- or when it carried it out itself: the
+owner is gone and the recorded child is alive on this host, so it stops that tree and records
+the outcome. Otherwise it records nothing, exits 1 and says what to do: `abandon` records a
+process nobody owns as given up. `restore` settles this host's runs whose supervisor died.
+"""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
-from procledger.cli._app import JsonOption, cli_state, dump, open_ledger, write_json
-from procledger.cli._format import command_text
+from procledger import ProcledgerError, TerminalReason
+from procledger.cli._app import (
+    JsonOption,
+    cli_state,
+    dump,
+    open_ledger,
+    parse_grace,
+    resolve_id,
+    write_json,
+)
+from procledger.cli._format import command_text, ending
 from procledger.cli._owner import cli_notifier, cli_owner
 from procledger.supervisor.modes import StopMode
+
+if TYPE_CHECKING:
+    from procledger import Lease, LeaseOwner, ProcessRecord, ProcessRegistry
+
+_IdArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
+]
+
+
+class NobodyToStop(ProcledgerError):
+    """`stop` found neither a live owner to ask nor a live child on this host to stop."""
+
+
+class StillOwned(ProcledgerError):
+    """`abandon` refused: a live owner holds the process, or its child is still alive."""
+
+
+def live_owner(registry: ProcessRegistry, process_id: str, me: LeaseOwner) -> Lease | None:
+    """The lease of a live owner of the process: not expired and its holder not provably dead
+    (docs/design.md §3.5); ``None`` when nobody is there to carry out a request."""
+    lease = registry.get_lease(process_id)
+    if lease is None or not lease.is_live(registry.now_ms()):
+        return None
+    return None if registry.probe.provably_dead(lease.owner, me) else lease
 
 
 def stop(
     ctx: typer.Context,
-    process_id: Annotated[str, typer.Argument(metavar="ID")],
+    process_id: _IdArgument,
     *,
     mode: Annotated[
         StopMode,
@@ -24,29 +63,160 @@ def stop(
             "--mode", help="interrupt: SIGINT first; terminate: SIGTERM first; kill: SIGKILL now."
         ),
     ] = StopMode.interrupt,
+    grace: Annotated[
+        str,
+        typer.Option(
+            "--grace",
+            metavar="S",
+            show_default=False,
+            help="When its owner is gone and this command stops the tree itself: seconds "
+            "before SIGKILL (finite, 0 to 86400).  [default: 10]",
+        ),
+    ] = "10",
+    as_json: JsonOption = False,
 ) -> None:
-    """Record a stop request and return: the `procledger run` supervising the process carries
-    it out with its own grace."""
+    """Stop a process, or say why nobody can.
+
+    Asks its live supervisor (exit 0 once the request is recorded), or -- when the supervisor
+    is gone and the child still runs on this host -- stops the tree here and records how it
+    ended. With neither, nothing is recorded and it exits 1 (see abandon)."""
+    grace_s = parse_grace(grace)
     with open_ledger(cli_state(ctx).url) as registry:
-        record = registry.get(process_id)
-        if not record.state.is_terminal:
-            record = registry.request_stop(process_id, mode.reason)
-    if record.state.is_terminal:
-        sys.stdout.write(f"process {record.id} already ended: {record.state.value}\n")
+        found = resolve_id(registry, process_id)
+        record = registry.get(found)
+        if record.state.is_terminal:
+            _said(record, f"process {record.id} already ended: {record.state.value}", as_json)
+            return
+        if live_owner(registry, found, cli_owner()) is not None:
+            record = registry.request_stop(found, mode.reason)
+            message = f"stop requested ({mode.reason.value}) for process {record.id}"
+        else:
+            record = _stop_orphan(registry, record, mode, grace_s)
+            message = (
+                f"stopped process {record.id} here, its supervisor being gone: {ending(record)}"
+            )
+    _said(record, message, as_json)
+
+
+def _stop_orphan(
+    registry: ProcessRegistry, record: ProcessRecord, mode: StopMode, grace_s: float
+) -> ProcessRecord:
+    """The owner is gone: stop the recorded child's tree here if it is alive on this host."""
+    from procledger.supervisor.orphans import find_live_child, stop_orphan
+
+    if find_live_child(record) is None:
+        raise NobodyToStop(
+            f"process {record.id} has no live supervisor and no live child on this host, so "
+            f"nothing would carry out a stop; nothing was recorded. If it is over, record it "
+            f"with: procledger abandon {record.id}"
+        )
+    return stop_orphan(registry, record, mode, grace_s)
+
+
+def _said(record: ProcessRecord, message: str, as_json: bool) -> None:
+    """A command's result: a sentence for people, or the record as JSON."""
+    if as_json:
+        write_json(dump(record))
     else:
-        sys.stdout.write(f"stop requested ({mode.reason.value}) for process {record.id}\n")
+        sys.stdout.write(message + "\n")
 
 
-def restore(ctx: typer.Context, *, as_json: JsonOption = False) -> None:
-    """Record as lost every running process whose `procledger run` on this host is gone (its
-    recorded pid is never signalled), and republish its completion notification."""
+def abandon(
+    ctx: typer.Context,
+    process_id: _IdArgument,
+    *,
+    reason: Annotated[
+        str | None,
+        typer.Option("--reason", metavar="TEXT", help="Why, kept in the record's diagnostic."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Record a process nobody owns as abandoned.
+
+    For a process whose supervisor died, or one registered but never started. Refused while a
+    live owner holds it or its child still runs (use stop)."""
+    me = cli_owner()
+    with open_ledger(cli_state(ctx).url) as registry:
+        found = resolve_id(registry, process_id)
+        record = registry.get(found)
+        if record.state.is_terminal:
+            _said(record, f"process {record.id} already ended: {record.state.value}", as_json)
+            return
+        lease = _take_unowned(registry, record, me)
+        diagnostic = f"abandoned by {me.owner_id} on request" + (f": {reason}" if reason else "")
+        record = registry.record_abandoned(
+            found,
+            TerminalReason.abandon_requested,
+            owner=_evidence(record),
+            at_ms=registry.now_ms(),
+            diagnostic=_clip(diagnostic),
+            lease=lease,
+        )
+    _said(record, f"process {record.id} abandoned", as_json)
+
+
+def _take_unowned(registry: ProcessRegistry, record: ProcessRecord, me: LeaseOwner) -> Lease:
+    """The process's lease, taken from nobody (none, expired) or from a provably dead holder;
+    ``StillOwned`` if a live owner holds it or its child still runs here."""
+    from procledger import Acquired
+    from procledger.supervisor.orphans import find_live_child
+
+    holder = live_owner(registry, record.id, me)
+    if holder is not None:
+        _refuse(record, f"a live owner ({holder.owner.owner_id}) holds it: procledger stop")
+    child = find_live_child(record)
+    if child is not None:
+        _refuse(record, f"its child (pid {child}) is still running here: procledger stop")
+    current = registry.get_lease(record.id)
+    ttl_ms = 30_000
+    if current is None or not current.is_live(registry.now_ms()):
+        taken = registry.claim_lease(record.id, me, ttl_ms)
+    else:
+        taken = registry.reclaim_lease(record.id, me, current, ttl_ms)
+    if not isinstance(taken, Acquired):
+        _refuse(record, "another owner took it meanwhile: procledger show")
+    return taken.lease
+
+
+def _refuse(record: ProcessRecord, why: str) -> NoReturn:
+    raise StillOwned(f"process {record.id} not abandoned: {why} {record.id}")
+
+
+def _evidence(record: ProcessRecord) -> LeaseOwner | None:
+    """Whose absence the abandonment rests on: the owner that first started it, if any."""
+    return record.first_started.owner if record.first_started is not None else None
+
+
+def _clip(text: str) -> str:
+    from procledger.domain.diagnostics import clip_diagnostic
+
+    return clip_diagnostic(text)
+
+
+def restore(
+    ctx: typer.Context,
+    *,
+    keep_orphans: Annotated[
+        bool,
+        typer.Option(
+            "--keep-orphans",
+            help="Leave a child that outlived its supervisor running (the record says so); "
+            "by default its tree is stopped.",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Settle this host's runs whose procledger died.
+
+    Delivers outcomes their supervisor could not write, stops (or, with --keep-orphans, keeps)
+    a child still alive, records the rest lost, and republishes each completion notice."""
     from procledger import Supervisor
 
     with open_ledger(cli_state(ctx).url) as registry:
         owner = cli_owner()
         notifier, _ = cli_notifier(registry, owner)
         with Supervisor(registry, owner=owner, notifier=notifier) as supervisor:
-            lost = supervisor.restore()
+            lost = supervisor.restore(keep_orphans=keep_orphans)
     if as_json:
         write_json([dump(record) for record in lost])
         return

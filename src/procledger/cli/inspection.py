@@ -2,22 +2,91 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from procledger.cli._app import EXIT_STOPPED, JsonOption, cli_state, dump, open_ledger, write_json
-from procledger.cli._format import command_text, console, local_time, outcome, plain_table
+from procledger import ProcessState
+from procledger.cli._app import (
+    EXIT_STOPPED,
+    JsonOption,
+    cli_state,
+    dump,
+    open_ledger,
+    resolve_id,
+    warn,
+    write_json,
+)
+from procledger.cli._format import command_text, local_time, outcome, write_table
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from procledger import ProcessEvent, ProcessRecord, ProcessRegistry
 
 _FEED_PAGE = 500
 _FEED_POLL_S = 0.25
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+_STATES = ", ".join(state.value for state in ProcessState)
+_IdArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
+]
+
+
+def parse_duration(text: str) -> int:
+    """``--since``: ``90``, ``90s``, ``15m``, ``2h``, ``3d``, ``1w`` -- in milliseconds."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None:
+        message = f"{text!r} is not a duration such as 90s, 15m, 2h or 3d"
+        raise typer.BadParameter(message, param_hint="--since")
+    return int(float(found.group(1)) * _UNITS[found.group(2) or "s"] * 1000)
+
+
+def parse_states(values: list[str]) -> set[ProcessState]:
+    """``--state``: repeatable, or comma-separated; each a state of the lifecycle table."""
+    states: set[ProcessState] = set()
+    for value in values:
+        for name in filter(None, (part.strip() for part in value.split(","))):
+            try:
+                states.add(ProcessState(name))
+            except ValueError:
+                message = f"{name!r} is not a state (one of: {_STATES})"
+                raise typer.BadParameter(message, param_hint="--state") from None
+    return states
+
+
+def list_options(
+    *, show_all: bool, states: list[str], status: str | None, label: str | None, since: str | None
+) -> tuple[dict[str, object], set[ProcessState]]:
+    """The filter keys `ps`'s options name, and the states to keep. A state or a status given
+    widens the default (running processes) to every process of that state or status."""
+    wanted = parse_states(states)
+    keys: dict[str, object] = {"status": status or ("any" if show_all or wanted else "running")}
+    if label is not None:
+        keys["identity_label"] = label
+    if since is not None:
+        keys["created_at_start_ms"] = int(time.time() * 1000) - parse_duration(since)
+    return keys, wanted
+
+
+_StateOption = Annotated[
+    list[str] | None,
+    typer.Option("--state", metavar="STATE", help="Only this state (repeatable; a,b)."),
+]
+_StatusOption = Annotated[
+    str | None,
+    typer.Option(
+        "--status",
+        metavar="STATUS",
+        help="Only this status: running, completed, failed, cancelled, abandoned or any.",
+    ),
+]
+_SinceOption = Annotated[
+    str | None,
+    typer.Option("--since", metavar="DURATION", help="Only created in the last 90s/15m/2h/3d."),
+]
 
 
 def ps(
@@ -26,21 +95,51 @@ def ps(
     show_all: Annotated[
         bool, typer.Option("--all", "-a", help="Every process, not only running ones.")
     ] = False,
-    as_json: JsonOption = False,
+    state: _StateOption = None,
+    status: _StatusOption = None,
+    label: Annotated[
+        str | None, typer.Option("--label", metavar="TEXT", help="Only this identity label.")
+    ] = None,
+    since: _SinceOption = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=0, metavar="N", help="Only the N newest.")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='{"records": [...], "damaged": [ids]}.')
+    ] = False,
 ) -> None:
-    """List processes (running ones unless --all), by id."""
+    """List processes (running ones by default).
+
+    Running ones unless --all, --state or --status; oldest first, with full ids. Into a pipe,
+    tab-separated columns. Records that cannot be read are named on stderr and never hide
+    the others."""
     from procledger import ProcessListFilter
 
-    with open_ledger(cli_state(ctx).url) as registry:
-        records = registry.list_processes(
-            ProcessListFilter(status="any" if show_all else "running")
-        )
+    keys, wanted = list_options(
+        show_all=show_all, states=state or [], status=status, label=label, since=since
+    )
+    selection = ProcessListFilter.decode(keys)
+    with open_ledger(cli_state(ctx).url, create=False) as registry:
+        records, damaged = registry.scan_processes(selection)
+    if wanted:
+        records = [record for record in records if record.state in wanted]
+    if limit is not None:
+        records = records[len(records) - limit :] if limit else []
     if as_json:
-        write_json([dump(record) for record in records])
+        write_json({"records": [dump(record) for record in records], "damaged": damaged})
         return
-    table = plain_table("ID", "STATE", "STATUS", "OUTCOME", "UPDATED", "COMMAND")
-    for record in records:
-        table.add_row(
+    if damaged:
+        warn(f"{len(damaged)} damaged record(s) not listed: {', '.join(damaged)} (see verify)")
+    _print_processes(records, everything=keys["status"] != "running" or bool(wanted))
+
+
+def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:
+    if not records:
+        what = "processes match" if everything else "running processes (ps --all lists every one)"
+        warn(f"no {what}")
+        return
+    rows = [
+        (
             record.id,
             record.state.value,
             record.status.value,
@@ -48,62 +147,65 @@ def ps(
             local_time(record.updated_at_ms),
             command_text(record),
         )
-    console().print(table)
+        for record in records
+    ]
+    write_table(("ID", "STATE", "STATUS", "OUTCOME", "UPDATED", "COMMAND"), rows)
 
 
-def show(
-    ctx: typer.Context,
-    process_id: Annotated[str, typer.Argument(metavar="ID")],
-    *,
-    as_json: JsonOption = False,
-) -> None:
-    """Show one process: its record and its whole event history."""
-    with open_ledger(cli_state(ctx).url) as registry:
-        record = registry.get(process_id)
-        events = registry.events(process_id)
+def show(ctx: typer.Context, process_id: _IdArgument, *, as_json: JsonOption = False) -> None:
+    """Show one process's record and its whole event history.
+
+    The record includes the child's OS pid and process group, and the signal that ended it."""
+    with open_ledger(cli_state(ctx).url, create=False) as registry:
+        found = resolve_id(registry, process_id)
+        record = registry.get(found)
+        events = registry.events(found)
     if as_json:
         write_json({"record": dump(record), "events": [dump(e) for e in events]})
         return
-    history = plain_table("SEQ", "AT", "KIND", "DETAILS")
-    for event in events:
-        history.add_row(
-            str(event.sequence), local_time(event.occurred_at_ms), event.kind, _details(event)
-        )
-    out = console()
-    out.print(_summary(record))
-    out.print(history)
+    _print_summary(record)
+    sys.stdout.write("\n")
+    rows = [(str(e.sequence), local_time(e.occurred_at_ms), e.kind, _details(e)) for e in events]
+    write_table(("SEQ", "AT", "KIND", "DETAILS"), rows)
 
 
-def _summary(record: ProcessRecord) -> Table:
-    """`show`'s header: a borderless two-column grid, with rows only for what happened."""
-    from rich.table import Table
-
-    summary = Table.grid(padding=(0, 2))
-    summary.add_column(style="bold")
-    summary.add_column(overflow="fold")
-    summary.add_row("id", record.id)
-    summary.add_row("command", command_text(record))
-    summary.add_row("state", f"{record.state.value} ({record.status.value})")
-    summary.add_row("outcome", outcome(record))
-    summary.add_row("disposition", record.disposition.value)
+def _print_summary(record: ProcessRecord) -> None:
+    """`show`'s header: one ``name  value`` line for each thing that happened."""
+    rows = [
+        ("id", record.id),
+        ("command", command_text(record)),
+        ("state", f"{record.state.value} ({record.status.value})"),
+        ("outcome", outcome(record)),
+        ("disposition", record.disposition.value),
+    ]
+    if record.os is not None:
+        facts = record.os
+        rows.append(("os pid", f"{facts.pid} (process group {facts.pgid}, host {facts.host_id})"))
+    survivors = getattr(record, "survivors", None)
+    if survivors:
+        rows.append(("survivors", " ".join(str(pid) for pid in survivors)))
     if record.stop_requested:
-        summary.add_row("stop requested", ", ".join(r.value for r in record.stop_requested))
+        rows.append(("stop requested", ", ".join(r.value for r in record.stop_requested)))
     if record.first_started is not None:
-        summary.add_row("first started by", record.first_started.owner.owner_id)
+        rows.append(("first started by", record.first_started.owner.owner_id))
     if record.diagnostic:
-        summary.add_row("diagnostic", record.diagnostic)
-    return summary
+        rows.append(("diagnostic", " ".join(record.diagnostic.split())))
+    width = max(len(name) for name, _ in rows)
+    sys.stdout.write("".join(f"{name.ljust(width)}  {value}\n" for name, value in rows))
 
 
 def _details(event: ProcessEvent) -> str:
     """The payload fields a person scans a history for, as ``key=value``; the rest is in --json."""
     payload = event.payload if isinstance(event.payload, dict) else {}
-    keys = ("state", "reason", "exit_code", "diagnostic")
+    keys = ("state", "reason", "exit_code", "signal", "diagnostic")
     parts = [f"{k}={payload[k]}" for k in keys if payload.get(k) is not None]
+    facts = payload.get("os")
+    if isinstance(facts, dict) and facts.get("pid"):
+        parts.append(f"pid={facts['pid']}")
     owner = payload.get("owner")
     if isinstance(owner, dict) and owner.get("owner_id"):
         parts.append(f"owner={owner['owner_id']}")
-    return " ".join(parts)
+    return " ".join(" ".join(parts).split())
 
 
 def feed(
@@ -123,8 +225,10 @@ def feed(
         bool, typer.Option("--json", help='JSON lines: {"record": ..., "cursor": N}.')
     ] = False,
 ) -> None:
-    """Print what changed after a cursor: one line per changed process, with its cursor."""
-    with open_ledger(cli_state(ctx).url) as registry:
+    """Print what changed after a cursor.
+
+    One line per changed process, with its cursor; --follow keeps printing."""
+    with open_ledger(cli_state(ctx).url, create=False) as registry:
         try:
             _print_feed(registry, since, limit, follow=follow, as_json=as_json)
         except KeyboardInterrupt:

@@ -36,11 +36,12 @@ def table(
 
 
 def rebuild(ctx: typer.Context) -> None:
-    """Drop every read model and rebuild it from the event log (with a progress bar)."""
+    """Rebuild every read model from the event log (with a progress bar). Exits 1, naming
+    them, when some processes could not be rebuilt (their events are damaged)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    with open_ledger(cli_state(ctx).url) as registry:
+    with open_ledger(cli_state(ctx).url, create=False) as registry:
         columns = (
             "[progress.description]{task.description}",
             BarColumn(),
@@ -53,5 +54,12 @@ def rebuild(ctx: typer.Context) -> None:
             def progress(done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total)
 
-            applied = registry.rebuild(progress=progress)
-    sys.stdout.write(f"rebuilt the read models from {applied} events\n")
+            report = registry.rebuild(progress=progress)
+    sys.stdout.write(f"rebuilt the read models from {report.applied} events\n")
+    if report.damaged:
+        names = ", ".join(report.damaged)
+        sys.stderr.write(
+            f"procledger rebuild: could not rebuild {len(report.damaged)} (damaged events, "
+            f"their old rows kept): {names}\n"
+        )
+        raise typer.Exit(1)

@@ -18,12 +18,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from procledger import LeaseOwner, LeaseTimings
 from procledger.cli._app import cli_state, open_ledger
 from procledger.cli._owner import host_id
 
 if TYPE_CHECKING:
-    from procledger import ProcessRegistry, RecoveryWorker, SweepReport
+    from procledger import LeaseOwner, LeaseTimings, ProcessRegistry, RecoveryWorker, SweepReport
     from procledger.recovery import Engine
 
 _OwnerOption = Annotated[
@@ -96,6 +95,8 @@ class _WorkerSettings:
     def parse(
         cls, owner_id: str | None, ttl_ms: int, renew_ms: int, engines: Sequence[str]
     ) -> _WorkerSettings:
+        from procledger import LeaseOwner, LeaseTimings
+
         try:
             timings = LeaseTimings(ttl_ms=ttl_ms, renew_ms=renew_ms)
         except ValueError:
@@ -194,7 +195,9 @@ def sweep(
     engine: _EngineOption = None,
     as_json: _JsonOption = False,
 ) -> None:
-    """One recovery pass by declared disposition, then print what was done."""
+    """Run one recovery pass by declared disposition.
+
+    Prints what was done: counts, then the ids of what changed."""
     settings = _WorkerSettings.parse(owner, ttl_ms, renew_ms, engine or ())
     reports: list[SweepReport] = []
     exit_code = _recover(
@@ -223,8 +226,10 @@ def worker(
     engine: _EngineOption = None,
     as_json: _JsonOption = False,
 ) -> None:
-    """Sweep, wait, repeat -- running recoverable work -- until Ctrl-C (exit 130) or SIGTERM
-    (exit 143). Prints a report after each sweep that did something (--json: after each)."""
+    """Sweep repeatedly, running recoverable work.
+
+    Sweep, wait, repeat until Ctrl-C (exit 130) or SIGTERM (exit 143). Prints a report after
+    each sweep that did something (--json: after each)."""
     settings = _WorkerSettings.parse(owner, ttl_ms, renew_ms, engine or ())
 
     def on_report(report: SweepReport) -> None:

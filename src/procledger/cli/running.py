@@ -7,29 +7,37 @@ too, for runs whose `procledger` died.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 
-from procledger import ProcessState, ProcledgerError, TerminalReason
+from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
 from procledger.cli._app import (
     EXIT_FAILURE,
     EXIT_STOPPED,
     PROG,
+    Command,
     cli_state,
     dump,
+    fail,
+    is_utf8,
     one_line,
     open_ledger,
+    parse_grace,
     write_json,
 )
-from procledger.cli._format import outcome
+from procledger.cli._format import ending
 from procledger.cli._owner import cli_notifier, cli_owner
 
 if TYPE_CHECKING:
@@ -41,21 +49,47 @@ if TYPE_CHECKING:
         Supervisor,
     )
 
-RUN_CONTEXT_SETTINGS = {"allow_interspersed_args": False, "ignore_unknown_options": True}
-"""Everything after the command's first word is the command's own, options included."""
+StdinSource = Literal["inherit", "null"] | Path
+"""What the child reads: ``Supervisor.start``'s ``stdin`` (docs/design.md §6.2)."""
 
-_CommandArgument = Annotated[list[str], typer.Argument(metavar="-- CMD...", show_default=False)]
+RUN_CONTEXT_SETTINGS = {"allow_interspersed_args": False}
+"""Options before ``--`` or the command's first word are ``run``'s own and parsed strictly (an
+unknown one is a usage error: exit 2, nothing recorded); everything after is the command's."""
+
+EXIT_CANNOT_EXECUTE = 126
+EXIT_NOT_FOUND = 127
+"""What shells exit with when a command cannot be executed (126) or found (127)."""
+_HINT_AFTER_S = 0.5
+"""How long the first Ctrl-C's stop may take before the hint about the second one is shown."""
+
+
+class RunCommand(Command):
+    """``run``'s usage line says what to type -- ``[--] CMD [ARG]...`` -- instead of typer's
+    rendering of a variadic argument (``{-- CMD...}...``, ``<list[str]>``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return ["[OPTIONS]", "[--] CMD [ARG]..."]
+
+
+_CommandArgument = Annotated[
+    list[str], typer.Argument(metavar="CMD", show_default=False, hidden=True)
+]
 _BackgroundOption = Annotated[
     bool,
     typer.Option(
         "--background",
-        help="Supervise it from a detached procledger (its output is discarded); print "
-        "the process id once it runs and return 0.",
+        help="Supervise it from a detached procledger (its output is discarded, its stdin is "
+        "/dev/null); print the process id once it runs and return 0.",
     ),
 ]
 _GraceOption = Annotated[
-    float,
-    typer.Option("--grace", min=0.0, metavar="S", help="Seconds between stop signals."),
+    str,
+    typer.Option(
+        "--grace",
+        metavar="S",
+        help="Seconds between stop signals (finite, 0 to 86400).  [default: 10]",
+        show_default=False,
+    ),
 ]
 _StopSignalOption = Annotated[
     str,
@@ -63,6 +97,16 @@ _StopSignalOption = Annotated[
         "--stop-signal",
         metavar="SIG",
         help="Sent after SIGINT's grace on Ctrl-C (then SIGKILL after another grace).",
+    ),
+]
+_StdinOption = Annotated[
+    str | None,
+    typer.Option(
+        "--stdin",
+        metavar="inherit|null|PATH",
+        show_default=False,
+        help="The command's stdin: this terminal or pipe (inherit; the default in the "
+        "foreground), /dev/null (null; the default with --background), or a file.",
     ),
 ]
 _JsonOption = Annotated[
@@ -81,32 +125,112 @@ def run(
     command: _CommandArgument,
     *,
     background: _BackgroundOption = False,
-    grace: _GraceOption = 10.0,
+    grace: _GraceOption = "10",
     stop_signal: _StopSignalOption = "TERM",
+    stdin: _StdinOption = None,
     as_json: _JsonOption = False,
     detached_fd: _DetachedFdOption = None,
     process_id: _ProcessIdOption = None,
 ) -> None:
-    """Supervise a command: its output streams through, everything is recorded. First Ctrl-C
-    stops its whole tree (SIGINT, --stop-signal, SIGKILL), a second kills it at once. Exits
-    with the command's code, 130 if it was stopped on request, 128+N if signal N ended it."""
+    """Run a command under supervision and record its whole lifecycle.
+
+    Its output streams through, its stdin is this one's (a pipe or the terminal). The first
+    Ctrl-C stops its whole tree (SIGINT, then
+    --stop-signal, then SIGKILL, --grace apart); a second kills it at once. Exits with the
+    command's code; 130 if it was stopped on request; 128+N if signal N ended it; 127 if the
+    command was not found, 126 if it could not be executed."""
     from procledger import StopPolicy
 
-    policy = StopPolicy((signal.SIGINT, _parse_signal(stop_signal)), grace)
+    grace_s = parse_grace(grace)
+    policy = StopPolicy((signal.SIGINT, _parse_signal(stop_signal)), grace_s)
+    source = _parse_stdin(stdin, background)
+    checked_command(command)
     if detached_fd is not None and process_id is not None:
-        _detached_main(ctx, command, policy, detached_fd, process_id)
+        _detached_main(ctx, command, policy, stdin=source, fd=detached_fd, process_id=process_id)
     if background:
-        _run_detached(ctx, command, grace=grace, stop_signal=stop_signal, as_json=as_json)
+        _run_detached(ctx, command, grace=grace_s, stop_signal=stop_signal, stdin=source)
         return
-    with open_ledger(cli_state(ctx).url) as registry:
-        record, exit_code = _supervise(
-            registry, command, policy=policy, background=False, as_json=as_json
-        )
+    _run_foreground(ctx, command, policy, source, as_json)
+
+
+def _run_foreground(
+    ctx: typer.Context, command: list[str], policy: StopPolicy, stdin: StdinSource, as_json: bool
+) -> NoReturn:
+    """Supervise in this process until the terminal is recorded; exit as the command did."""
+    with open_ledger(cli_state(ctx).url) as registry, _child_stdin(stdin) as child_stdin:
+        try:
+            record, exit_code = _supervise(
+                registry,
+                command,
+                policy=policy,
+                background=False,
+                as_json=as_json,
+                stdin=child_stdin,
+            )
+        except SpawnError as exc:  # recorded `failed`; exit as a shell would
+            fail(cli_state(ctx), exc, _spawn_exit_code(exc))
     if as_json:
         write_json(dump(record))
     elif exit_code and sys.stderr.isatty():
-        sys.stderr.write(f"{PROG}: process {record.id} {record.state.value} ({outcome(record)})\n")
+        sys.stderr.write(f"{PROG}: process {record.id} {ending(record)}\n")
     raise typer.Exit(exit_code)
+
+
+@contextmanager
+def _child_stdin(stdin: StdinSource) -> Iterator[StdinSource | int]:
+    """What the child reads: a terminal is passed on through a pipe, since a child in its own
+    process group would be stopped reading the terminal itself (cli/terminal_input.py)."""
+    if stdin != "inherit":
+        yield stdin
+        return
+    from procledger.cli.terminal_input import terminal_stdin
+
+    with terminal_stdin() as fed:
+        yield stdin if fed is None else fed
+
+
+def _spawn_exit_code(exc: SpawnError) -> int:
+    """127 when the program is not there, 126 when it is but cannot be executed."""
+    return EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXECUTE
+
+
+def _parse_stdin(value: str | None, background: bool) -> StdinSource:
+    """``--stdin``: ``inherit`` (foreground default), ``null`` (background default) or a
+    readable file, checked before anything is recorded."""
+    if value is None:
+        return "null" if background else "inherit"
+    if value == "null":
+        return "null"
+    if value == "inherit":
+        if background:
+            message = "a detached run has no stdin to inherit (use null or a file)"
+            raise typer.BadParameter(message, param_hint="--stdin")
+        return "inherit"
+    path = Path(value).absolute()
+    if not path.is_file() or not os.access(path, os.R_OK):
+        message = f"{value!r} is neither inherit, null nor a readable file"
+        raise typer.BadParameter(message, param_hint="--stdin")
+    return path
+
+
+def checked_command(command: list[str]) -> None:
+    """Refuse, before anything is recorded, what the ledger cannot keep as text: an argument
+    or a working directory that is not valid UTF-8 (docs/design.md §8)."""
+    for index, word in enumerate(command):
+        if not is_utf8(word):
+            shown = os.fsencode(word)
+            message = f"argument {index} ({shown!r}) is not valid UTF-8; nothing was recorded"
+            raise typer.BadParameter(message, param_hint="CMD")
+    workdir = os.getcwd()
+    if not is_utf8(workdir):
+        raise UnrecordableInput(
+            f"the working directory {os.fsencode(workdir)!r} is not valid UTF-8: "
+            "run from another directory; nothing was recorded"
+        )
+
+
+class UnrecordableInput(ProcledgerError):
+    """What `run` was given cannot be kept in the ledger as text (non-UTF-8 bytes)."""
 
 
 def _parse_signal(value: str) -> signal.Signals:
@@ -170,6 +294,18 @@ class _RunSignals:
     def _request(self, press: int) -> None:
         reason = TerminalReason.interrupted if press == 0 else TerminalReason.killed
         self._background(self._supervisor.request_stop, self._handle, reason)
+        if press == 0:
+            self._background(self._hint_if_still_running)
+
+    def _hint_if_still_running(self) -> None:
+        """A child that ignores SIGINT keeps running through the grace: say how to hurry."""
+        if self._handle is None:
+            return
+        try:
+            self._supervisor.wait(self._handle, timeout=_HINT_AFTER_S)
+        except TimeoutError:
+            if self._presses < 2:
+                os.write(2, "stopping… press Ctrl-C again to kill\n".encode())
 
     def _background(self, target: Callable[..., object], *args: Any) -> None:
         thread = threading.Thread(target=target, args=args, name="procledger-cli-stop")
@@ -187,6 +323,8 @@ def _run_exit_code(record: ProcessRecord, returncode: int | None, shutdown: int 
     stopped = (ProcessState.interrupted, ProcessState.terminated, ProcessState.killed)
     if record.state in stopped and record.stop_requested:
         return EXIT_STOPPED
+    if record.signal is not None:
+        return 128 + record.signal
     if returncode is not None and returncode < 0:
         return 128 - returncode
     return EXIT_FAILURE
@@ -199,6 +337,7 @@ def _supervise(
     policy: StopPolicy,
     background: bool,
     as_json: bool,
+    stdin: StdinSource | int,
     process_id: str | None = None,
     started: Callable[[ProcessHandle], None] | None = None,
 ) -> tuple[ProcessRecord, int]:
@@ -207,13 +346,16 @@ def _supervise(
 
     owner = cli_owner()
     notifier, loop_id = cli_notifier(registry, owner)
-    supervisor = Supervisor(registry, owner=owner, notifier=notifier, stop=policy)
+    supervisor = Supervisor(
+        registry, owner=owner, notifier=notifier, stop=policy, notice=_notice, subreaper=True
+    )
     signals = _RunSignals(supervisor, policy.grace_s)
     signals.install()
     try:
         handle = supervisor.start(
             command,
             process_id=process_id,
+            stdin=stdin,
             stdout=_to_stderr if as_json else None,
             background=background,
             session_id=notifier.session_id,
@@ -230,6 +372,11 @@ def _supervise(
     return record, _run_exit_code(record, returncode, signals.shutdown_signal)
 
 
+def _notice(line: str) -> None:
+    """The supervisor's word that an outcome waits for the store, and that it got through."""
+    os.write(2, f"{PROG}: {one_line(line)}\n".encode(errors="backslashreplace"))
+
+
 def _to_stderr(chunk: bytes) -> None:
     """With --json, stdout carries only the final record: the child's output goes to stderr."""
     view = memoryview(chunk)
@@ -242,18 +389,20 @@ class BackgroundStartError(ProcledgerError):
 
 
 def _run_detached(
-    ctx: typer.Context, command: list[str], *, grace: float, stop_signal: str, as_json: bool
+    ctx: typer.Context, command: list[str], *, grace: float, stop_signal: str, stdin: StdinSource
 ) -> None:
     """`run --background`: a detached `procledger` (own session, no terminal) supervises the
-    command; this one waits until it is recorded `backgrounded`, prints it and returns 0."""
+    command; this one waits until it is recorded `backgrounded`, prints its id and returns 0
+    (--json: its record)."""
     from procledger.supervisor.handles import new_process_id
 
     url = cli_state(ctx).url
     process_id = new_process_id(int(time.time() * 1000))
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-m", "procledger", *(["--url", url] if url else [])]
-    argv += ["run", "--background", "--grace", str(grace), "--stop-signal", stop_signal]
-    argv += ["--detached-fd", str(write_fd), "--process-id", process_id, "--", *command]
+    argv += ["run", "--background", "--grace", repr(grace), "--stop-signal", stop_signal]
+    argv += ["--stdin", str(stdin), "--detached-fd", str(write_fd), "--process-id", process_id]
+    argv += ["--", *command]
     try:
         _spawn_detached(argv, write_fd)
     finally:
@@ -261,13 +410,22 @@ def _run_detached(
     with os.fdopen(read_fd, "rb") as report:
         answer = report.read().decode(errors="replace").strip()
     if not answer.startswith("ok"):
-        raise BackgroundStartError(answer or "the detached supervisor exited without a word")
-    with open_ledger(url) as registry:
-        record = registry.get(process_id)
-    if as_json:
-        write_json(dump(record))
+        error = BackgroundStartError(answer or "the detached supervisor exited without a word")
+        fail(cli_state(ctx), error, _detached_exit_code(answer))
+    if ctx.params.get("as_json"):
+        with open_ledger(url) as registry:
+            write_json(dump(registry.get(process_id)))
     else:
-        sys.stdout.write(f"{record.id}\n")
+        sys.stdout.write(f"{process_id}\n")
+
+
+def _detached_exit_code(answer: str) -> int:
+    """127/126 when the detached side could not start the command (its ``SpawnError`` line
+    carries the errno), as in the foreground; 1 for any other failure."""
+    found = re.match(r"SpawnError: \[Errno (\d+)\]", answer)
+    if found is None:
+        return EXIT_FAILURE
+    return EXIT_NOT_FOUND if int(found.group(1)) == errno.ENOENT else EXIT_CANNOT_EXECUTE
 
 
 def _spawn_detached(argv: list[str], report_fd: int) -> None:
@@ -285,7 +443,13 @@ def _spawn_detached(argv: list[str], report_fd: int) -> None:
 
 
 def _detached_main(
-    ctx: typer.Context, command: list[str], policy: StopPolicy, fd: int, process_id: str
+    ctx: typer.Context,
+    command: list[str],
+    policy: StopPolicy,
+    *,
+    stdin: StdinSource,
+    fd: int,
+    process_id: str,
 ) -> NoReturn:
     """The detached side of `run --background`: report on ``fd`` once the command runs."""
     report = os.fdopen(fd, "wb")
@@ -302,6 +466,7 @@ def _detached_main(
                 policy=policy,
                 background=True,
                 as_json=False,
+                stdin=stdin,
                 process_id=process_id,
                 started=started,
             )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
-from procledger.domain.registration import ProcessRegistration
+from procledger.domain.errors import StoreCorrupt
+from procledger.domain.registration import ProcessRegistration, registration_hash_of
 
 V = TypeVar("V")
 
@@ -52,6 +53,35 @@ def checked_registration_document(document: dict[str, Any]) -> dict[str, Any]:
     if missing:
         raise ValueError(f"stored registration lacks {', '.join(sorted(missing))}")
     return document
+
+
+# The document a ``register`` just hashed, per hash: creating its aggregate then finds the very
+# same object and skips hashing it twice. A document read from the store is a new object, so
+# every load of a process hashes its registration once (~3 µs) — and only a load that replays
+# the ``Registered`` event: the registry's reused aggregates skip it on most writes.
+_HASHED: RegistrationCache[Any] = RegistrationCache()
+
+
+def remember_hashed(document: dict[str, Any]) -> str:
+    """The registration hash of a document about to be registered, remembered for its
+    aggregate's creation."""
+    registration_hash = registration_hash_of(document)
+    _HASHED.put(registration_hash, document)
+    return registration_hash
+
+
+def check_registration_hash(document: Any, registration_hash: Any) -> None:
+    """Tamper evidence (docs/design.md §3.1): a stored registration must still hash to the
+    ``registration_hash`` stored beside it, or the process is ``StoreCorrupt`` — an edited
+    argv would otherwise run, and a rebuild would spread it."""
+    if _HASHED.get(registration_hash) is document:
+        return
+    if registration_hash_of(document) != registration_hash:
+        process_id = document.get("id") if isinstance(document, dict) else None
+        name = process_id if isinstance(process_id, str) else None
+        raise StoreCorrupt(
+            f"process {name!r}: registration does not match its hash", process_id=name
+        )
 
 
 def remember_registration(registration_hash: str, registration: ProcessRegistration) -> None:

@@ -27,6 +27,7 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     │   ├── StdinError                    (__cause__ is the BrokenPipeError)
     │   └── Interrupted
     ├── SupervisorClosed
+    ├── CipherError                       (env values: no key, a wrong or malformed key)
     └── StoreError                        (the store failed; never a driver exception)
         ├── StoreURLError                 (a URL that names no usable store)
         ├── StoreUnavailable              (retry later: connection lost, locked, disk full)
@@ -208,3 +209,8 @@ class StoreCorrupt(StoreError):
 class WriteConflict(StoreError):
     """Another writer appended to the same log first. Commands retry these themselves (see
     ``procledger.application.retry``); a caller only sees one when retries ran out."""
+
+
+class CipherError(ProcledgerError):
+    """An environment cannot be encrypted or decrypted: no key, a wrong key, or a malformed
+    ``PROCLEDGER_CIPHER_KEY``. The message names the env ref, never the key."""

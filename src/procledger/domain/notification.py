@@ -16,7 +16,7 @@ import orjson
 from pydantic import ConfigDict, model_validator
 
 from procledger.domain.errors import ProcessLifecycleValidationError
-from procledger.domain.lifecycle import NOTIFICATION_ROWS
+from procledger.domain.lifecycle_table import NOTIFICATION_ROWS
 from procledger.domain.model import Frozen
 from procledger.domain.records import MAX_PROCESS_HANDLE_BYTES
 from procledger.domain.vocabulary import ProcessState, TerminalReason

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from eventsourcing.domain import Aggregate
 
 from procledger.domain.caches import (
+    check_registration_hash,
     checked_registration_document,
     parsed_registration,
+    remember_hashed,
     remember_registration,
 )
 from procledger.domain.errors import (
@@ -40,7 +42,7 @@ from procledger.domain.errors import (
     UndeclaredEventType,
 )
 from procledger.domain.leases import CompletionAuthority, LeaseOwner, authority_payload
-from procledger.domain.lifecycle import check_row, check_transition
+from procledger.domain.lifecycle_table import check_row, check_transition
 from procledger.domain.model import canonical_json
 from procledger.domain.records import (
     MAX_DIAGNOSTIC_BYTES,
@@ -50,11 +52,7 @@ from procledger.domain.records import (
     OwnerStamp,
     WaitState,
 )
-from procledger.domain.registration import (
-    ProcessRegistration,
-    SessionScope,
-    registration_hash_of,
-)
+from procledger.domain.registration import ProcessRegistration, SessionScope
 from procledger.domain.vocabulary import (
     LifecycleKind,
     ProcessState,
@@ -111,10 +109,26 @@ def _as_reason(value: TerminalReason | str | None) -> TerminalReason | None:
         raise ProcessLifecycleValidationError("state_reason", f"unknown reason {value!r}") from None
 
 
+#: The highest signal number a completion may name (Linux's SIGRTMAX; macOS stops at 31).
+MAX_SIGNAL = 64
+
+#: States whose completion may name the signal that ended the child: a requested stop's signal
+#: (``interrupted``, ``terminated``, ``killed``), or, for ``signaled``, one nobody asked for.
+#: ``exited``, ``failed`` and ``timed_out`` carry none: an exit code, a spawn or consumer
+#: failure and a deadline are what ended those, whatever signal the stop then used.
+SIGNAL_STATES = frozenset(
+    {ProcessState.interrupted, ProcessState.terminated, ProcessState.killed, ProcessState.signaled}
+)
+
+
 def check_completion_fields(
-    state: ProcessState, exit_code: int | None, diagnostic: str | None, value: Any
+    state: ProcessState,
+    exit_code: int | None,
+    diagnostic: str | None,
+    value: Any,
+    signal: int | None = None,
 ) -> None:
-    """Field rules of a completion: which state may carry which detail."""
+    """Field rules of a completion: which state may carry which detail (docs/design.md §3.2)."""
     if (exit_code is None) == (state is ProcessState.exited):
         raise ProcessLifecycleValidationError(
             "exit_code", "is required for 'exited' and only allowed there"
@@ -126,6 +140,38 @@ def check_completion_fields(
     if value is not None and state is not ProcessState.exited:
         raise ProcessLifecycleValidationError("value", "is only allowed for 'exited'")
     check_diagnostic(diagnostic)
+    check_signal(state, signal)
+
+
+def check_signal(state: ProcessState, signal: int | None) -> None:
+    """``signaled`` needs the signal's number; a stop's states may carry it; others never."""
+    if signal is None:
+        if state is ProcessState.signaled:
+            raise ProcessLifecycleValidationError("signal", "is required for 'signaled'")
+        return
+    if state not in SIGNAL_STATES:
+        raise ProcessLifecycleValidationError(
+            "signal", "is only allowed for signaled, interrupted, terminated and killed"
+        )
+    if type(signal) is not int or not 1 <= signal <= MAX_SIGNAL:
+        raise ProcessLifecycleValidationError(
+            "signal", f"must be a signal number from 1 to {MAX_SIGNAL}, not {signal!r}"
+        )
+
+
+def checked_survivors(survivors: Any) -> list[int]:
+    """OS pids still alive after a tree stop, as stored: positive ints, sorted, each once (so a
+    retry that lists them in another order is the same write)."""
+    if isinstance(survivors, str | bytes) or not isinstance(survivors, list | tuple | set):
+        raise ProcessLifecycleValidationError(
+            "survivors", f"must be a sequence of OS pids, not {type(survivors).__name__}"
+        )
+    bad = [pid for pid in survivors if type(pid) is not int or pid < 1]
+    if bad:
+        raise ProcessLifecycleValidationError(
+            "survivors", f"must be positive OS pids, not {bad[0]!r}"
+        )
+    return sorted(set(survivors))
 
 
 class Process(Aggregate):
@@ -243,21 +289,40 @@ class Process(Aggregate):
             raise NotImplementedError
 
     class Completed(Terminal):
+        """v2 (0.2.0): ``signal``, the number of the signal that ended the child (or null),
+        and ``survivors``, the OS pids a tree stop left alive; v1 events read back with
+        ``signal=None`` and ``survivors=[]``."""
+
         TOPIC = "procledger:Process.Completed"
-        class_version = 1
+        class_version = 2
         exit_code: int | None
         diagnostic: str | None
         value: Any
+        signal: int | None
+        survivors: list[int]
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["signal"] = None
+            state["survivors"] = []
 
         def evolve(self, process: Process) -> None:
             super().evolve(process)
             process.exit_code = self.exit_code
             process.diagnostic = self.diagnostic
             process.value = self.value
+            process.signal = self.signal
+            process.survivors = self.survivors
 
         def fingerprint(self) -> str:
             return completed_fingerprint(
-                self.state, self.reason, self.exit_code, self.diagnostic, self.value
+                self.state,
+                self.reason,
+                self.exit_code,
+                self.diagnostic,
+                self.value,
+                signal=self.signal,
+                survivors=self.survivors,
             )
 
     class Lost(Terminal):
@@ -359,6 +424,7 @@ class Process(Aggregate):
     def __init__(self, registration: dict[str, Any], registration_hash: str, at_ms: int) -> None:
         # Kept as stored (JSON); parsed into a ProcessRegistration only when a command needs
         # it, so replaying for a read model never pays for validation it does not use.
+        check_registration_hash(registration, registration_hash)
         self.registration_json = checked_registration_document(registration)
         self._registration: ProcessRegistration | None = None
         self.registration_hash = registration_hash
@@ -369,6 +435,8 @@ class Process(Aggregate):
         self.exit_code: int | None = None
         self.diagnostic: str | None = None
         self.value: Any = None
+        self.signal: int | None = None
+        self.survivors: list[int] = []
         self.stop_requested: list[TerminalReason] = []
         self.backgrounded = False
         self.started_at_ms: int | None = None
@@ -389,11 +457,12 @@ class Process(Aggregate):
     @classmethod
     def register(cls, registration: ProcessRegistration, *, at_ms: int) -> Process:
         document = registration.model_dump(mode="json")
+        registration_hash = remember_hashed(document)
         process: Process = cls._create(
             cls.Registered,
             id=process_uuid(registration.id),
             registration=document,
-            registration_hash=registration_hash_of(document),
+            registration_hash=registration_hash,
             at_ms=at_ms,
             timestamp=timestamp_of(at_ms),
         )
@@ -610,16 +679,25 @@ class Process(Aggregate):
         event_id: str | None,
         authority: CompletionAuthority | None,
         at_ms: int,
+        signal: int | None = None,
+        survivors: Sequence[int] = (),
     ) -> bool:
         to_state, terminal_reason = _as_state(state), _as_reason(reason)
         check_row(LifecycleKind.completed, to_state, terminal_reason)
         assert terminal_reason is not None
-        check_completion_fields(to_state, exit_code, diagnostic, value)
+        check_completion_fields(to_state, exit_code, diagnostic, value, signal)
+        pids = checked_survivors(survivors)
 
         def fingerprint() -> str:
             assert terminal_reason is not None
             return completed_fingerprint(
-                to_state.value, terminal_reason.value, exit_code, diagnostic, value
+                to_state.value,
+                terminal_reason.value,
+                exit_code,
+                diagnostic,
+                value,
+                signal=signal,
+                survivors=pids,
             )
 
         if not self._decide_terminal(LifecycleKind.completed, to_state, event_id, fingerprint):
@@ -636,6 +714,8 @@ class Process(Aggregate):
             value=value,
             event_id=event_id,
             authority=authority_payload(authority),
+            signal=signal,
+            survivors=pids,
         )
         return True
 
@@ -795,9 +875,23 @@ class Process(Aggregate):
 
 
 def completed_fingerprint(
-    state: str, reason: str, exit_code: int | None, diagnostic: str | None, value: Any
+    state: str,
+    reason: str,
+    exit_code: int | None,
+    diagnostic: str | None,
+    value: Any,
+    *,
+    signal: int | None = None,
+    survivors: Sequence[int] = (),
 ) -> str:
-    return _fingerprint("completed", state, reason, exit_code, diagnostic, value)
+    """What an identical terminal repeat must match. ``signal`` and ``survivors`` join only
+    when set, so a v1 event (upcast to ``None`` and ``[]``) keeps the fingerprint 0.1.0 gave
+    it and a retry from 0.1.0-era code still matches it."""
+    if signal is None and not survivors:
+        return _fingerprint("completed", state, reason, exit_code, diagnostic, value)
+    return _fingerprint(
+        "completed", state, reason, exit_code, diagnostic, value, signal, list(survivors)
+    )
 
 
 def os_document(os: OsFacts | None) -> dict[str, Any] | None:

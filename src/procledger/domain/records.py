@@ -95,6 +95,12 @@ class ProcessRecord(Frozen):
     state: ProcessState
     reason: TerminalReason | None
     exit_code: int | None
+    # Defaults: records written before 0.2.0 lack both, and must still read back.
+    #: The number of the signal that ended the child: always for ``signaled``, and for a stop's
+    #: states when its signal ended it (docs/design.md §3.3).
+    signal: int | None = None
+    #: OS pids a tree stop left alive after its final SIGKILL (empty: none, or no stop).
+    survivors: list[int] = Field(default_factory=list)
     diagnostic: str | None
     value: JsonValue
     status: ProcessStatus
@@ -120,11 +126,17 @@ class ProcessRecord(Frozen):
 
 
 class ProcessEvent(Frozen):
-    """One entry of a process's log; ``sequence`` is 1-based and contiguous per process."""
+    """One entry of a process's log; ``sequence`` is 1-based and contiguous per process.
+
+    ``payload`` is the event's fields (an object) for the process's own events, and for a
+    producer event exactly the payload its producer gave (any JSON), with the key that
+    deduplicates it in ``replay_key`` (``None`` on every other event).
+    """
 
     process_id: str
     sequence: int
     kind: str
-    payload: dict[str, Any]
+    payload: Any
     event_id: str | None
     occurred_at_ms: int
+    replay_key: str | None = None

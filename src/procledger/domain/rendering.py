@@ -109,6 +109,12 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     enum_field("state", lambda process: process.state),
     enum_field("reason", lambda process: process.reason),
     same_field("exit_code", lambda process: process.exit_code),
+    same_field("signal", lambda process: process.signal),
+    RecordField(
+        "survivors",
+        lambda process: list(process.survivors),
+        lambda process: list(process.survivors),
+    ),
     same_field("diagnostic", lambda process: process.diagnostic),
     same_field("value", lambda process: process.value),
     enum_field("status", status_of),
@@ -185,13 +191,22 @@ def event_kind(event: Process.Event) -> str:
 
 
 def to_process_event(process_id: str, event: Process.Event) -> ProcessEvent:
-    """The log entry a caller sees: kind, payload (no bookkeeping), event id, time."""
+    """The log entry a caller sees: kind, payload (no bookkeeping), event id, time; a
+    producer event's payload is the producer's own, with its replay key beside it."""
+    if isinstance(event, Process.ProducerEvent):
+        # The payload as its producer gave it; the replay key beside it (issue #14).
+        return ProcessEvent(
+            process_id=process_id,
+            sequence=event.originator_version,
+            kind=event.event_type,
+            payload=event.payload,
+            event_id=None,
+            occurred_at_ms=event.at_ms,
+            replay_key=event.replay_key,
+        )
     fields = {k: v for k, v in vars(event).items() if k not in _BOOKKEEPING}
     at_ms = fields.pop("at_ms")
     event_id = fields.pop("event_id", None)
-    if isinstance(event, Process.ProducerEvent):
-        event_id = None
-        fields = {"payload": event.payload, "replay_key": event.replay_key}
     return ProcessEvent(
         process_id=process_id,
         sequence=event.originator_version,

@@ -14,6 +14,8 @@ class ProcessState(StrEnum):
     interrupted = "interrupted"
     terminated = "terminated"
     killed = "killed"
+    #: Ended by a signal procledger did not send (a crash, an OOM kill, SIGPIPE…).
+    signaled = "signaled"
     lost_on_restore = "lost_on_restore"
     abandoned = "abandoned"
 
@@ -29,6 +31,7 @@ class TerminalReason(StrEnum):
     interrupted = "interrupted"
     terminated = "terminated"
     killed = "killed"
+    signaled = "signaled"
     runner_shutdown = "runner_shutdown"
     output_limit = "output_limit"
     lost_on_restore = "lost_on_restore"
@@ -75,7 +78,7 @@ def coarse_status(
         return ProcessStatus.running
     if state is ProcessState.exited:
         return ProcessStatus.completed if exit_code == 0 else ProcessStatus.failed
-    if state in (ProcessState.failed, ProcessState.timed_out):
+    if state in (ProcessState.failed, ProcessState.timed_out, ProcessState.signaled):
         return ProcessStatus.failed
     if state in (ProcessState.interrupted, ProcessState.terminated, ProcessState.killed):
         return ProcessStatus.failed if reason in _FAILURE_REASONS else ProcessStatus.cancelled

@@ -13,7 +13,7 @@ always committed before one with a higher ``change_seq``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_serializer, model_validator
 
@@ -21,6 +21,17 @@ from procledger.adapters.sql import records as record_rows
 from procledger.adapters.sql.store import Tx
 from procledger.domain.records import ProcessRecord
 from procledger.projections.records import decode_rows
+
+
+class FeedPage(NamedTuple):
+    """One page of the change feed: the records, the cursor after the page, and the ids of
+    the processes whose changed row is damaged. The cursor passes damaged rows too, so one
+    damaged record never stalls a consumer; it is named in ``damaged`` instead (and logged
+    by ``changes_since``), so nothing is skipped silently."""
+
+    records: list[ProcessRecord]
+    cursor: ChangeCursor
+    damaged: list[str]
 
 
 class ChangeCursor(BaseModel):
@@ -88,13 +99,15 @@ class ChangeCursor(BaseModel):
         return f"ChangeCursor({self.value})"
 
 
-def read_page(tx: Tx, cursor: ChangeCursor, limit: int) -> tuple[list[ProcessRecord], ChangeCursor]:
-    """One page of the change feed after ``cursor`` and the cursor of its last record."""
+def read_page(tx: Tx, cursor: ChangeCursor, limit: int) -> FeedPage:
+    """One page of the change feed after ``cursor``; its cursor is the ``change_seq`` of the
+    last row read, healthy or damaged."""
     if limit < 0:
         raise ValueError(f"limit must be at least 0, not {limit}")
     if limit == 0:
-        return [], cursor
-    records = decode_rows(record_rows.select_changed(tx, cursor.value, limit))
-    if not records:
-        return [], cursor
-    return records, ChangeCursor(records[-1].change_seq)
+        return FeedPage([], cursor, [])
+    rows = record_rows.select_changed(tx, cursor.value, limit)
+    if not rows:
+        return FeedPage([], cursor, [])
+    records, damaged = decode_rows(rows)
+    return FeedPage(records, ChangeCursor(int(rows[-1]["change_seq"])), damaged)

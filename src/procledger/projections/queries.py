@@ -10,51 +10,80 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from procledger.adapters.sql import records as record_rows
 from procledger.adapters.sql.store import Store
-from procledger.domain.errors import NotFound
+from procledger.domain.errors import AmbiguousProcessId, NotFound
 from procledger.domain.records import ProcessRecord
-from procledger.projections.feed import ChangeCursor, read_page
+from procledger.projections.feed import ChangeCursor, FeedPage, read_page
 from procledger.projections.filters import ProcessListFilter
 from procledger.projections.handles import HandleSummary
-from procledger.projections.records import read_record, read_records
+from procledger.projections.records import ProcessScan, read_record, report_damaged, scan_records
 from procledger.projections.sessions import read_handle, read_handle_sessions, read_handles
+
+PREFIX_CANDIDATES = 5
+"""How many ids an ambiguous prefix lists (enough to choose from, short enough for a line)."""
 
 FilterLike = ProcessListFilter | Mapping[str, Any] | None
 
 
 class ReadModels:
-    """The queries over one store's read models."""
+    """The queries over one store's read models. Each runs in one read transaction, run again
+    while the store is unavailable within its retry window (``Store.attempt``). A damaged
+    record affects its own process only: lists and pages leave it out and name it."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def record(self, process_id: str) -> ProcessRecord:
-        with self.store.read() as tx:
-            record = read_record(tx, process_id)
+        record = self.store.attempt(lambda tx: read_record(tx, process_id))
         if record is None:
             raise NotFound(f"process {process_id!r} not found")
         return record
 
+    def scan_changes(self, cursor: ChangeCursor | int, limit: int) -> FeedPage:
+        start = ChangeCursor.of(cursor)
+        return self.store.attempt(lambda tx: read_page(tx, start, limit))
+
     def changes_since(
         self, cursor: ChangeCursor | int, limit: int
     ) -> tuple[list[ProcessRecord], ChangeCursor]:
-        with self.store.read() as tx:
-            return read_page(tx, ChangeCursor.of(cursor), limit)
+        records, after, damaged = self.scan_changes(cursor, limit)
+        report_damaged("changes_since", damaged)
+        return records, after
+
+    def scan_processes(self, filter: FilterLike = None) -> ProcessScan:
+        conditions = ProcessListFilter.decode(filter).conditions()
+        return self.store.attempt(lambda tx: scan_records(tx, conditions))
 
     def list_processes(self, filter: FilterLike = None) -> list[ProcessRecord]:
-        selection = ProcessListFilter.decode(filter)
-        with self.store.read() as tx:
-            return read_records(tx, selection.conditions())
+        records, damaged = self.scan_processes(filter)
+        report_damaged("list_processes", damaged)
+        return records
+
+    def resolve_process_id(self, prefix: str) -> str:
+        """The one process id ``prefix`` names: itself when it is an id, else the only id
+        that starts with it."""
+        if not prefix:
+            raise NotFound("an empty process id prefix names no process")
+        found = self.store.attempt(
+            lambda tx: record_rows.ids_from(tx, prefix, PREFIX_CANDIDATES + 1)
+        )
+        if prefix in found:
+            return prefix
+        if not found:
+            raise NotFound(f"process {prefix!r} not found (no id starts with it)")
+        if len(found) > 1:
+            raise AmbiguousProcessId(prefix, found[:PREFIX_CANDIDATES])
+        return found[0]
 
     def handle(self, session_id: str, process_id: str) -> HandleSummary:
-        with self.store.read() as tx:
-            return read_handle(tx, session_id, process_id)
+        return self.store.attempt(lambda tx: read_handle(tx, session_id, process_id))
 
     def handles(self, session_id: str, filter: FilterLike = None) -> list[HandleSummary]:
         selection = ProcessListFilter.decode(filter)
-        with self.store.read() as tx:
-            return read_handles(tx, session_id, selection)
+        summaries, damaged = self.store.attempt(lambda tx: read_handles(tx, session_id, selection))
+        report_damaged(f"handles of session {session_id!r}", damaged)
+        return summaries
 
     def handle_sessions(self, process_id: str) -> list[str]:
-        with self.store.read() as tx:
-            return read_handle_sessions(tx, process_id)
+        return self.store.attempt(lambda tx: read_handle_sessions(tx, process_id))

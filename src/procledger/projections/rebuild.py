@@ -1,20 +1,28 @@
-"""Rebuild every read model from the event log, in one write transaction.
+"""Rebuild every read model from the event log, one batch of streams per write transaction.
 
-The log is streamed in ``(originator_id, originator_version)`` order, so each aggregate's events
-arrive together and are folded one at a time: memory holds one aggregate and one batch of rows,
-however long the log. A Process becomes its ``records`` row (``change_seq`` = the highest
-notification id among its events, exactly what the live projection wrote); a Session becomes
-its ``grants`` rows. Other streams (the retention log, or a stream that does not begin with a
-creation event) are counted and skipped.
+The log is read in ``(originator_id, originator_version)`` order, a batch of about ``BATCH``
+events at a time, always ending on a whole stream, so memory holds one batch however long the
+log. A Process becomes its ``records`` row (``change_seq`` = the highest notification id among
+its events, exactly what the live projection wrote); a Session becomes its ``grants`` rows.
+Other streams (the retention log, or a stream that does not begin with a creation event) are
+counted and skipped.
 
-Writers wait for the rebuild (SQLite's single writer; PostgreSQL's events-table lock), and
-readers keep seeing the previous models until it commits, so nobody ever sees a half-built
-model. On failure the transaction rolls back and the previous models stay as they were.
+What readers see (docs/design.md §5.6): each batch replaces the rows of its streams in one
+transaction, under the writers' lock, from the log as it stands at that moment; so every
+process's record, and every session's grants, is at any time either the one before the
+rebuild or the rebuilt one — never a half-built one — and both equal the fold of a committed
+log. Writers are held only for one batch at a time and keep the rows they write current.
+
+Damage stays local: a stream whose events cannot be decoded or applied (or whose id is not a
+UUID) is reported in ``RebuildReport.damaged`` and its rows are left as they were; every other
+stream is rebuilt. A last transaction deletes rows the log no longer backs and sets tracking.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -25,10 +33,10 @@ from procledger.adapters.sql import events as event_rows
 from procledger.adapters.sql import grants as grant_rows
 from procledger.adapters.sql import records as record_rows
 from procledger.adapters.sql.store import Store, Tx
-from procledger.domain.errors import StoreCorrupt, StoreError
-from procledger.domain.process import Process
+from procledger.domain.process import Process, process_uuid
 from procledger.domain.rendering import record_document
-from procledger.domain.session import Session
+from procledger.domain.session import Session, session_uuid
+from procledger.projections.reports import RebuildReport
 
 Progress = Callable[[int, int], None]
 Row = tuple[Any, ...]
@@ -38,99 +46,150 @@ _PROCESS_TOPIC = Process.Registered.TOPIC
 _SESSION_TOPIC = Session.Opened.TOPIC
 
 
-def rebuild_read_models(store: Store, progress: Progress | None = None) -> int:
-    """Drop and rebuild ``records`` and ``grants`` and reset tracking; returns events applied."""
-    with store.write() as tx:
-        store.lock_log(tx)
-        total = event_rows.count_events(tx)
-        record_rows.clear(tx)
-        grant_rows.clear(tx)
-        sink = _Sink(tx)
-        folder = _Folder(sink)
-        with event_rows.stream_log(tx) as rows:
-            for row in rows:
-                if folder.add(row) and progress is not None:
-                    progress(folder.applied, total)
-        folder.finish()
-        sink.flush()
-        record_rows.set_tracking(tx, folder.max_id)
+@dataclass
+class _Batch:
+    """What one batch transaction rebuilt (merged into the totals only once it commits)."""
+
+    last_stream: Any = None
+    applied: int = 0
+    processes: set[str] = field(default_factory=set)
+    sessions: set[str] = field(default_factory=set)
+    damaged: dict[str, str] = field(default_factory=dict)
+    """stream id → the process or session id when known, else ``""``."""
+
+
+@dataclass
+class _Totals:
+    applied: int = 0
+    processes: set[str] = field(default_factory=set)
+    sessions: set[str] = field(default_factory=set)
+    damaged: dict[str, str] = field(default_factory=dict)
+
+    def merge(self, batch: _Batch) -> None:
+        self.applied += batch.applied
+        self.processes |= batch.processes
+        self.sessions |= batch.sessions
+        self.damaged.update(batch.damaged)
+
+
+def rebuild_read_models(store: Store, progress: Progress | None = None) -> RebuildReport:
+    """Rebuild ``records`` and ``grants`` from the log and reset tracking; see the module."""
+    total = store.attempt(event_rows.count_events)
+    totals = _Totals()
+    after: Any = None
+    while True:
+        batch = store.attempt(functools.partial(_rebuild_batch, store, after), write=True)
+        if batch.last_stream is None:
+            break
+        totals.merge(batch)
+        after = batch.last_stream
+        if progress is not None:
+            progress(totals.applied, max(total, totals.applied))
+    damaged = store.attempt(lambda tx: _finish(store, tx, totals), write=True)
     if progress is not None:
-        progress(folder.applied, max(total, folder.applied))
-    return folder.applied
+        progress(totals.applied, max(total, totals.applied))
+    return RebuildReport(applied=totals.applied, damaged=damaged)
 
 
-class _Folder:
-    """Folds consecutive events of one aggregate; hands each finished one to the sink."""
+def _rebuild_batch(store: Store, after: Any, tx: Tx) -> _Batch:
+    """Fold the next batch of whole streams and replace their rows (one transaction)."""
+    store.lock_log(tx)
+    batch = _Batch()
+    rows = event_rows.log_batch(tx, after, BATCH)
+    if not rows:
+        return batch
+    last = rows[-1]
+    rows.extend(event_rows.stream_rest(tx, last[1], last[2]))
+    records: list[Row] = []
+    grants: list[Row] = []
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end][1] != rows[start][1]:
+            _fold_stream(rows[start:end], batch, records, grants)
+            start = end
+    record_rows.bulk_upsert(tx, records)
+    grant_rows.replace_sessions(tx, sorted(batch.sessions), grants)
+    batch.last_stream = last[1]
+    batch.applied = len(rows)
+    return batch
 
-    def __init__(self, sink: _Sink) -> None:
-        self.sink = sink
-        self.current: Any = None
-        self.uuid = UUID(int=0)
-        self.kind: str | None = None
-        self.aggregate: Any = None
-        self.last_id = 0
-        self.max_id = 0
-        self.applied = 0
 
-    def add(self, row: Row) -> bool:
-        """Fold one event; True when a batch was written (time to report progress)."""
-        notification_id, originator_id, version, topic, state = row
-        if originator_id != self.current:
-            self.finish()
-            self.start(originator_id, topic)
-        self.last_id = max(self.last_id, notification_id)
-        self.max_id = max(self.max_id, notification_id)
-        if self.kind is not None:
-            self.apply(version, topic, state)
-        self.applied += 1
-        if self.applied % BATCH == 0:
-            self.sink.flush()
-            return True
-        return False
+def _text(value: Any) -> str:
+    """A column read raw (bytes on SQLite): text, or ``ValueError`` if it is not UTF-8."""
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).decode()
+    return str(value)
 
-    def start(self, originator_id: Any, topic: str) -> None:
-        self.current = originator_id
-        self.uuid = originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
-        self.kind = topic if topic in (_PROCESS_TOPIC, _SESSION_TOPIC) else None
-        self.aggregate = None
-        self.last_id = 0
 
-    def apply(self, version: int, topic: str, state: bytes) -> None:
-        try:
-            self.aggregate = decode_event(self.uuid, version, topic, state).mutate(self.aggregate)
-        except StoreError:
-            raise
-        except Exception as error:
-            raise StoreCorrupt(
-                f"rebuild: stored event {self.uuid} v{version} ({topic}) cannot be applied: "
-                f"{error!r}"
-            ) from error
-
-    def finish(self) -> None:
-        aggregate = self.aggregate
-        if aggregate is None:
+def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
+    """One stream's rows into a record row or grant rows; a damaged stream is noted instead."""
+    first = rows[0][1]
+    stream = str(first) if isinstance(first, UUID) else bytes(first).decode(errors="replace")
+    aggregate: Any = None
+    try:
+        if _text(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
             return
-        if self.kind == _PROCESS_TOPIC:
-            document = record_document(aggregate, self.last_id)
-            self.sink.records.append(record_rows.document_row(document))
-        else:
-            session_id = aggregate.session_id
-            for process_id, descriptor in aggregate.grants.items():
-                encoded = None if descriptor is None else orjson.dumps(descriptor).decode()
-                self.sink.grants.append((session_id, process_id, encoded))
-        self.aggregate = None
+        key = first if isinstance(first, UUID) else UUID(_text(first))
+        for _, _, version, event_topic, state in rows:
+            event = decode_event(key, version, _text(event_topic), state)
+            aggregate = event.mutate(aggregate)
+    except Exception:  # any failure to decode or apply: this stream only is damaged
+        batch.damaged[stream] = _name(aggregate)
+        return
+    if isinstance(aggregate, Process):
+        document = record_document(aggregate, max(row[0] for row in rows))
+        records.append(record_rows.document_row(document))
+        batch.processes.add(aggregate.process_id)
+        return
+    batch.sessions.add(aggregate.session_id)
+    for process_id, descriptor in aggregate.grants.items():
+        encoded = None if descriptor is None else orjson.dumps(descriptor).decode()
+        grants.append((aggregate.session_id, process_id, encoded))
 
 
-class _Sink:
-    """Batches rows and writes them (executemany on SQLite, COPY on PostgreSQL)."""
+def _name(aggregate: Any) -> str:
+    """The id of a partly folded aggregate, when its creation event was read."""
+    for attribute in ("process_id", "session_id"):
+        value = getattr(aggregate, attribute, None)
+        if isinstance(value, str):
+            return value
+    return ""
 
-    def __init__(self, tx: Tx) -> None:
-        self.tx = tx
-        self.records: list[Row] = []
-        self.grants: list[Row] = []
 
-    def flush(self) -> None:
-        record_rows.bulk_insert(self.tx, self.records)
-        grant_rows.bulk_insert(self.tx, self.grants)
-        self.records = []
-        self.grants = []
+def _finish(store: Store, tx: Tx, totals: _Totals) -> list[str]:
+    """Delete rows the log no longer backs (a process or session written after its batch
+    passed has a log, and rows its own writes keep current), set tracking; the damaged
+    streams, named."""
+    store.lock_log(tx)
+    damaged = dict(totals.damaged)
+    stale_records = [
+        process_id
+        for process_id in record_rows.all_ids(tx)
+        if process_id not in totals.processes
+        and not _backed(tx, damaged, process_uuid(process_id), process_id)
+    ]
+    record_rows.delete_ids(tx, stale_records)
+    kept = set(totals.sessions)
+    for session_id in grant_rows.session_ids(tx):
+        if session_id not in kept and _backed(tx, damaged, session_uuid(session_id), session_id):
+            kept.add(session_id)
+    grant_rows.delete_sessions_except(tx, kept)
+    record_rows.set_tracking(tx, event_rows.max_position(tx))
+    return sorted(name or f"stream {_uuid_text(stream)}" for stream, name in damaged.items())
+
+
+def _uuid_text(stream: str) -> str:
+    """A stream id as a UUID's usual text (SQLite stores hex), or as stored if it is none."""
+    try:
+        return str(UUID(stream))
+    except ValueError:
+        return stream
+
+
+def _backed(tx: Tx, damaged: dict[str, str], stream: UUID, name: str) -> bool:
+    """Whether ``stream`` still has events (a damaged one is then named ``name``)."""
+    for key in (str(stream), stream.hex):
+        if key in damaged:
+            damaged[key] = damaged[key] or name
+            return True
+    return event_rows.max_version(tx, stream) > 0

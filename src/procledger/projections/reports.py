@@ -24,3 +24,14 @@ class PruneReport(Frozen):
     """The ids of the pruned processes."""
     events: int = 0
     """How many of their events were deleted from the log."""
+
+
+class RebuildReport(Frozen):
+    """What ``rebuild`` did: the events it read, and what it could not rebuild."""
+
+    applied: int = 0
+    """How many events were read from the log."""
+    damaged: list[str] = Field(default_factory=list)
+    """The processes (or sessions) whose events cannot be decoded or applied, by id — or
+    ``"stream <uuid>"`` when even the first event is unreadable. Their rows were left as
+    they were; everything else was rebuilt."""

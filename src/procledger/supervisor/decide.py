@@ -44,6 +44,9 @@ class EventIds:
     lost: str
     command_id: uuid.UUID
     """The completion notification's command id."""
+    run_marker: str
+    """What the child's environment names its run with (``os_seam.RUN_MARKER``), so a stop --
+    this supervisor's or, after it died, ``restore``'s -- finds descendants that escaped."""
 
 
 def event_ids(process_id: str, registration_hash: str) -> EventIds:
@@ -60,6 +63,7 @@ def event_ids(process_id: str, registration_hash: str) -> EventIds:
         completed=str(derive("completed")),
         lost=str(derive("lost")),
         command_id=derive("completion-command"),
+        run_marker=str(derive("run-marker")),
     )
 
 
@@ -71,6 +75,10 @@ class Outcome:
     reason: TerminalReason
     exit_code: int | None = None
     diagnostic: str | None = None
+    signal: int | None = None
+    """The signal that ended the child, whoever sent it (``None``: it exited, or unknown)."""
+    survivors: tuple[int, ...] = ()
+    """OS pids of the tree still alive after the final SIGKILL of a stop."""
 
 
 _SIGNAL_STATES: Final[dict[int, ProcessState]] = {
@@ -91,12 +99,15 @@ def outcome(
     - ``failure`` (the output consumer or a read failed, and the tree was stopped for it) →
       ``failed`` with that diagnostic.
     - Exit code 0, or any exit code nobody asked to stop → ``exited`` with the code.
-    - A signal → ``interrupted`` (SIGINT), ``killed`` (SIGKILL), ``terminated`` (any other).
+    - A signal nobody here sent (no stop requested, no shutdown: a crash, an OOM kill, a
+      SIGPIPE) → ``signaled`` with reason ``signaled`` and the signal number.
     - During a shutdown, a signal or a non-zero exit is ``terminated``/``killed`` with reason
       ``runner_shutdown``.
     - After a requested stop, a non-zero exit code is the program's way of saying it was
       stopped (a shell trapping INT, a runtime turning SIGTERM into exit 143): the strongest
       requested stop is the terminal, so the coarse status is ``cancelled`` unless it exited 0.
+    - After a requested stop, a signal → ``interrupted`` (SIGINT), ``killed`` (SIGKILL),
+      ``terminated`` (any other), carrying the signal number.
     """
     if failure is not None:
         return Outcome(
@@ -104,15 +115,18 @@ def outcome(
         )
     if returncode == 0 or (returncode > 0 and not requested and not shutdown):
         return Outcome(ProcessState.exited, TerminalReason.exited, exit_code=returncode)
+    number = -returncode if returncode < 0 else None
     if shutdown:
         killed = returncode == -signal.SIGKILL
         state = ProcessState.killed if killed else ProcessState.terminated
-        return Outcome(state, TerminalReason.runner_shutdown)
+        return Outcome(state, TerminalReason.runner_shutdown, signal=number)
     if returncode > 0:
         strongest = max(requested, key=STOP_REASONS.index)
         return Outcome(ProcessState(strongest.value), strongest)
+    if not requested:
+        return Outcome(ProcessState.signaled, TerminalReason.signaled, signal=number)
     state = _SIGNAL_STATES.get(-returncode, ProcessState.terminated)
-    return Outcome(state, TerminalReason(state.value))
+    return Outcome(state, TerminalReason(state.value), signal=number)
 
 
 def start_refusal(record: ProcessRecord) -> InvalidTransition | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import selectors
 import signal
 import subprocess
@@ -51,6 +52,7 @@ __all__ = [
     "Consumer",
     "Input",
     "OwnedChild",
+    "StdinSource",
     "StopPolicy",
     "Streamed",
     "checked_argv",
@@ -69,6 +71,10 @@ Consumer = Callable[[bytes], None]
 """Receives raw output chunks as they arrive, on the owner's thread."""
 
 Input = bytes | str | None
+
+StdinSource = int | None
+"""What a child without input data reads: ``subprocess.DEVNULL`` (the default), ``None`` to
+inherit ours, or an open readable descriptor (the caller keeps and closes it)."""
 
 
 class Cancel(Protocol):
@@ -352,6 +358,8 @@ class OwnedChild:
         pump: _Pump,
         command: str,
         policy: StopPolicy,
+        *,
+        marker: str | None = None,
     ) -> None:
         """Private: use ``OwnedChild.spawn``."""
         self._child = child
@@ -359,7 +367,8 @@ class OwnedChild:
         self._pump = pump
         self._command = command
         self._policy = policy
-        self._tree = os_seam.Tree(child.pid)
+        self._tree = os_seam.Tree(child.pid, marker)
+        self._survivors: list[int] = []
         self._lock = threading.Lock()  # orders signalling against reaping (pid reuse)
         self._reaped = False
         self._killed = False
@@ -375,15 +384,21 @@ class OwnedChild:
         stdout: Consumer | None = None,
         stderr: Consumer | None = None,
         stop: StopPolicy = StopPolicy(),  # an immutable value, not infrastructure
+        stdin_source: StdinSource = subprocess.DEVNULL,
+        marker: str | None = None,
     ) -> OwnedChild:
         """Start ``argv`` in a new process group; ``SpawnError`` (naming it) if it cannot start.
 
-        ``stdin=None`` is ``/dev/null``; bytes or str (UTF-8) are written once, then closed.
-        ``stdout``/``stderr``: a consumer for raw chunks, or ``None`` to inherit ours.
-        ``stop`` is the policy ``wait`` uses when cancelled or failing.
+        ``stdin=None`` reads ``stdin_source`` (``/dev/null`` by default); bytes or str (UTF-8)
+        are written once, then closed. ``stdout``/``stderr``: a consumer for raw chunks, or
+        ``None`` to inherit ours. ``stop`` is the policy ``wait`` uses when cancelled or
+        failing. ``marker`` names the run in the child's environment (``os_seam.RUN_MARKER``),
+        so a stop finds descendants that left both its group and its ancestry.
         """
         args = checked_argv(argv)
         data = _encoded(stdin)
+        if marker is not None:
+            env = {**(os.environ if env is None else env), os_seam.RUN_MARKER: marker}
         child = os_seam.spawn(
             args,
             cwd=cwd,
@@ -391,6 +406,7 @@ class OwnedChild:
             stdin_pipe=data is not None,
             stdout_pipe=stdout is not None,
             stderr_pipe=stderr is not None,
+            stdin_source=stdin_source,
         )
         exit_signal = None
         try:
@@ -401,7 +417,7 @@ class OwnedChild:
             if exit_signal is not None:
                 exit_signal.close()
             raise
-        return cls(child, exit_signal, pump, os_seam.describe(args), stop)
+        return cls(child, exit_signal, pump, os_seam.describe(args), stop, marker=marker)
 
     @property
     def pid(self) -> int:
@@ -415,6 +431,13 @@ class OwnedChild:
     @property
     def command(self) -> str:
         return self._command
+
+    @property
+    def survivors(self) -> list[int]:
+        """OS pids of the tree still alive after the last stop's final SIGKILL (and its
+        settling time): processes that could not be killed, or escaped before they were seen.
+        Empty when no stop escalated, or when the tree died."""
+        return list(self._survivors)
 
     @property
     def returncode(self) -> int | None:
@@ -484,7 +507,9 @@ class OwnedChild:
             return exited
         self._signal(signal.SIGKILL)
         self._killed = True
-        self._tree.await_gone(KILL_SETTLE_S)
+        if not self._tree.await_gone(KILL_SETTLE_S):
+            self._survivors = self._tree.survivors()
+        self._tree.reap_adopted(self._child.pid)
         return wait_exit(None)
 
     def _signal(self, sig: int) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from procledger.adapters.sql import handles as handle_sql
+from procledger.adapters.sql.store import Tx
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -64,8 +65,12 @@ def _uuid(value: str | None) -> uuid.UUID | None:
 
 
 def save_handle(registry: ProcessRegistry, row: HandleRow) -> None:
-    """Insert the row, or update where its notification goes (a retried ``start``)."""
-    with registry.store.write() as tx:
+    """Insert the row, or update where its notification goes (a retried ``start``).
+
+    An upsert of the same values, so a transaction lost mid-way (a PostgreSQL restart) just
+    runs again through ``Store.attempt`` (docs/design.md §7.3)."""
+
+    def upsert(tx: Tx) -> None:
         handle_sql.upsert_handle(
             tx,
             handle=row.handle,
@@ -76,11 +81,12 @@ def save_handle(registry: ProcessRegistry, row: HandleRow) -> None:
             command_id=str(row.command_id),
         )
 
+    registry.store.attempt(upsert, write=True)
+
 
 def handle_for_process(registry: ProcessRegistry, process_id: str) -> HandleRow | None:
     """The process's handle (the first minted, if a retried start minted more)."""
-    with registry.store.read() as tx:
-        row = handle_sql.first_handle_row(tx, process_id)
+    row = registry.store.attempt(lambda tx: handle_sql.first_handle_row(tx, process_id))
     return None if row is None else _row(row)
 
 
@@ -89,5 +95,4 @@ def change_seqs(registry: ProcessRegistry, process_ids: Sequence[str]) -> dict[s
     supervisor can notice stop requests made elsewhere without decoding every record."""
     if not process_ids:
         return {}
-    with registry.store.read() as tx:
-        return handle_sql.change_seqs(tx, process_ids)
+    return registry.store.attempt(lambda tx: handle_sql.change_seqs(tx, process_ids))

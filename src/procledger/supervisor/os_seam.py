@@ -57,12 +57,14 @@ def spawn(
     stdin_pipe: bool,
     stdout_pipe: bool,
     stderr_pipe: bool,
+    stdin_source: int | None = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as the leader of a new process group; ``SpawnError`` if it cannot start.
 
     Pipes are unbuffered and non-blocking on our side: the caller multiplexes them and must
-    never block in a read or write it cannot interrupt. Absent stdin is ``/dev/null``; absent
-    stdout/stderr are inherited.
+    never block in a read or write it cannot interrupt. Without a stdin pipe the child reads
+    ``stdin_source`` (``subprocess.DEVNULL``, ``None`` to inherit ours, or a descriptor);
+    absent stdout/stderr are inherited.
     """
     try:
         child = subprocess.Popen(
@@ -70,7 +72,7 @@ def spawn(
             bufsize=0,
             cwd=cwd,
             env=None if env is None else dict(env),
-            stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin_pipe else stdin_source,
             stdout=subprocess.PIPE if stdout_pipe else None,
             stderr=subprocess.PIPE if stderr_pipe else None,
             close_fds=True,
@@ -286,6 +288,80 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+RUN_MARKER: Final = "PROCLEDGER_RUN"
+"""The environment variable each supervised child gets, naming its run: descendants inherit
+it, so a stop finds those that escaped both the child's group and its ancestry."""
+
+
+def _marked(marker: str | None, child_pid: int) -> list[int]:
+    """Pids whose environment carries ``RUN_MARKER=marker`` and that started no earlier than
+    the child (a marker copied into an older process is not ours to signal)."""
+    import psutil
+
+    if marker is None:
+        return []
+    try:
+        born = psutil.Process(child_pid).create_time()
+    except psutil.Error:
+        return []
+    me = os.getpid()
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.pid == me or process.create_time() < born:
+                continue
+            if process.environ().get(RUN_MARKER) == marker:
+                found.append(process.pid)
+    return found
+
+
+def set_child_subreaper(enabled: bool) -> bool:
+    """Mark this process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), or unmark it:
+    orphaned descendants then re-parent to us instead of init, so a stop can still reap them.
+    False where the platform has no such thing or refuses."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def is_child_subreaper() -> bool:
+    """Whether this process is a child subreaper now (Linux; False elsewhere)."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    value = ctypes.c_int(0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return bool(value.value)
+
+
+_PR_SET_CHILD_SUBREAPER: Final = 36
+_PR_GET_CHILD_SUBREAPER: Final = 37
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, starttime)`` of ``pid`` from ``/proc/<pid>/stat`` (state ``Z``: a zombie);
+    ``None`` if there is no such process or ``/proc`` cannot say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            text = file.read().decode("ascii", "replace")
+        fields = text[text.rindex(")") + 2 :].split()
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
@@ -306,16 +382,22 @@ class Tree:
     a process seen once stays a target until it is gone.
     """
 
-    def __init__(self, child_pid: int) -> None:
+    def __init__(self, child_pid: int, marker: str | None = None) -> None:
         self._child_pid = child_pid  # also the group id: the child leads its group
+        self._marker = marker
         self._known: set[psutil.Process] = set()
 
     def discover(self) -> None:
-        """Add what is in the tree now. Only while the child is unreaped: its pid is ours."""
+        """Add what is in the tree now. Only while the child is unreaped: its pid is ours.
+
+        Besides the child's group and descendants, every process carrying the run's marker in
+        its environment (``RUN_MARKER``) -- a descendant that made its own session *and* lost
+        its parent (``setsid`` plus a double fork) is found no other way."""
         import psutil
 
         seen: set[int] = set()
-        for pid in (self._child_pid, *_group_members(self._child_pid)):
+        marked = _marked(self._marker, self._child_pid)
+        for pid in (self._child_pid, *_group_members(self._child_pid), *marked):
             if pid in seen:  # already found below an earlier root
                 continue
             with contextlib.suppress(psutil.Error):
@@ -353,6 +435,24 @@ class Tree:
             else:
                 strays.append(process)
         return groups, strays
+
+    def survivors(self) -> list[int]:
+        """OS pids of known processes still alive (not zombies), ascending."""
+        return sorted(p.pid for p in self._known if _alive(p))
+
+    def reap_adopted(self, child_pid: int) -> None:
+        """Reap, by exact pid, the dead processes of the tree that were re-parented to us (we
+        are a child subreaper): nobody else will, and ``waitpid(-1)`` would take the host's
+        own children. ``child_pid`` is reaped by its ``Popen``, not here."""
+        import psutil
+
+        me = os.getpid()
+        for process in self._known:
+            if process.pid == child_pid:
+                continue
+            with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+                if process.ppid() == me and process.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(process.pid, os.WNOHANG)
 
     def await_gone(self, timeout: float) -> bool:
         """Wait (briefly polling: nothing notifies us about non-children) until every known

@@ -25,19 +25,25 @@ lease in the same transaction). Each lifecycle write carries an id derived from 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
 
+from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
+from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
+from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
     InvalidTransition,
     LeaseLost,
@@ -49,7 +55,7 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
 from procledger.domain.notification import ProcessCompletionNotification
-from procledger.domain.records import ProcessRecord
+from procledger.domain.records import OsFacts, ProcessRecord
 from procledger.domain.registration import (
     Originator,
     ProcessInput,
@@ -60,6 +66,7 @@ from procledger.domain.registration import (
 from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
 from procledger.projections.filters import ProcessListFilter
 from procledger.supervisor import handles as handle_table
+from procledger.supervisor import orphans, os_seam
 from procledger.supervisor.decide import (
     EventIds,
     Outcome,
@@ -72,7 +79,6 @@ from procledger.supervisor.decide import (
 )
 from procledger.supervisor.execution import (
     Consumer,
-    Input,
     OwnedChild,
     StopPolicy,
     checked_argv,
@@ -89,8 +95,20 @@ log = logging.getLogger("procledger.supervisor")
 STOP_POLL_S: Final = 0.5
 """How often the ticker looks for stop requests made elsewhere (the contract says within 1 s)."""
 
-WRITE_RETRY_S: Final = 5.0
-"""How long a terminal write is retried (with its stable id) when the store fails."""
+RETRY_FIRST_S: Final = 0.1
+RETRY_MAX_S: Final = 5.0
+"""A terminal write the store failed is retried (with its stable id) for as long as the
+supervisor runs: first after ``RETRY_FIRST_S``, doubling up to ``RETRY_MAX_S``."""
+
+Stdin = Literal["inherit", "null"] | Path | bytes | int
+"""What a child reads: ``"null"`` (``/dev/null``), ``"inherit"`` (the supervisor's own stdin:
+a pipe or a file — a terminal only if the child never reads it, since the child runs in a
+process group of its own and a read from the terminal would stop it), a file's ``Path``,
+``bytes`` written once and then closed, or an open file descriptor (e.g. the read end of a
+pipe the caller feeds; the caller keeps and closes its own copy)."""
+
+Notice = Callable[[str], None]
+"""Receives the lines a person should see while an outcome waits for the store."""
 
 _SessionId = uuid.UUID | str
 _NotifyTo = tuple[uuid.UUID, uuid.UUID]
@@ -122,7 +140,7 @@ class _StartRequest:
     process_id: str | None
     cwd: str | os.PathLike[str] | None
     env: Mapping[str, str] | None
-    stdin: Input
+    stdin: Stdin
     stdout: Consumer | None
     background: bool
     disposition: RecoveryDisposition
@@ -146,6 +164,7 @@ class _Ticket:
     process_id: str
     ids: EventIds
     notify_to: _NotifyTo | None
+    registration_hash: str
 
 
 class _Run:
@@ -157,6 +176,7 @@ class _Run:
         self.process_id = ticket.process_id
         self.ids = ticket.ids
         self.notify_to = ticket.notify_to
+        self.ticket = ticket
         self.keeper = keeper
         self.child = child
         self.lock = threading.Lock()
@@ -195,6 +215,9 @@ class Supervisor:
         notifier: CompletionNotifier | None = None,
         stop: StopPolicy = StopPolicy(),  # noqa: B008 -- an immutable value
         timings: LeaseTimings = LeaseTimings(),  # noqa: B008 -- an immutable value
+        outbox: Outbox | None = None,
+        notice: Notice | None = None,
+        subreaper: bool = False,
     ) -> None:
         """Supervise as ``owner`` (the identity leases and ``restore`` go by).
 
@@ -204,8 +227,18 @@ class Supervisor:
             notifier: publishes completion notifications (none are published without one).
             stop: how stop requests made elsewhere, failures and ``shutdown`` stop a tree.
             timings: the lease ttl and renewal period of every process started here.
+            outbox: where outcomes wait for the store (docs/design.md §6.3); the user's
+                (``<state dir>/outbox``) when omitted; none for an in-memory store.
+            notice: called (on an owner thread) with one line when an outcome starts waiting
+                for the store and one when it got through; the library prints nothing itself.
+            subreaper: mark this process a child subreaper (Linux) while the supervisor
+                lives, so orphaned descendants re-parent to it and a stop can reap them.
+                Process-wide: for programs that own their children, like ``procledger run``.
         """
         self._registry = registry
+        self._outbox = outbox
+        self._notice = notice
+        self._subreaper = subreaper and _Subreaper.acquire()
         self._owner = owner
         self._notifier = notifier
         self._stop_policy = stop
@@ -240,7 +273,7 @@ class Supervisor:
         process_id: str | None = None,
         cwd: str | os.PathLike[str] | None = None,
         env: Mapping[str, str] | None = None,
-        stdin: Input = None,
+        stdin: Stdin = "null",
         stdout: Consumer | None = None,
         background: bool = False,
         disposition: RecoveryDisposition = RecoveryDisposition.owner_bound,
@@ -255,14 +288,14 @@ class Supervisor:
         Args:
             argv: the program and its arguments (a list: a single string is refused).
             process_id: the ledger id; a time-ordered one is minted when omitted.
-            stdin: written to the child once, then closed; ``None``: /dev/null.
+            stdin: what the child reads (``Stdin``); ``"null"``, ``/dev/null``, by default.
             stdout: receives raw output chunks on the owner thread; ``None``: inherited.
             disposition: what recovery may do if this supervisor dies; the environment's
                 values are stored only for ``rerunnable``, which needs them to run it again.
             session_id, loop_id: where the completion notification goes (both, or none sent).
 
         Raises:
-            TypeError, ValueError: malformed arguments; nothing was written.
+            TypeError, ValueError, OSError (a ``stdin`` file): nothing was written.
             SupervisorClosed: ``shutdown`` has begun.
             InvalidTransition: ``process_id`` was started before (``AlreadyTerminal``: ended).
             LeaseLost: another live owner holds ``process_id``.
@@ -273,15 +306,15 @@ class Supervisor:
             process_id=process_id,
             cwd=cwd,
             env=env,
-            stdin=stdin,
+            stdin=_checked_stdin(stdin),
             stdout=stdout,
             background=background,
             disposition=RecoveryDisposition(disposition),
             session_id=_uuid_or_none(session_id),
             loop_id=_uuid_or_none(loop_id),
         )
-        with self._start_slot():
-            return self._start(request)
+        with self._start_slot(), _stdin_source(request.stdin) as source:
+            return self._start(request, source)
 
     @contextmanager
     def _start_slot(self) -> Iterator[None]:
@@ -297,7 +330,7 @@ class Supervisor:
                 self._starting -= 1
                 self._lock.notify_all()
 
-    def _start(self, request: _StartRequest) -> ProcessHandle:
+    def _start(self, request: _StartRequest, source: int | None) -> ProcessHandle:
         """The durable writes in the module docstring's order, then the spawn."""
         registration, workdir = self._registration(request)
         record = self._registry.register(registration)  # `starting` is durable before the spawn
@@ -312,20 +345,27 @@ class Supervisor:
             record.id,
             ids,
             request.notify_to,
+            record.registration_hash,
         )
-        run = _Run(ticket, keeper, self._spawn(request, workdir, ticket, keeper))
+        run = _Run(ticket, keeper, self._spawn(request, workdir, ticket, keeper, source))
         self._go_live(run, request.background)
         return ProcessHandle(ticket.handle, ticket.process_id)
 
     def _registration(self, request: _StartRequest) -> tuple[ProcessRegistration, str]:
-        """The registration, and the absolute directory the child runs in."""
+        """The registration, and the absolute directory the child runs in.
+
+        Only an environment the caller passed is stored, and only for ``rerunnable`` work
+        (which needs it to run again elsewhere): never an implicit copy of ``os.environ``. A
+        process started without ``env`` inherits the supervisor's; its ``env_ref`` is the hash
+        of that environment and no values are stored (``load_env`` says ``NotFound``), so a
+        rerun inherits its runner's environment (docs/design.md §6.2)."""
         registry = self._registry
-        env = os.environ if request.env is None else request.env
-        values = {str(k): str(v) for k, v in env.items()}
-        if request.disposition is RecoveryDisposition.rerunnable:
-            env_ref = registry.store_env(values)  # needed to run it again elsewhere
+        if request.env is None:
+            env_ref = env_ref_for({str(k): str(v) for k, v in os.environ.items()})
+        elif request.disposition is RecoveryDisposition.rerunnable:
+            env_ref = registry.store_env({str(k): str(v) for k, v in request.env.items()})
         else:
-            env_ref = env_ref_for(values)  # the hash only: the values are never stored
+            env_ref = env_ref_for({str(k): str(v) for k, v in request.env.items()})
         cwd = request.cwd
         workdir = os.path.abspath(os.fspath(cwd) if cwd is not None else os.getcwd())
         scope = (
@@ -370,7 +410,12 @@ class Supervisor:
         return LeaseKeeper(registry, claimed.lease, self._timings, since=since, log=log)
 
     def _spawn(
-        self, request: _StartRequest, workdir: str, ticket: _Ticket, keeper: LeaseKeeper
+        self,
+        request: _StartRequest,
+        workdir: str,
+        ticket: _Ticket,
+        keeper: LeaseKeeper,
+        source: int | None,
     ) -> OwnedChild:
         """The child; if it cannot start, ``failed`` is recorded (and notified) first."""
         try:
@@ -378,13 +423,15 @@ class Supervisor:
                 request.args,
                 cwd=workdir,
                 env=request.env,
-                stdin=request.stdin,
+                stdin=request.stdin if isinstance(request.stdin, bytes) else None,
                 stdout=request.stdout,
                 stop=self._stop_policy,
+                stdin_source=source,
+                marker=ticket.ids.run_marker,
             )
         except SpawnError as error:
             result = spawn_failure(str(error))
-            record = self._record_terminal(ticket.process_id, ticket.ids, keeper.lease, result)
+            record = self._record_terminal(ticket, keeper, result)
             if record is not None:
                 self._publish(ticket.ids.command_id, ticket.handle, ticket.notify_to, record)
             raise
@@ -402,10 +449,13 @@ class Supervisor:
 
     def _record_running(self, run: _Run, background: bool) -> None:
         registry, now = self._registry, self._registry.now_ms()
+        facts = _os_facts(run.child.pid, run.child.pgid)
         if background:
-            registry.record_backgrounded(run.process_id, now, event_id=run.ids.backgrounded)
+            registry.record_backgrounded(
+                run.process_id, now, event_id=run.ids.backgrounded, os=facts
+            )
         else:
-            registry.record_started(run.process_id, now, event_id=run.ids.started)
+            registry.record_started(run.process_id, now, event_id=run.ids.started, os=facts)
 
     def _admit(self, run: _Run) -> None:
         run.thread = threading.Thread(
@@ -454,36 +504,105 @@ class Supervisor:
         if lost:
             return  # another holder owns the process now: it records the terminal
         result = outcome(returncode, requested=requested, shutdown=shutdown, failure=failure)
-        run.record = self._record_terminal(run.process_id, run.ids, run.keeper.lease, result)
+        result = dataclasses.replace(result, survivors=tuple(run.child.survivors))
+        run.record = self._record_terminal(run.ticket, run.keeper, result)
         if run.record is not None:
             self._publish(run.ids.command_id, run.handle, run.notify_to, run.record)
 
     def _record_terminal(
-        self, pid: str, ids: EventIds, lease: Lease, result: Outcome
+        self, ticket: _Ticket, keeper: LeaseKeeper, result: Outcome
     ) -> ProcessRecord | None:
-        """Record ``completed`` with the lease (released in the same write); retried with the
-        same event id while the store fails. ``None`` if the lease was lost meanwhile."""
-        deadline = time.monotonic() + WRITE_RETRY_S
-        pause = 0.05
-        while True:
+        """Put the outcome in the outbox, then record ``completed`` with the lease (released in
+        the same write), retried with its event id while the store fails -- for as long as this
+        supervisor runs -- and delete the entry once the store decided (docs/design.md §6.3).
+        ``None`` if another holder owns the process now (it records the terminal)."""
+        entry = _entry(ticket, keeper.lease, result, self._store_key())
+        outbox = self._put(entry)
+        try:
+            record = self._write_until_decided(entry, keeper)
+        except ProcledgerError:
+            if outbox is not None:
+                outbox.remove(entry)  # the store refused it for good: nothing to deliver
+            raise
+        if outbox is not None:
+            outbox.remove(entry)
+        return record
+
+    def _write_until_decided(self, entry: OutboxEntry, keeper: LeaseKeeper) -> ProcessRecord | None:
+        """Record ``entry`` until the store accepts or refuses it; one line to ``notice`` when
+        the wait begins and one when it ends."""
+        lease: Lease | None = keeper.lease
+        pause, waiting = RETRY_FIRST_S, False
+        while lease is not None:
             try:
-                return self._registry.record_completed(
-                    pid,
-                    result.state,
-                    result.reason,
-                    exit_code=result.exit_code,
-                    diagnostic=result.diagnostic,
-                    event_id=ids.completed,
-                    lease=lease,
-                )
+                record = record_entry(self._registry, entry, lease)
             except LeaseLost:
-                log.warning("process %r: lease lost before its terminal was recorded", pid)
-                return None
+                lease, after = self._lease_again(entry.process_id)
+                if lease is not None:
+                    continue
+                return after
             except Exception as error:
-                if not _transient(error) or time.monotonic() > deadline:
+                if not _transient(error):
                     raise
-            time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+                if not waiting:
+                    waiting = True
+                    self._say(_waiting_line(entry, error))
+                time.sleep(pause)  # backing off from a failing store; no event tells us it is back
+                pause = min(pause * 2, RETRY_MAX_S)
+                continue
+            if waiting:
+                self._say(f"procledger: recorded process {entry.process_id!r} in the store")
+            return record
+        return None
+
+    def _lease_again(self, pid: str) -> tuple[Lease | None, ProcessRecord | None]:
+        """After ``LeaseLost`` on a terminal write: the record if someone recorded a terminal
+        (a delivery of our own outbox entry, say); a fresh lease of ours if the old one only
+        expired during a long outage and nobody took it; else neither."""
+        registry = self._registry
+        record = registry.get(pid)
+        if record.is_terminal:
+            return None, record
+        current = registry.get_lease(pid)
+        if current is not None and current.is_live(registry.now_ms()):
+            log.warning("process %r: lease lost before its terminal was recorded", pid)
+            return None, None
+        try:
+            claimed = registry.claim_lease(pid, self._owner, self._timings.ttl_ms)
+        except InvalidTransition:  # it ended just now
+            return None, registry.get(pid)
+        return (claimed.lease, None) if isinstance(claimed, Acquired) else (None, None)
+
+    def _store_key(self) -> str | None:
+        return store_key(self._registry.location)
+
+    def _outbox_for_store(self) -> Outbox | None:
+        """The outbox, or ``None`` for an in-memory store or where none can be created."""
+        if self._store_key() is None:
+            return None
+        if self._outbox is None:
+            try:
+                self._outbox = default_outbox()
+            except OSError as error:
+                log.warning("no outbox (outcomes wait for the store in memory only): %s", error)
+                return None
+        return self._outbox
+
+    def _put(self, entry: OutboxEntry) -> Outbox | None:
+        outbox = self._outbox_for_store() if entry.store else None
+        if outbox is None:
+            return None
+        try:
+            outbox.put(entry)
+        except OSError as error:
+            log.warning("process %r: outcome not saved in %r: %s", entry.process_id, outbox, error)
+            return None
+        return outbox
+
+    def _say(self, line: str) -> None:
+        log.info("%s", line)
+        if self._notice is not None:
+            self._notice(line)
 
     def _publish(
         self,
@@ -679,7 +798,7 @@ class Supervisor:
         try:
             seqs = handle_table.change_seqs(self._registry, [r.process_id for r in runs])
         except Exception as error:
-            log.warning("polling stop requests failed: %s", error)
+            log.info("polling stop requests failed: %s", error)  # a store outage: not news
             return
         for run in runs:
             seq = seqs.get(run.process_id, 0)
@@ -691,7 +810,7 @@ class Supervisor:
         try:
             requested = self._registry.get(run.process_id).stop_requested
         except Exception as error:
-            log.warning("process %r: reading its stop requests failed: %s", run.process_id, error)
+            log.info("process %r: reading its stop requests failed: %s", run.process_id, error)
             return
         run.seen_change_seq = seq
         for reason in requested:
@@ -703,47 +822,88 @@ class Supervisor:
 
     # -- restore and shutdown ----------------------------------------------------------------------
 
-    def restore(self) -> list[ProcessRecord]:
+    def restore(self, *, keep_orphans: bool = False) -> list[ProcessRecord]:
         """Account for this owner's processes left behind by a supervisor that is gone.
 
-        Each non-terminal process this owner started whose holder is gone (lease released,
-        expired, or held by a provably dead holder) is recorded ``lost`` -- never signalled,
-        since its recorded pid may belong to a stranger by now -- and its completion
-        notification is published again with the same command id, so a receiver that already
-        had it can tell. Processes whose holder is alive are left alone.
+        First the outbox is delivered (``deliver_outbox``): an outcome the gone supervisor knew
+        but could not record is recorded as it was, with its exit code. Then each non-terminal
+        process this owner started whose holder is gone (lease released, expired, or held by a
+        provably dead holder) is taken over:
+
+        - its recorded child still runs (same OS pid and start time on this host; a zombie
+          counts as dead): its tree is stopped -- SIGTERM, SIGKILL after the stop policy's
+          grace -- and it is recorded ``lost`` (its exit status cannot be known: it is not our
+          child) with a diagnostic naming the pid, the signals sent, the one that ended it and
+          any survivors; with ``keep_orphans`` it is left running and the diagnostic says so;
+        - otherwise it is recorded ``lost``, and nothing is signalled.
+
+        Each one's completion notification is published again with the same command id, so a
+        receiver that already had it can tell. Processes whose holder is alive are left alone.
 
         Returns:
-            The records written, in process-id order.
+            The records written: delivered outcomes first, then the rest in process-id order.
 
         Raises:
             StoreError: the store failed; what was written so far stands.
         """
+        written = self._deliver()
         with self._lock:
             mine = {run.process_id for run in self._active.values()}
-        lost: list[ProcessRecord] = []
         for record in _nonterminal(self._registry):
             if _restorable(record, self._owner.owner_id, mine):
-                written = self._restore_one(record)
-                if written is not None:
-                    lost.append(written)
-        return lost
+                restored = self._restore_one(record, keep_orphans)
+                if restored is not None:
+                    written.append(restored)
+        return written
 
-    def _restore_one(self, record: ProcessRecord) -> ProcessRecord | None:
-        """Record one process ``lost`` and notify; ``None`` if someone else holds or took it."""
+    def _deliver(self) -> list[ProcessRecord]:
+        """Deliver this store's outbox entries left by gone supervisors, and notify."""
+        outbox = self._outbox_for_store()
+        if outbox is None:
+            return []
+        delivered = deliver_outbox(self._registry, outbox, ttl_ms=self._timings.ttl_ms)
+        for record in delivered:
+            self._publish_again(record)
+        return delivered
+
+    def _restore_one(self, record: ProcessRecord, keep_orphans: bool) -> ProcessRecord | None:
+        """Take one process over and record it; ``None`` if someone else holds or took it."""
         lease = self._take_over(record.id)
         if lease is None:
             return None  # its holder is alive (or not provably dead): leave it alone
         holder = record.first_started.owner if record.first_started else self._owner
         try:
-            written = self._registry.record_lost(
-                record.id,
-                diagnostic=_restored_diagnostic(holder),
-                event_id=event_ids(record.id, record.registration_hash).lost,
-                lease=lease,
-            )
+            written = self._record_restored(record, lease, holder, keep_orphans)
         except (LeaseLost, InvalidTransition):
             return None  # another restorer or the holder itself got there first
-        row = handle_table.handle_for_process(self._registry, record.id)
+        self._publish_again(written)
+        return written
+
+    def _record_restored(
+        self, record: ProcessRecord, lease: Lease, holder: LeaseOwner, keep_orphans: bool
+    ) -> ProcessRecord:
+        ids = event_ids(record.id, record.registration_hash)
+        child = orphans.find_live_child(record)
+        if child is None or keep_orphans:
+            return self._registry.record_lost(
+                record.id,
+                diagnostic=_restored_diagnostic(holder, child),
+                event_id=ids.lost,
+                lease=lease,
+            )
+        result = orphans.stop_tree(record, (_SIGTERM,), self._stop_policy.grace_s, escalate=True)
+        done = orphans.describe_stop(record, result, "restore")
+        return self._registry.record_lost(
+            record.id,
+            diagnostic=clip_diagnostic(f"{_gone_line(holder)}; {done}"),
+            event_id=ids.lost,
+            lease=lease,
+        )
+
+    def _publish_again(self, written: ProcessRecord) -> None:
+        """Publish a restored process's completion notification with its original handle and
+        command id (only where ``start`` saved them)."""
+        row = handle_table.handle_for_process(self._registry, written.id)
         if row is not None:
             notify_to = (
                 None
@@ -751,16 +911,18 @@ class Supervisor:
                 else (row.session_id, row.loop_id)
             )
             self._publish(row.command_id, row.handle, notify_to, written)
-        return written
 
     def _take_over(self, pid: str) -> Lease | None:
         """The lease of a process whose holder is gone, or ``None`` if its holder may live."""
         registry, ttl = self._registry, self._timings.ttl_ms
-        current = registry.get_lease(pid)
-        if current is None or not current.is_live(registry.now_ms()):
-            taken = registry.claim_lease(pid, self._owner, ttl)
-        else:
-            taken = registry.reclaim_lease(pid, self._owner, current, ttl)
+        try:
+            current = registry.get_lease(pid)
+            if current is None or not current.is_live(registry.now_ms()):
+                taken = registry.claim_lease(pid, self._owner, ttl)
+            else:
+                taken = registry.reclaim_lease(pid, self._owner, current, ttl)
+        except (InvalidTransition, NotFound):  # it ended, or was pruned, since we looked
+            return None
         return taken.lease if isinstance(taken, Acquired) else None
 
     def shutdown(self, grace_s: float | None = None) -> None:
@@ -786,6 +948,10 @@ class Supervisor:
             if run.thread is not None:
                 run.thread.join()
         self._join_threads()
+        with self._lock:
+            subreaper, self._subreaper = self._subreaper, False
+        if subreaper:
+            _Subreaper.release()
 
     def _close(self) -> list[_Run]:
         """Refuse new starts, wait out those under way, and mark every active run as ended by
@@ -828,10 +994,19 @@ def _restorable(record: ProcessRecord, owner_id: str, mine: set[str]) -> bool:
     return first is not None and first.owner.owner_id == owner_id and record.id not in mine
 
 
-def _restored_diagnostic(holder: LeaseOwner) -> str:
-    return (
-        f"supervisor {holder.owner_id!r} (incarnation {holder.incarnation_id}) "
-        "is gone; restored without signalling the recorded process"
+def _gone_line(holder: LeaseOwner) -> str:
+    return f"supervisor {holder.owner_id!r} (incarnation {holder.incarnation_id}) is gone"
+
+
+def _restored_diagnostic(holder: LeaseOwner, child: int | None) -> str:
+    """Why a restored process is ``lost``: its child is gone, or was left running as asked."""
+    if child is None:
+        return clip_diagnostic(
+            f"{_gone_line(holder)}; its child is no longer running: outcome unknown"
+        )
+    return clip_diagnostic(
+        f"{_gone_line(holder)}; its child OS pid {child} is still running and was left "
+        "running unsupervised (keep_orphans)"
     )
 
 
@@ -852,3 +1027,96 @@ def _nonterminal(registry: ProcessRegistry) -> list[ProcessRecord]:
     """Every non-terminal process (the ``running`` coarse status: starting or running), by id."""
     records: list[ProcessRecord] = registry.list_processes(ProcessListFilter(status="running"))
     return records
+
+
+def _entry(ticket: _Ticket, lease: Lease, result: Outcome, store: str | None) -> OutboxEntry:
+    """The outbox entry of ``result`` (``store`` empty where there is no outbox)."""
+    return OutboxEntry(
+        store=store or "",
+        host_id=this_host_id() or "",
+        process_id=ticket.process_id,
+        registration_hash=ticket.registration_hash,
+        event_id=ticket.ids.completed,
+        state=result.state.value,
+        reason=result.reason.value,
+        owner=lease.owner.model_dump(mode="json"),
+        written_at_ms=int(time.time() * 1000),
+        exit_code=result.exit_code,
+        diagnostic=result.diagnostic,
+        signal=result.signal,
+        survivors=list(result.survivors),
+    )
+
+
+def _waiting_line(entry: OutboxEntry, error: Exception) -> str:
+    ended = f"exit code {entry.exit_code}" if entry.exit_code is not None else entry.state
+    return (
+        f"procledger: process {entry.process_id!r} ended ({ended}); the store is unavailable, "
+        f"retrying until it accepts the outcome (saved locally meanwhile): {error}"
+    )
+
+
+def _os_facts(pid: int, pgid: int) -> OsFacts | None:
+    """The child as this host sees it now (unreaped, so its pid is still its own, even if it
+    already exited); ``None`` where ``/proc`` cannot tell its start time or the host."""
+    host, stat = this_host_id(), os_seam.proc_stat(pid)
+    if host is None or stat is None:
+        return None
+    return OsFacts(pid=pid, pgid=pgid, start_time=stat[1], host_id=host)
+
+
+def _checked_stdin(stdin: object) -> Stdin:
+    """``stdin`` if it is one of ``Stdin``'s forms; a plain string other than the two words
+    is refused rather than guessed at (a path? data?)."""
+    if stdin in ("inherit", "null") or isinstance(stdin, Path | bytes):
+        return stdin
+    if isinstance(stdin, int) and not isinstance(stdin, bool) and stdin >= 0:
+        return stdin
+    raise TypeError(
+        f"stdin must be 'inherit', 'null', a pathlib.Path, bytes or a file descriptor, "
+        f"not {stdin!r}"
+    )
+
+
+@contextmanager
+def _stdin_source(stdin: Stdin) -> Iterator[int | None]:
+    """What the child reads when no bytes are written to it, open for the start only (the
+    child keeps its own copy of a file's descriptor)."""
+    if isinstance(stdin, Path):
+        fd = os.open(stdin, os.O_RDONLY)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+    elif stdin == "inherit":
+        yield None
+    elif isinstance(stdin, int) and not isinstance(stdin, bool):
+        yield stdin
+    else:
+        yield subprocess.DEVNULL
+
+
+class _Subreaper:
+    """This process's child-subreaper mark, counted over the supervisors that asked for it:
+    set by the first, cleared by the last (unless it was set before any of them)."""
+
+    _lock = threading.Lock()
+    _count = 0
+    _was_set = False
+
+    @classmethod
+    def acquire(cls) -> bool:
+        with cls._lock:
+            if cls._count == 0:
+                cls._was_set = os_seam.is_child_subreaper()
+                if not (cls._was_set or os_seam.set_child_subreaper(True)):
+                    return False
+            cls._count += 1
+            return True
+
+    @classmethod
+    def release(cls) -> None:
+        with cls._lock:
+            cls._count -= 1
+            if cls._count == 0 and not cls._was_set:
+                os_seam.set_child_subreaper(False)

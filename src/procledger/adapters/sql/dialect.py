@@ -49,6 +49,17 @@ class Dialect:
         """The text at ``path`` inside a JSON document column."""
         return f"json_extract({column}, '$.{'.'.join(path)}')"
 
+    def raw_text(self, column: str) -> str:
+        """A text column read as bytes where the driver would fail the whole query on one
+        value that is not UTF-8 (SQLite files can hold any bytes): decoding it is then the
+        reader's job, per row, so one damaged row stays one damaged row."""
+        return f"CAST({column} AS BLOB)"
+
+    def raw_param(self) -> str:
+        """A placeholder for a value read with ``raw_text``, compared as the stored text (the
+        same bytes), so the column's index still serves the comparison."""
+        return "CAST(? AS TEXT)"
+
 
 class PostgresDialect(Dialect):
     name: ClassVar[DialectName] = "postgresql"
@@ -74,6 +85,12 @@ class PostgresDialect(Dialect):
 
     def originator_key(self, originator_id: UUID) -> Any:
         return originator_id
+
+    def raw_text(self, column: str) -> str:
+        return column  # the server refuses invalid UTF-8 on the way in
+
+    def raw_param(self) -> str:
+        return "?"
 
     def json_text(self, column: str, *path: str) -> str:
         steps = "".join(f" -> '{step}'" for step in path[:-1])

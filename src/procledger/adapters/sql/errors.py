@@ -70,8 +70,31 @@ def _sqlite(error: sqlite3.Error, message: str) -> StoreError:
     return StoreError(message)
 
 
+_CONFIGURATION_SQLSTATES = ("28", "3D")
+"""Invalid authorization, unknown database: waiting will not help — fix the URL."""
+_CONFIGURATION_MESSAGES = (
+    "does not exist",  # database or role (a refused connection carries no SQLSTATE)
+    "authentication failed",
+    "no pg_hba.conf entry",
+)
+
+
+def _sqlstate(error: BaseException) -> str:
+    """The server's SQLSTATE of a psycopg error (or of the one eventsourcing wrapped)."""
+    for candidate in (error, error.__cause__):
+        state = getattr(candidate, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+    return ""
+
+
 def _postgres(error: BaseException, message: str) -> StoreError:
     psycopg: Any = sys.modules.get("psycopg")
+    text = str(error).lower()
+    if _sqlstate(error)[:2] in _CONFIGURATION_SQLSTATES or any(
+        marker in text for marker in _CONFIGURATION_MESSAGES
+    ):
+        return StoreError(message)
     if isinstance(error, es.OperationalError | es.InterfaceError):
         return StoreUnavailable(message)
     if isinstance(error, es.DataError):

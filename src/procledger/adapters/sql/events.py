@@ -73,3 +73,49 @@ def stream_log(tx: Tx) -> Iterator[Iterator[Row]]:
         yield iter(cursor)
     finally:
         cursor.close()
+
+
+def _log_columns(tx: Tx) -> str:
+    """The columns of a rebuild's rows; ids and topics as raw bytes where a file may hold
+    invalid UTF-8, so one damaged row spoils its own stream only (``Dialect.raw_text``)."""
+    dialect = tx.dialect
+    return (
+        f"{dialect.notification_id}, {dialect.raw_text('originator_id')}, originator_version, "
+        f"{dialect.raw_text('topic')}, state"
+    )
+
+
+def log_batch(tx: Tx, after: Any, limit: int) -> list[Row]:
+    """Up to ``limit`` events of the streams after stream ``after`` (``None``: from the first),
+    as ``stream_log`` tuples, in ``(stream, version)`` order; ``stream_rest`` completes the
+    last stream. Stream ids compare as stored (hex text on SQLite, ``uuid`` on PostgreSQL)."""
+    where = "" if after is None else f"WHERE originator_id>{tx.dialect.raw_param()} "
+    rows = tx.execute(
+        f"SELECT {_log_columns(tx)} FROM {tx.dialect.events_table} {where}"
+        "ORDER BY originator_id, originator_version LIMIT ?",
+        (limit,) if after is None else (after, limit),
+    ).all()
+    return [_values(row) for row in rows]
+
+
+def _values(row: Any) -> Row:
+    return tuple(row.values()) if isinstance(row, dict) else tuple(row)
+
+
+def stream_rest(tx: Tx, originator_id: Any, after_version: int) -> list[Row]:
+    """The events of one stream after ``after_version`` (the end of a batch), in order."""
+    rows = tx.execute(
+        f"SELECT {_log_columns(tx)} FROM {tx.dialect.events_table} "
+        f"WHERE originator_id={tx.dialect.raw_param()} AND originator_version>? "
+        "ORDER BY originator_version",
+        (originator_id, after_version),
+    ).all()
+    return [_values(row) for row in rows]
+
+
+def max_position(tx: Tx) -> int:
+    """The highest notification id in the log (0 when empty)."""
+    row = tx.execute(
+        f"SELECT MAX({tx.dialect.notification_id}) AS n FROM {tx.dialect.events_table}"
+    ).one()
+    return int(row["n"] or 0)

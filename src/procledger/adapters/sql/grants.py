@@ -29,7 +29,8 @@ def delete(tx: Tx, session_id: str, process_id: str) -> None:
 
 def _granted(tx: Tx) -> str:
     return (
-        f"SELECT g.process_id AS process_id, g.descriptor AS descriptor, r.record AS record "
+        "SELECT g.process_id AS process_id, g.descriptor AS descriptor, "
+        f"{tx.dialect.raw_text('r.record')} AS record "
         f"FROM {tx.dialect.table('grants')} g JOIN {tx.dialect.table('records')} r "
         "ON r.process_id = g.process_id WHERE g.session_id=?"
     )
@@ -85,6 +86,29 @@ def grants_on(tx: Tx, process_ids: Sequence[str]) -> set[tuple[str, str]]:
 
 def clear(tx: Tx) -> None:
     tx.execute(f"DELETE FROM {tx.dialect.table('grants')}")
+
+
+def replace_sessions(tx: Tx, session_ids: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Replace every grant of these sessions by ``rows`` (a rebuild batch)."""
+    tx.executemany(
+        f"DELETE FROM {tx.dialect.table('grants')} WHERE session_id=?",
+        [(session_id,) for session_id in session_ids],
+    )
+    if rows:
+        tx.executemany(
+            f"INSERT INTO {tx.dialect.table('grants')} ({GRANT_COLUMNS}) VALUES (?,?,?)", rows
+        )
+
+
+def session_ids(tx: Tx) -> list[str]:
+    """Every session holding a grant."""
+    rows = tx.execute(f"SELECT DISTINCT session_id FROM {tx.dialect.table('grants')}").all()
+    return [str(row["session_id"]) for row in rows]
+
+
+def delete_sessions_except(tx: Tx, kept: set[str]) -> None:
+    """Delete the grants of every session not in ``kept`` (sessions the log no longer has)."""
+    replace_sessions(tx, [s for s in session_ids(tx) if s not in kept], [])
 
 
 def bulk_insert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:

@@ -29,6 +29,16 @@ class StoreLocation:
     in_memory: bool = False
     pg: dict[str, str] = field(default_factory=dict)
     schema: str = "public"
+    retry_s: float = 0.0
+    """How long a call rides through a lost server (PostgreSQL's ``?retry_s=N``, default 30 s;
+    0 on SQLite, whose failures are not outages a retry would outlast)."""
+    default: bool = False
+    """Whether this is the per-user default ledger (its folder is created on demand)."""
+
+
+DEFAULT_RETRY_S = 30.0
+"""The default window a PostgreSQL call keeps retrying a lost connection (docs/design.md §7.1)."""
+_MAX_RETRY_S = 86_400.0
 
 
 def default_url() -> str:
@@ -36,8 +46,31 @@ def default_url() -> str:
     configured = os.environ.get("PROCLEDGER_URL")
     if configured:
         return configured
+    return sqlite_url(default_ledger_path())
+
+
+def default_ledger_path() -> Path:
+    """The per-user ledger: ``$XDG_DATA_HOME/procledger/ledger.db`` (made absolute)."""
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return f"sqlite:///{data_home}/procledger/ledger.db"
+    return Path(data_home).absolute() / "procledger" / "ledger.db"
+
+
+def sqlite_url(path: Path | str) -> str:
+    """The URL of a SQLite file, in SQLAlchemy's form: ``sqlite:////abs.db`` for an absolute
+    path, ``sqlite:///rel.db`` for one relative to the working directory."""
+    return f"sqlite:///{path}"
+
+
+def locate(url: str | None) -> StoreLocation:
+    """The location ``url`` names; with none, ``$PROCLEDGER_URL`` or the per-user default
+    (only the latter is marked ``default``: an explicit URL and the variable mean the same)."""
+    if url:
+        return parse_store_url(url)
+    configured = os.environ.get("PROCLEDGER_URL")
+    if configured:
+        return parse_store_url(configured)
+    location = parse_store_url(sqlite_url(default_ledger_path()))
+    return StoreLocation("sqlite", location.masked, sqlite_path=location.sqlite_path, default=True)
 
 
 def mask_url(url: str) -> str:
@@ -61,9 +94,20 @@ def parse_store_url(url: str) -> StoreLocation:
 
 
 def _parse_sqlite(url: str, masked: str) -> StoreLocation:
+    """SQLAlchemy's convention: ``sqlite:///rel.db`` is relative to the working directory,
+    ``sqlite:////abs.db`` absolute (``sqlite:rel.db`` is also accepted, as relative)."""
     rest = url[len("sqlite:") :]
-    path = rest[2:] if rest.startswith("//") else rest
-    if not path or path == "/":
+    if rest.startswith("///"):
+        path = rest[3:]
+    elif rest.startswith("//"):
+        raise StoreURLError(
+            f"store URL {masked!r}: a SQLite URL has no host; use sqlite:///relative.db "
+            "or sqlite:////absolute/path.db"
+        )
+    else:
+        path = rest
+    path = path.split("?", 1)[0]
+    if not path or path.endswith("/"):
         raise StoreURLError(f"store URL {masked!r}: no database path")
     return StoreLocation("sqlite", masked, sqlite_path=unquote(path))
 
@@ -72,6 +116,7 @@ def _parse_postgres(url: str, masked: str) -> StoreLocation:
     parts = urlsplit(url)
     query = parse_qs(parts.query)
     schema = query.get("schema", ["public"])[0]
+    retry_s = _retry_window(query.get("retry_s", [str(DEFAULT_RETRY_S)])[0], masked)
     if not _SCHEMA_NAME.match(schema):
         raise StoreURLError(f"store URL {masked!r}: schema {schema!r} is not a plain identifier")
     dbname = parts.path.lstrip("/")
@@ -88,11 +133,18 @@ def _parse_postgres(url: str, masked: str) -> StoreLocation:
         "user": unquote(parts.username or os.environ.get("USER", "postgres")),
         "password": unquote(parts.password or ""),
     }
-    return StoreLocation("postgresql", masked, pg=pg, schema=schema)
+    return StoreLocation("postgresql", masked, pg=pg, schema=schema, retry_s=retry_s)
 
 
-def ensure_default_folder(location: StoreLocation) -> None:
-    """Create the folder of the per-user default ledger (only that one: a folder named in an
-    explicit URL must exist, so a typo is an error rather than a new empty ledger)."""
-    if location.dialect == "sqlite" and not location.in_memory:
-        Path(location.sqlite_path).parent.mkdir(parents=True, exist_ok=True)
+def _retry_window(text: str, masked: str) -> float:
+    """``retry_s`` as a finite number of seconds, 0 to a day (0: fail at once)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= _MAX_RETRY_S:  # also refuses NaN
+        raise StoreURLError(
+            f"store URL {masked!r}: retry_s must be a number of seconds from 0 to "
+            f"{_MAX_RETRY_S:.0f}, not {text!r}"
+        )
+    return value

@@ -39,15 +39,16 @@ class OpenedStore:
         self.store.close()
 
 
-def open_store(location: StoreLocation) -> OpenedStore:
-    """Open (creating tables if needed) the store at ``location``.
+def open_store(location: StoreLocation, *, create: bool = True) -> OpenedStore:
+    """Open (creating tables if needed) the store at ``location``; with ``create`` false,
+    never create a ledger (a missing SQLite file or PostgreSQL schema is a ``StoreURLError``).
 
     Raises:
         StoreURLError: the location names nothing that can be opened.
         StoreUnavailable: the server or file cannot be reached now.
         StoreError: anything else that stops the store from opening, naming the URL.
     """
-    _prepare(location)
+    _prepare(location, create=create)
     failure: StoreError | None = None
     for _ in range(_OPEN_ATTEMPTS):
         try:
@@ -96,16 +97,16 @@ def _attach(store: Store, recorder: Any, datastore: Any) -> None:
         sqlite.attach(store, recorder, datastore)
 
 
-def _prepare(location: StoreLocation) -> None:
+def _prepare(location: StoreLocation, *, create: bool) -> None:
     """Fail early, with the URL named, where eventsourcing would fail obscurely."""
     if location.dialect == "postgresql":
         from procledger.adapters.sql.postgres import create_schema  # psycopg only when needed
 
-        create_schema(location)
+        create_schema(location, create=create)
     elif not location.in_memory:
-        from procledger.adapters.sql.sqlite import check_sqlite_file
+        from procledger.adapters.sql.sqlite import prepare_sqlite_file
 
-        check_sqlite_file(location)
+        prepare_sqlite_file(location, create=create)
 
 
 @contextmanager

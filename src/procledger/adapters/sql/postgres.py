@@ -6,20 +6,138 @@ commands (and ``procledger`` start-up) from paying for them.
 
 from __future__ import annotations
 
+import functools
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
 
-from procledger.adapters.sql.errors import translate
+from procledger.adapters.sql.dialect import Dialect
+from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
-from procledger.adapters.sql.store import Store, Tx, append_in
-from procledger.domain.errors import StoreError
+from procledger.adapters.sql.store import Store, Tx, append_in, retry_pauses
+from procledger.domain.errors import StoreError, StoreUnavailable, StoreURLError
+
+CONNECT_TIMEOUT_S = 5
+"""How long one connection attempt may take (a server that does not answer at all)."""
+
+
+class PostgresConnections:
+    """The connections of one PostgreSQL store, held here rather than in eventsourcing's pool.
+
+    The pool reconnects in the background with a backoff that grows to seconds, so after a
+    server restart writes resumed only 8-9.5 s after the server accepted again. Here a
+    connection is taken from an idle stack and checked with an empty query first (a server
+    restart leaves every idle connection dead); a dead one is dropped and a new one opened at
+    once. While the server refuses connections, ``acquire`` retries with a capped backoff
+    (20 ms doubling to 200 ms) for the location's retry window, then raises
+    ``StoreUnavailable`` naming the masked URL (docs/design.md §7.3).
+    """
+
+    _KEPT_IDLE = 8
+
+    def __init__(self, location: StoreLocation) -> None:
+        self.location = location
+        self._conninfo = conninfo(location)
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def acquire(self) -> psycopg.Connection[Any]:
+        """A live connection for one transaction; give it back with ``release``."""
+        pauses = retry_pauses(self.location.retry_s)
+        while True:
+            try:
+                return self._live()
+            except psycopg.Error as error:
+                failure = translate(error, f"store {self.location.masked!r}")
+                pause = next(pauses, None)
+                if pause is None or not isinstance(failure, StoreUnavailable):
+                    raise failure from error
+                time.sleep(pause)
+
+    def release(self, connection: psycopg.Connection[Any]) -> None:
+        healthy = (
+            not connection.closed and connection.info.transaction_status == TransactionStatus.IDLE
+        )
+        with self._lock:
+            if healthy and not self._closed and len(self._idle) < self._KEPT_IDLE:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    def _live(self) -> psycopg.Connection[Any]:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise StoreError("the registry is closed")
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return self._connect()
+            try:
+                connection.execute("")  # the server may have restarted since it was used
+                return connection
+            except psycopg.Error:
+                connection.close()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row)
+
+
+class PostgresTransaction:
+    """One transaction on a connection of ``PostgresConnections``; driver errors leave it as
+    ``StoreError`` subclasses, and a connection that failed is never reused."""
+
+    __slots__ = ("_connection", "_connections", "_dialect", "_transaction", "_write")
+
+    def __init__(self, connections: PostgresConnections, dialect: Dialect, write: bool) -> None:
+        self._connections = connections
+        self._dialect = dialect
+        self._write = write
+
+    def __enter__(self) -> Tx:
+        self._connection = connection = self._connections.acquire()
+        self._transaction = connection.transaction(force_rollback=not self._write)
+        try:
+            self._transaction.__enter__()
+        except BaseException as error:
+            self._finish_failed(error)
+        return Tx(connection.cursor(), self._dialect)
+
+    def __exit__(self, exc_type: Any, error: BaseException | None, traceback: Any) -> None:
+        try:
+            self._transaction.__exit__(exc_type, error, traceback)
+        except BaseException as failure:
+            self._finish_failed(failure)
+        self._connections.release(self._connection)
+        if error is not None and is_driver_error(error):
+            raise translate(error, self._where()) from error
+
+    def _finish_failed(self, error: BaseException) -> NoReturn:
+        self._connection.close()
+        self._connections.release(self._connection)
+        if is_driver_error(error):
+            raise translate(error, self._where()) from error
+        raise error
+
+    def _where(self) -> str:
+        return f"store {self._dialect.location.masked!r}"
 
 
 class PostgresRecorder(PostgresApplicationRecorder):
@@ -35,13 +153,19 @@ class PostgresRecorder(PostgresApplicationRecorder):
         ).format(pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name))
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        with self.store.write() as tx:
-            self.store.lock_log(tx)
-            ids = append_in(tx, kwargs.get("unit"), stored_events, self._insert_one)
-            if ids:
-                tx.cursor.execute(
-                    pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name))
-                )
+        """Append in one transaction, run again if the server is lost meanwhile: a deciding
+        unit re-reads the log and decides again (an identical replay appends nothing), and a
+        fixed batch whose commit went through collides with itself (``WriteConflict``, which
+        the command's retry resolves by re-reading)."""
+        return self.store.attempt(
+            functools.partial(self._append, stored_events, kwargs.get("unit")), write=True
+        )
+
+    def _append(self, stored_events: Sequence[StoredEvent], unit: Any, tx: Tx) -> list[int]:
+        self.store.lock_log(tx)
+        ids = append_in(tx, unit, stored_events, self._insert_one)
+        if ids:
+            tx.cursor.execute(pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name)))
         return ids
 
     def _insert_one(self, tx: Tx, stored: StoredEvent) -> int:
@@ -50,6 +174,16 @@ class PostgresRecorder(PostgresApplicationRecorder):
             (stored.originator_id, stored.originator_version, stored.topic, stored.state),
         )
         return int(tx.cursor.fetchone()["notification_id"])
+
+
+def conninfo(location: StoreLocation) -> str:
+    """libpq's connection string: the URL's server, database and credentials only (procledger's
+    own ``schema`` and ``retry_s`` parameters are not libpq's). ``synchronous_commit`` is on
+    whatever the server's default: an acknowledged write must survive a server crash
+    (``pg_ctl restart -m immediate`` lost acknowledged commits on a server that had it off)."""
+    return make_conninfo(
+        connect_timeout=CONNECT_TIMEOUT_S, options="-c synchronous_commit=on", **location.pg
+    )
 
 
 def postgres_env(location: StoreLocation) -> dict[str, str]:
@@ -63,8 +197,9 @@ def postgres_env(location: StoreLocation) -> dict[str, str]:
         "POSTGRES_USER": pg["user"],
         "POSTGRES_PASSWORD": pg["password"],
         "POSTGRES_SCHEMA": location.schema,
-        "POSTGRES_POOL_SIZE": "2",
-        "POSTGRES_MAX_OVERFLOW": "8",
+        "POSTGRES_POOL_SIZE": "1",  # creates the tables; procledger's calls: PostgresConnections
+        "POSTGRES_MAX_OVERFLOW": "1",
+        "POSTGRES_PRE_PING": "y",
         "POSTGRES_CONNECT_TIMEOUT": "5",
         "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
         "APPLICATION_RECORDER_TOPIC": f"{__name__}:PostgresRecorder",
@@ -72,17 +207,26 @@ def postgres_env(location: StoreLocation) -> dict[str, str]:
 
 
 def attach(store: Store, recorder: Any, datastore: Any) -> None:
-    """Let ``store`` run its transactions on eventsourcing's pooled datastore."""
+    """Give ``store`` its own connections; eventsourcing's (small) pool stays for the
+    recorder's own methods, which procledger itself no longer calls after opening."""
     recorder.store = store
-    store.postgres = datastore
+    store.postgres = connections = PostgresConnections(store.location)
+    store.begin = functools.partial(PostgresTransaction, connections, store.dialect)
     store.log_lock = list(recorder.lock_table_statements)
 
 
 def _connect(location: StoreLocation) -> psycopg.Connection[Any]:
-    try:
-        return psycopg.connect(make_conninfo(connect_timeout=5, **location.pg), autocommit=True)
-    except psycopg.Error as error:
-        raise translate(error, f"store URL {location.masked!r}: cannot connect") from None
+    """A side connection (opening only), waiting out a restarting server like a call does."""
+    pauses = retry_pauses(location.retry_s)
+    while True:
+        try:
+            return psycopg.connect(conninfo(location), autocommit=True)
+        except psycopg.Error as error:
+            failure = translate(error, f"store URL {location.masked!r}: cannot connect")
+            pause = next(pauses, None)
+            if pause is None or not isinstance(failure, StoreUnavailable):
+                raise failure from None
+            time.sleep(pause)
 
 
 @contextmanager
@@ -96,9 +240,20 @@ def schema_opening_lock(location: StoreLocation) -> Iterator[None]:
         yield
 
 
-def create_schema(location: StoreLocation) -> None:
-    """Create the URL's schema if it is missing (racing creators are fine)."""
+def create_schema(location: StoreLocation, *, create: bool = True) -> None:
+    """Create the URL's schema if it is missing (racing creators are fine); with ``create``
+    false a missing schema is a ``StoreURLError`` instead."""
     with _connect(location) as conn:
+        if not create:
+            found = conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (location.schema,)
+            ).fetchone()
+            if found is None:
+                raise StoreURLError(
+                    f"store URL {location.masked!r}: no ledger in schema {location.schema!r} "
+                    "(nothing was created)"
+                )
+            return
         try:
             conn.execute(
                 pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {0}").format(

@@ -125,18 +125,22 @@ def set_tracking(tx: Tx, position: int) -> None:
 
 
 def record_payload(tx: Tx, process_id: str) -> Any:
-    """The stored record JSON of one process, or ``None``."""
+    """The stored record JSON of one process (text or UTF-8 bytes), or ``None``."""
     row = tx.execute(
-        f"SELECT record FROM {tx.dialect.table('records')} WHERE process_id=?", (process_id,)
+        f"SELECT {tx.dialect.raw_text('record')} AS record FROM {tx.dialect.table('records')} "
+        "WHERE process_id=?",
+        (process_id,),
     ).one()
     return None if row is None else row["record"]
 
 
 def select_records(tx: Tx, conditions: Sequence[Condition], limit: int | None = None) -> list[Any]:
-    """``(process_id, record)`` rows matching ``conditions``, by id (code point order)."""
+    """``(process_id, record)`` rows matching ``conditions``, by id (code point order); the
+    record is text or UTF-8 bytes (``Dialect.raw_text``)."""
     where, params = where_clause(conditions)
     statement = (
-        f"SELECT process_id, record FROM {tx.dialect.table('records')} WHERE {where} "
+        f"SELECT process_id, {tx.dialect.raw_text('record')} AS record "
+        f"FROM {tx.dialect.table('records')} WHERE {where} "
         f"ORDER BY process_id{tx.dialect.by_code_point}"
     )
     if limit is not None:
@@ -146,12 +150,39 @@ def select_records(tx: Tx, conditions: Sequence[Condition], limit: int | None = 
 
 
 def select_changed(tx: Tx, after: int, limit: int) -> list[Any]:
-    """``(process_id, record)`` rows changed after ``after``, in feed order."""
+    """``(process_id, change_seq, record)`` rows changed after ``after``, in feed order."""
     return tx.execute(
-        f"SELECT process_id, record FROM {tx.dialect.table('records')} WHERE change_seq>? "
+        f"SELECT process_id, change_seq, {tx.dialect.raw_text('record')} AS record "
+        f"FROM {tx.dialect.table('records')} WHERE change_seq>? "
         f"ORDER BY change_seq, process_id{tx.dialect.by_code_point} LIMIT ?",
         (after, limit),
     ).all()
+
+
+def ids_from(tx: Tx, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` process ids that start with ``prefix``, by code point: a range on the
+    primary key (``id >= prefix AND id < prefix + U+FFFF``), so the index answers it."""
+    rows = tx.execute(
+        f"SELECT process_id FROM {tx.dialect.table('records')} "
+        f"WHERE process_id{tx.dialect.by_code_point}>=? AND process_id{tx.dialect.by_code_point}<? "
+        f"ORDER BY process_id{tx.dialect.by_code_point} LIMIT ?",
+        (prefix, prefix + "\uffff", limit),
+    ).all()
+    return [str(row["process_id"]) for row in rows]
+
+
+def all_ids(tx: Tx) -> list[str]:
+    """Every process id with a record (a rebuild's sweep of rows the log no longer backs)."""
+    rows = tx.execute(f"SELECT process_id FROM {tx.dialect.table('records')}").all()
+    return [str(row["process_id"]) for row in rows]
+
+
+def delete_ids(tx: Tx, process_ids: Sequence[str]) -> None:
+    """Delete the records of these processes."""
+    tx.executemany(
+        f"DELETE FROM {tx.dialect.table('records')} WHERE process_id=?",
+        [(process_id,) for process_id in process_ids],
+    )
 
 
 def is_terminal(tx: Tx, process_id: str) -> bool | None:
@@ -209,6 +240,12 @@ def clear(tx: Tx) -> None:
 def bulk_insert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
     """Insert many ``document_row`` rows at once (COPY on PostgreSQL)."""
     bulk_load(tx, "records", RECORD_COLUMNS, rows)
+
+
+def bulk_upsert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
+    """Insert or replace many ``document_row`` rows (a rebuild batch over live models)."""
+    if rows:
+        tx.executemany(_UPSERT.format(table=tx.dialect.table("records")), rows)
 
 
 def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]) -> None:

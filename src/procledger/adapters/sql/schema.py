@@ -4,18 +4,21 @@
 holds the position they reflect. ``leases``, ``envs``, ``journal`` and ``handles`` are not
 events: leases change on every renewal (keeping them out of the log keeps loading a process
 cheap), environments hold values that must never reach the log, and the journal is the
-notification command store.
+notification command store. ``heads`` holds each process's last event digest, which
+completes the hash chain of its log (docs/design.md §13).
 """
 
 from __future__ import annotations
 
+from procledger.adapters.sql import heads
 from procledger.adapters.sql.store import Store
 
 
 def create_tables(store: Store) -> None:
     """Create every side table and index that is missing (idempotent)."""
     with store.write() as tx:
-        for statement in [*_record_tables(store), *_other_tables(store)]:
+        tables = [*_record_tables(store), *_other_tables(store), *heads.create_statements(store)]
+        for statement in tables:
             tx.execute(statement)
         tx.execute(
             f"INSERT INTO {store.table('tracking')} (name, position) VALUES ('records', 0) "

@@ -4,6 +4,7 @@ managers, and the recorder that appends events with their side effects."""
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import sqlite3
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder
@@ -226,15 +228,78 @@ def sqlite_env(location: StoreLocation) -> dict[str, str]:
     }
 
 
-def check_sqlite_file(location: StoreLocation) -> None:
-    """Fail early, with the URL named, where eventsourcing would fail obscurely."""
+LEDGER_MODE = 0o600
+"""A ledger file procledger creates: its owner only (env values, argv and outputs are private)."""
+FOLDER_MODE = 0o700
+"""A folder procledger creates for a ledger."""
+_logger = logging.getLogger("procledger.store")
+_warned: set[str] = set()
+
+
+def prepare_sqlite_file(location: StoreLocation, *, create: bool) -> None:
+    """Fail early, with the URL named, where eventsourcing would fail obscurely; create the
+    ledger file (``0600``, and for the default ledger its folder, ``0700``) only when
+    ``create`` — otherwise a missing file is a ``StoreURLError`` naming the path."""
     path = Path(location.sqlite_path)
-    if not path.parent.is_dir():
-        raise StoreURLError(f"store URL {location.masked!r}: folder {path.parent} does not exist")
+    if not path.exists():
+        if not create:
+            raise StoreURLError(
+                f"store URL {location.masked!r}: no ledger at {path.absolute()} "
+                "(nothing was created)"
+            )
+        _create_ledger_file(location, path)
+    else:
+        _warn_if_readable_by_others(path)
     try:
-        sqlite3.connect(location.sqlite_path).close()
+        sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True).close()
     except sqlite3.Error as error:
         raise translate(error, f"store URL {location.masked!r}: cannot open") from None
+
+
+def _create_ledger_file(location: StoreLocation, path: Path) -> None:
+    """An empty file SQLite will turn into a database; its WAL and shared-memory files take
+    the same mode, since SQLite copies the database file's permissions to them."""
+    if location.default:
+        _make_private_folders(path.parent)
+    elif not path.parent.is_dir():
+        raise StoreURLError(f"store URL {location.masked!r}: folder {path.parent} does not exist")
+    try:
+        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, LEDGER_MODE)
+    except FileExistsError:  # another process created it at the same moment
+        return
+    except OSError as error:
+        raise StoreError(
+            f"store URL {location.masked!r}: cannot create {path}: {error.strerror}"
+        ) from None
+    os.close(descriptor)
+
+
+def _make_private_folders(folder: Path) -> None:
+    """Create ``folder`` and any missing parents, each ``0700`` (the umask cannot widen it)."""
+    missing: list[Path] = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for created in reversed(missing):
+        try:
+            created.mkdir(mode=FOLDER_MODE)
+        except FileExistsError:
+            continue
+
+
+def _warn_if_readable_by_others(path: Path) -> None:
+    """Log once per file that a ledger other local users can read (it holds argv, env refs
+    and, for rerunnable processes, environments)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    key = str(path.absolute())
+    if mode & 0o044 and key not in _warned:
+        _warned.add(key)
+        _logger.warning(
+            "the ledger %s is readable by other users (mode %o); chmod 600 it", key, mode & 0o777
+        )
 
 
 def attach(store: Store, recorder: Any, datastore: Any) -> None:

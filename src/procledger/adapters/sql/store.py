@@ -9,20 +9,40 @@ or roll back together. Driver errors never leave a transaction untranslated (``e
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from eventsourcing.persistence import StoredEvent
 
 from procledger.adapters.sql.dialect import Dialect, dialect_for
-from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
+from procledger.domain.errors import StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
-    from eventsourcing.postgres import PostgresDatastore
-
+    from procledger.adapters.sql.postgres import PostgresConnections
     from procledger.adapters.sql.sqlite import SQLiteConnections
+
+T = TypeVar("T")
+
+RETRY_FIRST_PAUSE_S = 0.02
+RETRY_MAX_PAUSE_S = 0.2
+"""A call that lost its server retries at most this far apart, so it gets through within a
+fraction of a second of the server accepting connections again (docs/design.md §7.3)."""
+
+
+def retry_pauses(window_s: float) -> Any:
+    """Pauses (seconds) of a capped exponential backoff that ends when ``window_s`` has passed
+    since the first call: the sleeps a caller makes between attempts."""
+    deadline = time.monotonic() + window_s
+    pause = RETRY_FIRST_PAUSE_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        yield min(pause, left)
+        pause = min(pause * 2, RETRY_MAX_PAUSE_S)
 
 
 class Tx:
@@ -67,9 +87,9 @@ class Store:
         self.location = location
         self.dialect = dialect_for(location)
         self.sqlite: SQLiteConnections | None = None  # set when the store is opened
-        self.postgres: PostgresDatastore | None = None
-        self.begin: Callable[[bool], AbstractContextManager[Tx]] = self._postgres_transaction
-        """Opens a transaction (``True``: a write); SQLite stores replace it when attached."""
+        self.postgres: PostgresConnections | None = None
+        self.begin: Callable[[bool], AbstractContextManager[Tx]] = self._closed
+        """Opens a transaction (``True``: a write); set when the store is attached."""
         self.log_lock: Sequence[Any] = ()
         """Statements that take the events table's write lock (PostgreSQL): appends then
         commit in notification-id order, so a feed reader never sees a later id first."""
@@ -89,16 +109,27 @@ class Store:
     def read(self) -> AbstractContextManager[Tx]:
         return self.begin(False)
 
-    @contextmanager
-    def _postgres_transaction(self, write: bool) -> Iterator[Tx]:
-        assert self.postgres is not None
-        try:
-            with self.postgres.transaction(commit=write) as cursor:
-                yield Tx(cursor, self.dialect)
-        except Exception as error:
-            if is_driver_error(error):
-                raise translate(error, f"store {self.location.masked!r}") from error
-            raise
+    def _closed(self, write: bool) -> AbstractContextManager[Tx]:
+        raise StoreError(f"store {self.location.masked!r} is not open")
+
+    def attempt(self, body: Callable[[Tx], T], *, write: bool = False) -> T:
+        """``body(tx)`` in one transaction, run again from scratch while the store is
+        ``StoreUnavailable`` and the location's retry window (PostgreSQL's ``retry_s``) lasts.
+
+        ``body`` must be safe to run again: it reads what it decides on inside ``tx`` (so a
+        commit whose outcome was lost is seen by the next run, never silently doubled).
+        Past the window the last ``StoreUnavailable`` is raised, naming the masked URL.
+        """
+        pauses = retry_pauses(self.location.retry_s)
+        while True:
+            try:
+                with self.begin(write) as tx:
+                    return body(tx)
+            except StoreUnavailable as error:
+                pause = next(pauses, None)
+                if pause is None:
+                    raise _past_window(self.location, error) from error.__cause__
+                time.sleep(pause)
 
     def lock_log(self, tx: Tx) -> None:
         """Hold the events table's write lock until ``tx`` ends (a no-op on SQLite, whose
@@ -109,6 +140,14 @@ class Store:
     def close(self) -> None:
         if self.sqlite is not None:
             self.sqlite.close()
+        if self.postgres is not None:
+            self.postgres.close()
+
+
+def _past_window(location: StoreLocation, error: StoreUnavailable) -> StoreUnavailable:
+    if location.retry_s <= 0:
+        return error
+    return StoreUnavailable(f"{error} (still failing after retrying for {location.retry_s:g} s)")
 
 
 def _events_to_append(

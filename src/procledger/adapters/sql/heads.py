@@ -1,0 +1,137 @@
+"""The ``heads`` side table and the reads that check the log's integrity (docs/design.md §13).
+
+Each process's events form a hash chain: every event after the first stores the digest of its
+predecessor. The chain alone cannot reveal an edited or deleted *last* event, so ``heads`` keeps
+one row per process — the version and digest of its last event — written in the transaction of
+every append and deleted with the process by retention. ``verify`` compares it with the log.
+
+The ``chain`` row of the ``tracking`` table is the notification id the log had reached when a
+chaining procledger first opened the ledger: events after it must be chained, events at or
+before it were written before chains existed (``unchained``, not a failure).
+
+Plain rows in, plain values out: the caller opens the transaction and computes digests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from procledger.adapters.sql.records import RECORD_COLUMNS
+from procledger.adapters.sql.store import Store, Tx
+
+__all__ = [
+    "CHAIN_TRACKING",
+    "RECORD_NAMES",
+    "all_heads",
+    "chain_since",
+    "create_statements",
+    "delete",
+    "env_rows",
+    "grant_rows",
+    "integrity_problems",
+    "last_event",
+    "record_rows",
+    "upsert",
+]
+
+RECORD_NAMES = tuple(name.strip() for name in RECORD_COLUMNS.split(","))
+
+CHAIN_TRACKING = "chain"
+"""The ``tracking`` row naming the log position after which every event is chained."""
+
+
+def upsert(tx: Tx, rows: list[tuple[str, int, str]]) -> None:
+    """Record ``(process_id, version, digest)`` as each process's last event."""
+    if not rows:
+        return
+    tx.executemany(
+        f"INSERT INTO {tx.dialect.table('heads')} (process_id, version, digest) VALUES (?,?,?) "
+        "ON CONFLICT (process_id) DO UPDATE SET version=excluded.version, digest=excluded.digest",
+        rows,
+    )
+
+
+def delete(tx: Tx, process_id: str) -> None:
+    tx.execute(f"DELETE FROM {tx.dialect.table('heads')} WHERE process_id=?", (process_id,))
+
+
+def all_heads(tx: Tx) -> dict[str, tuple[int, str]]:
+    """``process_id -> (version, digest)`` for every process that has a head row."""
+    rows = tx.execute(f"SELECT process_id, version, digest FROM {tx.dialect.table('heads')}").all()
+    return {str(row["process_id"]): (int(row["version"]), str(row["digest"])) for row in rows}
+
+
+def last_event(tx: Tx, key: UUID, version: int) -> Any:
+    """The event at ``version`` of one stream (``topic``, ``state``), or ``None``: the
+    predecessor of an event about to be appended by a writer that did not read the log."""
+    return tx.execute(
+        f"SELECT topic, state FROM {tx.dialect.events_table} "
+        "WHERE originator_id=? AND originator_version=?",
+        (tx.dialect.originator_key(key), version),
+    ).one()
+
+
+def chain_since(tx: Tx) -> int:
+    """The log position after which every event must be chained (0 when the row is missing:
+    everything must then be)."""
+    row = tx.execute(
+        f"SELECT position FROM {tx.dialect.table('tracking')} WHERE name=?", (CHAIN_TRACKING,)
+    ).one()
+    return 0 if row is None else int(row["position"])
+
+
+def integrity_problems(tx: Tx) -> list[str] | None:
+    """What the database's own check finds (SQLite ``PRAGMA integrity_check``; empty: none),
+    or ``None`` where there is no cheap check (PostgreSQL: without amcheck only a read of the
+    log's extent, which fails on a broken index or heap page it touches)."""
+    if tx.dialect.name == "postgresql":
+        tx.execute(
+            f"SELECT COUNT(*) AS n, MAX({tx.dialect.notification_id}) AS m "
+            f"FROM {tx.dialect.events_table}"
+        ).one()
+        return None
+    rows = tx.execute("PRAGMA integrity_check").all()
+    found = [str(row["integrity_check"]) for row in rows]
+    return [] if found == ["ok"] else found
+
+
+def create_statements(store: Store) -> list[str]:
+    """The ``heads`` table, and the ``chain`` tracking row, set once to the log's current end
+    (so the events of a ledger written before chains existed read as unchained)."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {store.table("heads")} (
+            process_id TEXT PRIMARY KEY,
+            version {store.dialect.big_integer} NOT NULL,
+            digest TEXT NOT NULL)""",
+        f"INSERT INTO {store.table('tracking')} (name, position) "
+        f"SELECT '{CHAIN_TRACKING}', COALESCE(MAX({store.dialect.notification_id}), 0) "
+        f"FROM {store.events_table} WHERE 1=1 ON CONFLICT (name) DO NOTHING",
+    ]
+
+
+def record_rows(tx: Tx) -> dict[str, tuple[Any, ...]]:
+    """Every ``records`` row as stored, by process id (columns in ``RECORD_COLUMNS`` order):
+    what a verification compares with the rows a rebuild would write."""
+    rows = tx.execute(f"SELECT {RECORD_COLUMNS} FROM {tx.dialect.table('records')}").all()
+    return {str(row["process_id"]): tuple(row[name] for name in RECORD_NAMES) for row in rows}
+
+
+def grant_rows(tx: Tx) -> set[tuple[str, str, str | None]]:
+    """Every ``grants`` row as stored: ``(session_id, process_id, descriptor)``."""
+    rows = tx.execute(
+        f"SELECT session_id, process_id, descriptor FROM {tx.dialect.table('grants')}"
+    ).all()
+    return {
+        (str(row["session_id"]), str(row["process_id"]), _text(row["descriptor"])) for row in rows
+    }
+
+
+def env_rows(tx: Tx) -> list[tuple[str, str]]:
+    """Every ``envs`` row: ``(env_ref, stored text)``."""
+    rows = tx.execute(f"SELECT env_ref, env FROM {tx.dialect.table('envs')}").all()
+    return [(str(row["env_ref"]), str(row["env"])) for row in rows]
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,206 @@
+"""Children whose supervisor is gone: find them by their OS facts, stop their trees, record it
+(docs/design.md §6.2, "Restore and shutdown").
+
+A recorded child is *ours* only while its OS pid runs on this host (the same PID namespace)
+**and** started at the recorded time: a pid alone may have passed to a stranger. A zombie --
+exited, not yet reaped -- counts as dead. Its tree is the child's process group, its
+descendants and every process carrying its run marker (``os_seam.RUN_MARKER``), as for a
+supervised stop (§6.1); nothing else is ever signalled.
+
+``stop_orphan`` takes the process over the way ``restore`` does (claim the released or expired
+lease, or reclaim it from a provably dead holder), stops the tree, and records the outcome with
+the lease: the states of a stop with the signal that ended it, and the survivors.
+"""
+
+from __future__ import annotations
+
+import signal as signals
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from procledger.application.outbox import this_host_id
+from procledger.domain.diagnostics import clip_diagnostic
+from procledger.domain.errors import InvalidTransition, LeaseLost
+from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
+from procledger.domain.records import ProcessRecord
+from procledger.domain.vocabulary import ProcessState
+from procledger.supervisor import os_seam
+from procledger.supervisor.decide import event_ids
+from procledger.supervisor.execution import KILL_SETTLE_S
+from procledger.supervisor.modes import StopMode
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+
+__all__ = ["OrphanStop", "find_live_child", "stop_orphan", "stop_tree", "take_over"]
+
+POLL_S: Final = 0.02
+"""How often the end of an orphan (not our child: nothing notifies us) is looked for."""
+
+
+def find_live_child(record: ProcessRecord) -> int | None:
+    """The recorded child's OS pid if it still runs on this host with its recorded start time;
+    ``None`` when gone, a zombie, another process under a reused pid, another host's, or when
+    the record has no OS facts."""
+    facts = record.os
+    if facts is None or facts.host_id != this_host_id():
+        return None
+    return facts.pid if _is_alive(facts.pid, int(facts.start_time)) else None
+
+
+def _is_alive(pid: int, start_time: int) -> bool:
+    stat = os_seam.proc_stat(pid)
+    return stat is not None and stat[0] != "Z" and stat[1] == start_time
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanStop:
+    """How a stop of an orphan's tree went: the signal the child died of (``None``: it did
+    not die, as after an interrupt it ignored), what was sent, and who survived SIGKILL."""
+
+    ended_by: int | None
+    sent: tuple[int, ...]
+    survivors: list[int]
+
+
+def stop_tree(
+    record: ProcessRecord, sigs: tuple[int, ...], grace_s: float, *, escalate: bool
+) -> OrphanStop:
+    """Send each of ``sigs`` to the recorded child's tree, waiting up to ``grace_s`` for the
+    child after each; with ``escalate`` SIGKILL what is left. Signals nothing unless the
+    child is alive (``find_live_child``)."""
+    pid = find_live_child(record)
+    if pid is None or record.os is None:
+        return OrphanStop(None, (), [])
+    start = int(record.os.start_time)
+    tree = os_seam.Tree(pid, event_ids(record.id, record.registration_hash).run_marker)
+    sent: list[int] = []
+    ended: int | None = None
+    for sig in (*sigs, *((signals.SIGKILL,) if escalate else ())):
+        alive = _is_alive(pid, start)
+        if alive:
+            tree.discover()  # the leader runs with its start time: its group is still its own
+        tree.signal(sig, child_unreaped=alive)
+        sent.append(int(sig))
+        wait = KILL_SETTLE_S if sig == signals.SIGKILL else grace_s
+        if alive and _await_end(pid, start, wait):
+            ended = int(sig)
+        if ended is not None and not escalate:
+            break
+    survivors: list[int] = []
+    if escalate and not tree.await_gone(KILL_SETTLE_S):
+        survivors = tree.survivors()
+    return OrphanStop(ended, tuple(sent), survivors)
+
+
+def _await_end(pid: int, start: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _is_alive(pid, start):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)  # polling a stranger's child: nothing else tells us it ended
+    return True
+
+
+def take_over(registry: ProcessRegistry, record: ProcessRecord, owner: LeaseOwner) -> Lease | None:
+    """The process's lease for ``owner`` if its holder is gone (released, expired, provably
+    dead), else ``None``.
+
+    Raises:
+        AlreadyTerminal: the process has ended.
+    """
+    ttl = LeaseTimings().ttl_ms
+    current = registry.get_lease(record.id)
+    if current is None or not current.is_live(registry.now_ms()):
+        taken = registry.claim_lease(record.id, owner, ttl)
+    else:
+        taken = registry.reclaim_lease(record.id, owner, current, ttl)
+    return taken.lease if isinstance(taken, Acquired) else None
+
+
+_MODE_SIGNALS: Final = {
+    StopMode.interrupt: ((signals.SIGINT,), False),
+    StopMode.terminate: ((signals.SIGTERM,), True),
+    StopMode.kill: ((), True),
+}
+
+
+def stop_orphan(
+    registry: ProcessRegistry,
+    record: ProcessRecord,
+    mode: StopMode | str,
+    grace_s: float,
+    *,
+    owner: LeaseOwner | None = None,
+) -> ProcessRecord:
+    """Stop the tree of a process whose supervisor is gone, as ``mode`` says, and record it.
+
+    Takes the lease over first (as ``owner``: by default a fresh incarnation of the first
+    starter's owner id). Records ``stop_requested`` then ``completed`` with the mode's state
+    and reason, the signal that ended the child and the survivors. A child already gone is
+    recorded ``lost``; an interrupt the child ignored records only the request.
+
+    Raises:
+        LeaseLost: a live (not provably dead) holder keeps the process: it is not an orphan.
+        AlreadyTerminal: the process has ended.
+        StoreError: the store failed.
+    """
+    stop_mode = StopMode(mode)
+    claimant = owner or _claimant(record)
+    lease = take_over(registry, record, claimant)
+    if lease is None:
+        raise LeaseLost(f"process {record.id!r} is held by a live owner: stop it through it")
+    ids = event_ids(record.id, record.registration_hash)
+    registry.request_stop(record.id, stop_mode.reason, event_id=ids.stop[stop_mode.reason])
+    if find_live_child(record) is None:
+        return _record_gone(registry, record, lease, "stop found no live child")
+    sigs, escalate = _MODE_SIGNALS[stop_mode]
+    result = stop_tree(record, sigs, grace_s, escalate=escalate)
+    if result.ended_by is None and not escalate:
+        registry.release_lease(lease)
+        return registry.get(record.id)
+    state = ProcessState(stop_mode.reason.value)
+    return registry.record_completed(
+        record.id,
+        state,
+        stop_mode.reason,
+        event_id=ids.completed,
+        lease=lease,
+        signal=result.ended_by,
+        survivors=result.survivors,
+    )
+
+
+def _claimant(record: ProcessRecord) -> LeaseOwner:
+    first = record.first_started
+    return LeaseOwner.local_process(first.owner.owner_id if first else "procledger-orphans")
+
+
+def _record_gone(
+    registry: ProcessRegistry, record: ProcessRecord, lease: Lease, what: str
+) -> ProcessRecord:
+    pid = record.os.pid if record.os else None
+    text = f"{what}: its child (OS pid {pid}) is gone; its outcome is unknown"
+    try:
+        return registry.record_lost(
+            record.id,
+            diagnostic=clip_diagnostic(text),
+            event_id=event_ids(record.id, record.registration_hash).lost,
+            lease=lease,
+        )
+    except InvalidTransition:
+        registry.release_lease(lease)
+        return registry.get(record.id)
+
+
+def describe_stop(record: ProcessRecord, result: OrphanStop, who: str) -> str:
+    """What was done to an orphan, for its record's diagnostic: the pid, the signals sent,
+    what ended it, and who survived."""
+    pid = record.os.pid if record.os else None
+    sent = ", ".join(signals.Signals(s).name for s in result.sent) or "nothing"
+    ended = signals.Signals(result.ended_by).name if result.ended_by else "nothing (still alive)"
+    text = f"{who} stopped orphaned child OS pid {pid} (sent {sent}; ended by {ended})"
+    if result.survivors:
+        text += f"; survivors: {', '.join(map(str, result.survivors))}"
+    return text

@@ -1,0 +1,243 @@
+"""What ``procledger run`` accepts (docs/design.md §8): options before the command are parsed
+strictly and a usage error records nothing; the child reads this process's stdin (a pipe or the
+terminal) unless told otherwise; a missing or non-executable command exits 127 or 126 and is
+recorded failed; ``--grace`` is finite and at most a day; what the ledger cannot keep as text
+(non-UTF-8 argv or working directory) is refused before anything is recorded; the first Ctrl-C
+on a child that ignores it says how to kill it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import psutil
+import pytest
+
+from _shared import CLI, Processes, child_env, run_cli, wait_until
+
+from .conftest import Terminal, ignoring, supervise_sleeper
+from .test_cli_run import listed, only_process
+
+
+def nothing_recorded(url: str, tmp_path: Path) -> None:
+    """No record: the ledger is empty, or was never even created."""
+    if Path(url.removeprefix("sqlite:///")).exists():
+        assert listed(url, "--all") == []
+
+
+def one_line(stderr: str) -> None:
+    assert stderr.count("\n") == 1, stderr
+    assert "Traceback" not in stderr
+
+
+# -- strict options --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "--backgroud", "--", "sleep", "5"),
+        ("run", "--backgroud", "sleep", "5"),
+        ("run", "--grace"),
+        ("run", "--stdin", "/no/such/file", "--", "true"),
+        ("run", "--background", "--stdin", "inherit", "--", "true"),
+    ],
+)
+def test_a_usage_error_exits_2_in_one_line_and_records_nothing(
+    ledger: str, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    ran = run_cli(*args, url=ledger)
+    assert ran.returncode == 2, ran.stderr
+    one_line(ran.stderr)
+    assert ran.stderr.startswith("procledger run: ")
+    assert ran.stdout == ""
+    nothing_recorded(ledger, tmp_path)
+
+
+def test_a_mistyped_option_is_named(ledger: str) -> None:
+    ran = run_cli("run", "--backgroud", "--", "sleep", "5", url=ledger)
+    assert "--backgroud" in ran.stderr
+
+
+def test_options_after_the_command_s_first_word_are_the_command_s(ledger: str) -> None:
+    ran = run_cli("run", "--json", "echo", "--backgroud", url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    assert orjson.loads(ran.stdout)["input"]["argv"] == ["echo", "--backgroud"]
+    assert "--backgroud" in ran.stderr  # echo's output: with --json it goes to stderr
+
+
+@pytest.mark.parametrize("grace", ["inf", "-inf", "nan", "1e308", "-1", "86401", "soon"])
+def test_grace_must_be_finite_and_at_most_a_day(ledger: str, tmp_path: Path, grace: str) -> None:
+    ran = run_cli("run", "--grace", grace, "--", "true", url=ledger)
+    assert ran.returncode == 2, ran.stderr
+    one_line(ran.stderr)
+    assert "--grace" in ran.stderr
+    nothing_recorded(ledger, tmp_path)
+    stop = run_cli("stop", "some-id", "--grace", grace, url=ledger)
+    assert stop.returncode == 2, stop.stderr
+
+
+def test_a_day_of_grace_is_accepted(ledger: str) -> None:
+    assert run_cli("run", "--grace", "86400", "--", "true", url=ledger).returncode == 0
+
+
+# -- exit codes of commands that cannot run --------------------------------------------------
+
+
+def test_a_missing_command_exits_127_and_is_recorded_failed(ledger: str) -> None:
+    ran = run_cli("run", "--", "no-such-command-anywhere", url=ledger)
+    assert ran.returncode == 127
+    one_line(ran.stderr)
+    assert "no-such-command-anywhere" in ran.stderr
+    assert (only_process(ledger)["state"], only_process(ledger)["status"]) == ("failed", "failed")
+    detached = run_cli("run", "--background", "--", "no-such-command-anywhere", url=ledger)
+    assert detached.returncode == 127
+    one_line(detached.stderr)
+
+
+def test_a_command_that_cannot_be_executed_exits_126(ledger: str, tmp_path: Path) -> None:
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    ran = run_cli("run", "--", str(script), url=ledger)
+    assert ran.returncode == 126
+    one_line(ran.stderr)
+    assert str(script) in ran.stderr
+    assert only_process(ledger)["state"] == "failed"
+
+
+# -- non-UTF-8 input: refused before anything is recorded -----------------------------------
+
+
+def test_a_non_utf8_argument_is_refused_before_anything_is_recorded(
+    ledger: str, tmp_path: Path
+) -> None:
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", ledger.encode(), b"run", b"--", b"echo", b"\xff\xfe"],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 2
+    one_line(ran.stderr.decode())
+    assert b"UTF-8" in ran.stderr
+    nothing_recorded(ledger, tmp_path)
+
+
+def test_a_non_utf8_working_directory_is_refused(ledger: str, tmp_path: Path) -> None:
+    odd = os.path.join(os.fsencode(tmp_path), b"dir-\xff")
+    os.mkdir(odd)
+    ran = subprocess.run(
+        [*CLI, "--url", ledger, "run", "--", "true"],
+        capture_output=True,
+        env=child_env(),
+        cwd=odd,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 1
+    one_line(ran.stderr.decode())
+    assert b"working directory" in ran.stderr
+    nothing_recorded(ledger, tmp_path)
+
+
+# -- stdin ----------------------------------------------------------------------------------
+
+
+def test_a_foreground_run_passes_its_piped_stdin_to_the_child(ledger: str) -> None:
+    ran = subprocess.run(
+        [*CLI, "--url", ledger, "run", "--", "cat"],
+        input="hi\nthere\n",
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, ran.stdout) == (0, "hi\nthere\n"), ran.stderr
+
+
+def test_stdin_null_and_a_file(ledger: str, tmp_path: Path) -> None:
+    source = tmp_path / "input.txt"
+    source.write_text("from a file\n")
+    from_file = run_cli("run", "--stdin", str(source), "--", "cat", url=ledger)
+    assert from_file.stdout == "from a file\n"
+    null = subprocess.run(
+        [*CLI, "--url", ledger, "run", "--stdin", "null", "--", "cat"],
+        input="ignored\n",
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert (null.returncode, null.stdout) == (0, "")
+
+
+def test_an_interactive_read_gets_what_is_typed(
+    ledger: str, terminal: Callable[..., Terminal]
+) -> None:
+    term = terminal(
+        "--url", ledger, "run", "--", "sh", "-c", 'echo ask; read line; echo "got <$line>"'
+    )
+    term.expect("ask")
+    term.type("typed words\n")
+    term.expect("got <typed words>", timeout=10)
+    assert term.wait() == 0
+
+
+def test_a_background_run_reads_dev_null(ledger: str, procs: Processes, tmp_path: Path) -> None:
+    out = tmp_path / "what-it-read"
+    script = f'read line; echo "status=$? line=<$line>" > "{out}.tmp"; mv "{out}.tmp" "{out}"'
+    ran = run_cli("run", "--background", "--json", "--", "sh", "-c", script, url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    with contextlib.suppress(psutil.NoSuchProcess):  # the detached supervisor, if still there
+        procs.add(orjson.loads(ran.stdout)["first_started"]["owner"]["liveness"]["pid"])
+    wait_until(out.exists, what="the background child to read its stdin")
+    assert out.read_text() == "status=1 line=<>\n"  # end of file at once
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------
+
+
+def test_first_ctrl_c_on_a_child_that_ignores_it_says_how_to_kill(
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
+) -> None:
+    ready = procs.pidfile("ignores-int")
+    term = terminal("--url", ledger, "run", "--grace", "60", "--", *ignoring(ready, "SIGINT"))
+    term.expect("ready")
+    procs.await_pid(ready)
+    term.ctrl_c()
+    term.expect("stopping… press Ctrl-C again to kill")
+    term.ctrl_c()
+    assert term.wait() == 130
+    assert only_process(ledger)["state"] == "killed"
+
+
+def test_a_child_that_stops_on_ctrl_c_gets_no_hint(
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
+) -> None:
+    term, _ = supervise_sleeper(terminal, procs, ledger)
+    term.ctrl_c()
+    assert term.wait() == 130
+    assert "press Ctrl-C again" not in term.output
+
+
+def test_an_id_that_is_not_utf8_is_a_one_line_error(ledger: str) -> None:
+    assert run_cli("run", "--", "true", url=ledger).returncode == 0
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", ledger.encode(), b"show", b"\xff\xfe"],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 1
+    one_line(ran.stderr.decode())
+    assert b"NotFound" in ran.stderr
+    assert b"\\xff\\xfe" in ran.stderr

@@ -1,0 +1,1 @@
+"""Faults: lost servers, full disks, damaged files and rows (issue 13)."""

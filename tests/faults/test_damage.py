@@ -1,0 +1,173 @@
+"""Damage stays local (issue 13, docs/design.md §5 and §9): one corrupt read-model row or one
+undecodable event affects its own process only. Lists, handles and the change feed leave it
+out and name it; ``get`` of it raises ``StoreCorrupt`` naming it; ``rebuild`` rebuilds
+everything else and reports what it could not; ``procledger rebuild`` exits 1 naming it."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from _shared import run_cli
+from procledger import ProcessRegistry, StoreCorrupt, open_registry
+from registry.conformance import registration
+
+IDS = ("a-good", "b-bad", "c-good")
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+@pytest.fixture
+def registry(path: Path) -> Iterator[ProcessRegistry]:
+    opened = open_registry(f"sqlite:///{path}")
+    for process_id in IDS:
+        opened.register(registration(process_id))
+        opened.grant_handle("s", process_id)
+    yield opened
+    opened.close()
+
+
+def damage_record(path: Path, process_id: str, record: bytes) -> None:
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE procledger_records SET record=CAST(? AS TEXT) WHERE process_id=?",
+            (record, process_id),
+        )
+    raw.close()
+
+
+def damage_event(path: Path, version: int, state: bytes) -> None:
+    """Replace the state of the ``b-bad`` process's event at ``version``."""
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE stored_events SET state=? WHERE originator_id=? AND originator_version=?",
+            (state, process_uuid("b-bad").hex, version),
+        )
+    raw.close()
+
+
+@pytest.mark.parametrize(
+    "record", [b"{broken", b"\x7b\xff\xfe\x7d", b'{"id": "b-bad"}'], ids=["json", "utf8", "shape"]
+)
+def test_a_damaged_record_row_is_left_out_and_named_and_the_others_are_listed(
+    registry: ProcessRegistry, path: Path, record: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    damage_record(path, "b-bad", record)
+    scan = registry.scan_processes({"status": "any"})
+    assert [r.id for r in scan.records] == ["a-good", "c-good"]
+    assert scan.damaged == ["b-bad"]
+    with caplog.at_level(logging.WARNING, logger="procledger.store"):
+        assert [r.id for r in registry.list_processes()] == ["a-good", "c-good"]
+    assert "'b-bad'" in caplog.text  # a skip is never silent
+    with pytest.raises(StoreCorrupt, match="'b-bad'") as caught:
+        registry.get("b-bad")
+    assert caught.value.process_id == "b-bad"
+    assert [h.process_id for h in registry.handles("s")] == ["a-good", "c-good"]
+    assert registry.get("c-good").id == "c-good"
+
+
+def test_the_feed_passes_a_damaged_record_and_names_it(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    damage_record(path, "b-bad", b"{broken")
+    page = registry.scan_changes(0, 10)
+    assert [r.id for r in page.records] == ["a-good", "c-good"]
+    assert page.damaged == ["b-bad"]
+    assert page.cursor.value == registry.get("c-good").change_seq
+    first = registry.scan_changes(0, 2)  # a page ending on the damaged row still advances
+    assert [r.id for r in first.records] == ["a-good"]
+    assert first.damaged == ["b-bad"]
+    records, cursor = registry.changes_since(first.cursor, 10)
+    assert [r.id for r in records] == ["c-good"]
+    assert cursor == page.cursor
+
+
+def test_rebuild_repairs_a_damaged_record_row(registry: ProcessRegistry, path: Path) -> None:
+    before = registry.get("b-bad")
+    damage_record(path, "b-bad", b"{broken")
+    report = registry.rebuild()
+    assert report.damaged == []
+    assert registry.get("b-bad") == before
+
+
+def test_an_undecodable_event_spoils_its_own_process_only(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    registry.record_started("b-bad", 1)
+    registry.record_started("c-good", 1)
+    kept = registry.get("b-bad")
+    damage_event(path, 2, b"\xff not json")
+    with sqlite3.connect(path) as raw:  # the read models are lost too: rebuild must restore
+        raw.execute("DELETE FROM procledger_records WHERE process_id <> 'b-bad'")
+    raw.close()
+    report = registry.rebuild()
+    assert report.damaged == ["b-bad"]
+    assert report.applied > 0
+    assert [r.id for r in registry.list_processes({"status": "any"})] == list(IDS)
+    assert registry.get("b-bad") == kept  # its old row is kept, not half-rebuilt
+    assert registry.get("c-good").state.value == "running"
+    with pytest.raises(StoreCorrupt, match="'b-bad'"):
+        registry.events("b-bad")
+    assert [e.kind for e in registry.events("c-good")] == ["registered", "started"]
+
+
+def test_procledger_rebuild_exits_1_naming_what_it_could_not_rebuild(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    damage_event(path, 1, b"{not json")
+    registry.close()
+    result = run_cli("rebuild", url=f"sqlite:///{path}")
+    assert result.returncode == 1, result
+    assert "b-bad" in result.stderr or "stream" in result.stderr
+    assert "Traceback" not in result.stderr
+    healthy = run_cli("rebuild", url=f"sqlite:///{path.parent / 'fresh.db'}")
+    assert healthy.returncode == 1  # a ledger that does not exist is not created
+    assert not (path.parent / "fresh.db").exists()
+
+
+def test_a_damaged_stream_id_is_reported_not_a_value_error(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE stored_events SET originator_id='not-a-uuid' WHERE originator_id=?",
+            (process_uuid("b-bad").hex,),
+        )
+    raw.close()
+    report = registry.rebuild()
+    assert report.damaged == ["stream not-a-uuid"]
+    assert [r.id for r in registry.list_processes({"status": "any"})] == ["a-good", "c-good"]
+
+
+def test_a_stored_event_with_an_unknown_state_is_corrupt_not_a_key_error(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    from procledger.domain.process import process_uuid
+
+    registry.record_started("b-bad", 1)
+    with sqlite3.connect(path) as raw:
+        (state,) = raw.execute(
+            "SELECT state FROM stored_events WHERE originator_id=? AND originator_version=2",
+            (process_uuid("b-bad").hex,),
+        ).fetchone()
+    raw.close()
+    damage_event(path, 2, state.replace(b'"running"', b'"no-such-state"'))
+    reopened = open_registry(f"sqlite:///{path}")  # no reusable copy of the aggregate
+    try:
+        with pytest.raises(StoreCorrupt, match="'b-bad'"):
+            reopened.request_stop("b-bad", "terminated")
+        assert reopened.rebuild().damaged == ["b-bad"]
+        reopened.request_stop("c-good", "terminated")  # the others are unaffected
+    finally:
+        reopened.close()

@@ -1,0 +1,159 @@
+"""Where a ledger lives (issue 13 and 14, docs/design.md §7.1): SQLAlchemy's SQLite URLs, a
+ledger file created ``0600`` in a folder created ``0700``, a warning for one others can read,
+``create=False`` that never creates anything, and PostgreSQL's ``retry_s``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from procledger import StoreURLError, open_registry
+from procledger.adapters.sql.location import DEFAULT_RETRY_S, parse_store_url
+
+from .conformance import registration
+
+
+def test_three_slashes_are_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    registry = open_registry("sqlite:///ledger.db")
+    try:
+        registry.register(registration("r"))
+    finally:
+        registry.close()
+    assert (tmp_path / "ledger.db").exists()
+    assert not Path("/ledger.db").exists()
+
+
+def test_four_slashes_are_absolute(tmp_path: Path) -> None:
+    assert parse_store_url(f"sqlite:///{tmp_path}/l.db").sqlite_path == f"{tmp_path}/l.db"
+    assert parse_store_url("sqlite:///rel/l.db").sqlite_path == "rel/l.db"
+    assert parse_store_url("sqlite:rel/l.db").sqlite_path == "rel/l.db"
+
+
+@pytest.mark.parametrize("url", ["sqlite://host/l.db", "sqlite:///", "sqlite:///dir/"])
+def test_sqlite_urls_that_name_no_file_are_refused(url: str) -> None:
+    with pytest.raises(StoreURLError) as caught:
+        open_registry(url)
+    assert url in str(caught.value)
+
+
+def test_a_ledger_procledger_creates_is_0600(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    registry = open_registry(f"sqlite:///{path}")
+    try:
+        registry.register(registration("p"))
+        for name in ("ledger.db", "ledger.db-wal", "ledger.db-shm"):
+            if (tmp_path / name).exists():
+                assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+    finally:
+        registry.close()
+
+
+def test_the_default_ledger_and_its_folders_are_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROCLEDGER_URL", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    os.umask(old := os.umask(0))  # read the umask back, then restore it
+    try:
+        open_registry().close()
+    finally:
+        os.umask(old)
+    ledger = tmp_path / "data" / "procledger" / "ledger.db"
+    assert ledger.stat().st_mode & 0o777 == 0o600
+    assert ledger.parent.stat().st_mode & 0o777 == 0o700
+    assert ledger.parent.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_an_explicit_url_and_the_variable_never_create_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path}/missing/ledger.db"
+    monkeypatch.setenv("PROCLEDGER_URL", url)
+    for given in (url, None):
+        with pytest.raises(StoreURLError, match="does not exist"):
+            open_registry(given)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_create_false_never_creates_a_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROCLEDGER_URL", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    with pytest.raises(StoreURLError, match=r"ledger\.db") as caught:
+        open_registry(create=False)
+    assert str(tmp_path / "data" / "procledger" / "ledger.db") in str(caught.value)
+    assert not (tmp_path / "data").exists()
+    path = tmp_path / "typo.db"
+    with pytest.raises(StoreURLError, match=r"typo\.db"):
+        open_registry(f"sqlite:///{path}", create=False)
+    assert not path.exists()
+    open_registry(f"sqlite:///{path}").close()  # created now; then create=False opens it
+    open_registry(f"sqlite:///{path}", create=False).close()
+
+
+def test_a_ledger_others_can_read_is_warned_about_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "shared.db"
+    open_registry(f"sqlite:///{path}").close()
+    path.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="procledger.store"):
+        open_registry(f"sqlite:///{path}").close()
+        open_registry(f"sqlite:///{path}").close()
+    warnings = [r for r in caplog.records if "readable by other users" in r.getMessage()]
+    assert len(warnings) == 1
+    assert str(path) in warnings[0].getMessage()
+
+
+def test_another_local_user_cannot_read_the_ledger(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("switching to an unprivileged user needs root")
+    tmp_path.chmod(0o755)  # the folder is open: only the file's own mode protects it
+    path = tmp_path / "ledger.db"
+    registry = open_registry(f"sqlite:///{path}")
+    try:
+        registry.register(registration("secret"))
+    finally:
+        registry.close()
+    result = subprocess.run(
+        ["runuser", "-u", "nobody", "--", "cat", str(path)],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    assert result.returncode != 0
+    assert b"Permission denied" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [("", DEFAULT_RETRY_S), ("?retry_s=5", 5.0), ("?schema=s&retry_s=0.5", 0.5)],
+)
+def test_retry_s_is_parsed_and_kept_out_of_the_connection(query: str, expected: float) -> None:
+    location = parse_store_url(f"postgresql://u:pw@h/db{query}")
+    assert location.retry_s == expected
+    assert "retry_s" not in str(location.pg)
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon", "1e9"])
+def test_a_bad_retry_s_is_a_url_error_masking_the_password(value: str) -> None:
+    with pytest.raises(StoreURLError, match="retry_s") as caught:
+        parse_store_url(f"postgresql://u:secret@h/db?retry_s={value}")
+    assert "secret" not in str(caught.value)
+
+
+@pytest.mark.postgres
+def test_create_false_never_creates_a_postgres_schema(postgres_schema_url: str) -> None:
+    with pytest.raises(StoreURLError, match="no ledger"):
+        open_registry(postgres_schema_url, create=False)
+    open_registry(postgres_schema_url).close()
+    open_registry(postgres_schema_url, create=False).close()
