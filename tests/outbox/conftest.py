@@ -102,7 +102,8 @@ def _sqlite_outage(tmp_path: Path) -> Iterator[Outage]:
 
 
 def _postgres_outage(request: pytest.FixtureRequest) -> Iterator[Outage]:
-    url = str(request.getfixturevalue("postgres_schema_url"))
+    # A short ride-through window, so that the outcome outlives it and waits in the outbox.
+    url = str(request.getfixturevalue("postgres_schema_url")) + "&retry_s=1"
 
     base = os.environ["PROCLEDGER_TEST_POSTGRES_URL"]
     data = _data_directory(base)
