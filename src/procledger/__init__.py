@@ -43,7 +43,7 @@ from procledger.domain.vocabulary import (
     TerminalReason,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 """The installed distribution's version (a test keeps it equal to the package metadata)."""
 
 if TYPE_CHECKING:
