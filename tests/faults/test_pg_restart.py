@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from _cluster import Cluster, find_cluster
 from _shared import wait_until
 from procledger import ProcessRegistry, StoreUnavailable, open_registry
 from registry.conformance import registration
-
-from ._cluster import Cluster, find_cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

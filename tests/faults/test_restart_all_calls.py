@@ -25,13 +25,12 @@ from typing import TypeVar
 
 import pytest
 
+from _cluster import Cluster, find_cluster
 from _shared import wait_until
 from procledger import ProcessRegistry, open_registry
 from procledger.domain.leases import Acquired, Lease, LeaseOwner
 from procledger.domain.notification import ProcessCompletionNotification
 from registry.conformance import registration
-
-from ._cluster import Cluster, find_cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

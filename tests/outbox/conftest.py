@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
-from _shared import wait_until
+from _cluster import Cluster, find_cluster
 
 
 @pytest.fixture(autouse=True)
@@ -39,23 +37,22 @@ class Outage:
 
     url: str
     kind: str
-    _start: list[str]
-    _stop: list[str]
     _filler: Path | None = None
+    _cluster: Cluster | None = None
+    _options: str = ""
 
     def begin(self) -> None:
-        if self.kind == "sqlite":
-            assert self._filler is not None
+        if self._filler is not None:
             _fill(self._filler)
         else:
-            subprocess.run(self._stop, check=True, capture_output=True, timeout=60)
+            assert self._cluster is not None
+            self._options = self._cluster.stop()
 
     def end(self) -> None:
-        if self.kind == "sqlite":
-            assert self._filler is not None
+        if self._filler is not None:
             self._filler.unlink(missing_ok=True)
-        else:
-            _pg_start(self._start)
+        elif self._cluster is not None and self._options:
+            self._cluster.start(self._options)
 
 
 def _fill(path: Path) -> None:
@@ -65,14 +62,6 @@ def _fill(path: Path) -> None:
             with contextlib.suppress(OSError):
                 while True:
                     file.write(b"\0" * size)
-
-
-def _pg_start(start: list[str]) -> None:
-    subprocess.run(start, check=False, capture_output=True, timeout=120)
-
-
-def _runuser(*argv: str) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *argv]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -96,7 +85,7 @@ def _sqlite_outage(tmp_path: Path) -> Iterator[Outage]:
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
     try:
-        yield Outage(f"sqlite:///{mnt}/ledger.db", "sqlite", [], [], mnt / "filler")
+        yield Outage(f"sqlite:///{mnt}/ledger.db", "sqlite", _filler=mnt / "filler")
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
 
@@ -104,70 +93,8 @@ def _sqlite_outage(tmp_path: Path) -> Iterator[Outage]:
 def _postgres_outage(request: pytest.FixtureRequest) -> Iterator[Outage]:
     # A short ride-through window, so that the outcome outlives it and waits in the outbox.
     url = str(request.getfixturevalue("postgres_schema_url")) + "&retry_s=1"
-
-    base = os.environ["PROCLEDGER_TEST_POSTGRES_URL"]
-    data = _data_directory(base)
-    binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
-    if not binaries:
-        pytest.skip("pg_ctl not found under /usr/lib/postgresql")
-    pg_ctl = str(binaries[-1])
-    # The server's own options (its port, say) are in postmaster.opts: a plain start loses them.
-    opts = shlex.split(Path(data, "postmaster.opts").read_text())[1:]
-    port = str(urlsplit(base).port or 5432)
-    options = shlex.join([*_without_port(opts), "-p", port])
-    log = f"{data}/restart.log"
-    start = _runuser(pg_ctl, "-D", data, "-w", "-t", "60", "-o", options, "-l", log, "start")
-    stop = _runuser(pg_ctl, "-D", data, "-w", "-t", "60", "-m", "fast", "stop")
+    outage = Outage(url, "postgres", _cluster=find_cluster(url))
     try:
-        yield Outage(url, "postgres", start, stop)
+        yield outage
     finally:
-        _pg_start(start)  # never leave the shared cluster down
-        wait_until(lambda: _answers(base), 60, "the PostgreSQL server to answer again")
-
-
-def _without_port(options: list[str]) -> list[str]:
-    kept: list[str] = []
-    skip = False
-    for option in options:
-        if skip:
-            skip = False
-        elif option == "-p":
-            skip = True
-        else:
-            kept.append(option)
-    return kept
-
-
-def _data_directory(url: str) -> str:
-    """The cluster's data directory: asked of the server, or (a role that may not ask) found
-    as the running postmaster whose ``postmaster.pid`` names the URL's port."""
-    import psutil
-    import psycopg
-
-    try:
-        with psycopg.connect(url, connect_timeout=10) as conn:
-            row = conn.execute("SHOW data_directory").fetchone()
-        if row is not None:
-            return str(row[0])
-    except psycopg.Error:
-        pass
-    port = str(urlsplit(url).port or 5432)
-    for process in psutil.process_iter(["name"]):
-        if process.info["name"] != "postgres":
-            continue
-        with contextlib.suppress(OSError, IndexError, psutil.Error):
-            data = process.cwd()  # a postmaster runs in its data directory
-            if Path(data, "postmaster.pid").read_text().splitlines()[3].strip() == port:
-                return data
-    pytest.skip(f"cannot find the data directory of the server on port {port}")
-
-
-def _answers(url: str) -> bool:
-    import psycopg
-
-    try:
-        with psycopg.connect(url, connect_timeout=5) as conn:
-            conn.execute("SELECT 1")
-    except psycopg.Error:
-        return False
-    return True
+        outage.end()  # never leave the shared cluster down
