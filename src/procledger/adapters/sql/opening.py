@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, cast
 
 from eventsourcing.persistence import InfrastructureFactory
@@ -78,9 +79,8 @@ def _construct(location: StoreLocation) -> OpenedStore:
 
 def _env(location: StoreLocation) -> dict[str, str]:
     if location.dialect == "postgresql":
-        from procledger.adapters.sql.postgres import postgres_env
-
-        return postgres_env(location)
+        env: dict[str, str] = _postgres(location).postgres_env(location)
+        return env
     from procledger.adapters.sql.sqlite import sqlite_env
 
     return sqlite_env(location)
@@ -88,9 +88,7 @@ def _env(location: StoreLocation) -> dict[str, str]:
 
 def _attach(store: Store, recorder: Any, datastore: Any) -> None:
     if store.location.dialect == "postgresql":
-        from procledger.adapters.sql import postgres
-
-        postgres.attach(store, recorder, datastore)
+        _postgres(store.location).attach(store, recorder, datastore)
     else:
         from procledger.adapters.sql import sqlite
 
@@ -100,9 +98,7 @@ def _attach(store: Store, recorder: Any, datastore: Any) -> None:
 def _prepare(location: StoreLocation, *, create: bool) -> None:
     """Fail early, with the URL named, where eventsourcing would fail obscurely."""
     if location.dialect == "postgresql":
-        from procledger.adapters.sql.postgres import create_schema  # psycopg only when needed
-
-        create_schema(location, create=create)
+        _postgres(location).create_schema(location, create=create)
     elif not location.in_memory:
         from procledger.adapters.sql.sqlite import prepare_sqlite_file
 
@@ -115,7 +111,19 @@ def _opening_lock(location: StoreLocation) -> Iterator[None]:
     if location.dialect != "postgresql":
         yield
         return
-    from procledger.adapters.sql.postgres import schema_opening_lock  # psycopg only when needed
-
-    with schema_opening_lock(location):
+    with _postgres(location).schema_opening_lock(location):
         yield
+
+
+def _postgres(location: StoreLocation) -> ModuleType:
+    """The PostgreSQL adapter, imported only for ``postgresql://`` stores (psycopg is an extra:
+    a missing driver is a one-line error saying what to install, not an ImportError)."""
+    try:
+        from procledger.adapters.sql import postgres
+    except ImportError as error:
+        missing = (error.name or "psycopg").split(".")[0]
+        raise StoreError(
+            f"store URL {location.masked!r}: PostgreSQL support is not installed ({missing}): "
+            "pip install 'procledger[postgres]'"
+        ) from None
+    return postgres
