@@ -156,3 +156,27 @@ def test_an_in_memory_store_has_no_outbox() -> None:
         assert store_key(registry.location) is None
     finally:
         registry.close()
+
+
+def test_each_store_has_its_own_outbox_key(tmp_path: Path) -> None:
+    """An entry is delivered only to the ledger it belongs to: two PostgreSQL databases, or a
+    PostgreSQL database and a SQLite file, never share a key."""
+    from procledger.adapters.sql.location import parse_store_url
+    from procledger.application.outbox import store_key
+
+    keys = {
+        store_key(parse_store_url(url))
+        for url in (
+            "postgresql://u:p@db1:5432/ledger",
+            "postgresql://u:p@db2:5432/ledger",
+            "postgresql://u:p@db1:5432/ledger?schema=other",
+            f"sqlite:///{tmp_path}/a.db",
+        )
+    }
+    assert len(keys) == 4
+    assert store_key(parse_store_url("memory://")) is None
+    same = {
+        store_key(parse_store_url(url))
+        for url in ("postgresql://u:p@db1:5432/ledger", "postgresql://v:q@db1/ledger?retry_s=5")
+    }
+    assert len(same) == 1  # who connects, and how patiently, is not which ledger

@@ -38,9 +38,10 @@ def store_key(location: StoreLocation) -> str | None:
     its process and so has nothing to deliver later."""
     if location.in_memory:
         return None
-    if location.sqlite_path is not None:
+    if location.sqlite_path:
         return f"sqlite:{os.path.realpath(location.sqlite_path)}"
-    return location.masked
+    pg = location.pg  # the database and schema, not how one connects (user, retry window)
+    return f"postgresql://{pg['host']}:{pg['port']}/{pg['dbname']}?schema={location.schema}"
 
 
 def this_host_id() -> str | None:
