@@ -182,7 +182,7 @@ def prune(
         ),
     ] = None,
 ) -> None:
-    """Delete ended processes (their events, output and side rows) last updated long ago."""
+    """Delete ended processes last updated long ago, with their events and output."""
     from procledger import ProcessListFilter
 
     cutoff = int(time.time() * 1000) - parse_duration(older_than)
