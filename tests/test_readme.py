@@ -44,6 +44,7 @@ def test_readme_sections_come_in_order() -> None:
     assert headings == [
         "Quickstart",
         "CLI tour",
+        "Logs",
         "The lifecycle table",
         "Library",
         "Property-testing your own code",
@@ -95,7 +96,10 @@ def test_the_library_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     exec(compile(example, f"{README}:Library", "exec"), {"__name__": "readme_example"})
     after = {child.pid for child in psutil.Process().children(recursive=True)}
     assert after <= before, "the example left a child process behind"
-    assert capsys.readouterr().out == "['registered', 'first_started', 'started', 'completed']\n"
+    assert (
+        capsys.readouterr().out
+        == "['registered', 'first_started', 'started', 'output_captured', 'completed']\n"
+    )
 
 
 def test_the_testing_snippet_names_real_helpers() -> None:

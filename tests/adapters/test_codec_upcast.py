@@ -18,7 +18,13 @@ from procledger.adapters.codec import OrjsonMapper, decode_event
 from procledger.domain.errors import StoreError
 from procledger.domain.leases import CompletionAuthority, LeaseOwner
 from procledger.domain.process import Process
-from procledger.domain.records import ExternalRef, OsFacts, WaitState
+from procledger.domain.records import (
+    ExternalRef,
+    OsFacts,
+    OutputSummary,
+    StreamOutput,
+    WaitState,
+)
 from procledger.domain.registration import ProcessRegistration, env_ref_for
 from procledger.domain.rendering import render_record
 from procledger.domain.session import Session
@@ -266,7 +272,7 @@ def stored_event_classes() -> set[type[Any]]:
 
 def test_every_stored_event_class_declares_its_version() -> None:
     classes = stored_event_classes()
-    assert len(classes) == 17
+    assert len(classes) == 20
     undeclared = [cls.__qualname__ for cls in classes if "class_version" not in vars(cls)]
     assert undeclared == []
     versions = {cls.__qualname__: vars(cls)["class_version"] for cls in classes}
@@ -351,6 +357,16 @@ def test_every_event_round_trips_through_the_codec(
     round_trip([*process.collect_events(), *session.collect_events()])
 
 
+OUTPUT = OutputSummary(
+    capture=True,
+    host_id="host-a",
+    folder="/tmp/x",
+    limit=1024,
+    stdout=StreamOutput(written=3000, kept=1000, dropped=2000),
+    stopped="ENOSPC: No space left on device",
+)
+
+
 def test_every_event_class_round_trips() -> None:
     """A fixed script that reaches every class, so a new class cannot slip past the property
     above because its strategies never produce it."""
@@ -363,7 +379,7 @@ def test_every_event_class_round_trips() -> None:
     terminals = {
         "completed": lambda p: p.complete(
             "exited", "exited", exit_code=0, diagnostic=None, value=None,
-            event_id=None, authority=None, at_ms=9,
+            event_id=None, authority=None, at_ms=9, output=(OUTPUT, {"stdout": "aGk="}),
         ),
         "lost": lambda p: p.lose(diagnostic="x", event_id=None, authority=None, at_ms=9),
         "abandoned": lambda p: p.abandon(

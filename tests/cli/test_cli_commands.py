@@ -73,9 +73,10 @@ def test_show_prints_the_record_and_the_whole_history(ledger: str) -> None:
         "registered",
         "first_started",
         "started",
+        "output_captured",
         "completed",
     ]
-    assert [e["sequence"] for e in shown["events"]] == [1, 2, 3, 4]
+    assert [e["sequence"] for e in shown["events"]] == [1, 2, 3, 4, 5]
     human = ok("show", record["id"], url=ledger)
     for word in (record["id"], "exit 4", "first_started", "completed"):
         assert word in human

@@ -53,6 +53,7 @@ from procledger import (
 from procledger.adapters.liveness import ProcProbe
 from procledger.domain.leases import Liveness
 from procledger.domain.process import Process, process_uuid
+from procledger.domain.records import OutputSummary, StreamOutput
 from procledger.domain.registration import env_ref_for
 from procledger.domain.rendering import render_record
 from procledger.domain.session import Session
@@ -1406,6 +1407,17 @@ class RegistryConformance(StoreCase):
             event_id=str(uuid.uuid4()),
             authority=KEY,
             at_ms=now,
+            output=(
+                OutputSummary(
+                    capture=True,
+                    host_id="h ✓",
+                    folder="/tmp/ü",
+                    limit=10,
+                    stdout=StreamOutput(written=30, kept=10, dropped=20),
+                    stopped="ENOSPC: no space",
+                ),
+                {"stdout": "aGk=", "stderr": ""},
+            ),
         )
         save(main)
         lost = fresh("enc-lost")

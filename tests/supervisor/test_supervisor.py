@@ -143,6 +143,7 @@ def test_true_is_recorded_from_registration_to_exit(
         "registered",
         "first_started",
         "started",
+        "output_captured",
         "completed",
     ]
     assert registry.get_lease(handle.process_id) is None  # released with the terminal
@@ -302,7 +303,11 @@ def test_interrupt_records_the_request_and_the_sigint(
     assert (record.state, record.reason) == (ProcessState.interrupted, TerminalReason.interrupted)
     assert record.stop_requested == [TerminalReason.interrupted]
     assert record.status is ProcessStatus.cancelled
-    assert kinds(registry, handle.process_id)[-2:] == ["stop_requested", "completed"]
+    assert kinds(registry, handle.process_id)[-3:] == [
+        "stop_requested",
+        "output_captured",
+        "completed",
+    ]
     procs.assert_dead(child)
 
 

@@ -20,10 +20,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from procledger.adapters import state_dir
 from procledger.domain.leases import LeaseOwner
+
+if TYPE_CHECKING:
+    from procledger.adapters.sql.location import StoreLocation
 
 __all__ = ["Outbox", "OutboxEntry", "default_outbox"]
 
@@ -55,6 +58,8 @@ class OutboxEntry:
     diagnostic: str | None = None
     signal: int | None = None
     survivors: list[int] = field(default_factory=list)
+    output: dict[str, Any] | None = None
+    tails: dict[str, str] | None = None
     format: int = FORMAT
 
     @property
@@ -176,3 +181,14 @@ def _fsync_folder(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def store_key(location: StoreLocation) -> str | None:
+    """What names a ledger in outbox entries; ``None`` for an in-memory store, which dies with
+    its process and so has nothing to deliver later."""
+    if location.in_memory:
+        return None
+    if location.sqlite_path:
+        return f"sqlite:{os.path.realpath(location.sqlite_path)}"
+    pg = location.pg  # the database and schema, not how one connects (user, retry window)
+    return f"postgresql://{pg['host']}:{pg['port']}/{pg['dbname']}?schema={location.schema}"

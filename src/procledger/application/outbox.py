@@ -16,32 +16,19 @@ exit code is recorded even when the supervisor died while the store was down.
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
-from procledger.adapters.outbox import Outbox, OutboxEntry
+from procledger.adapters.outbox import Outbox, OutboxEntry, store_key
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
 from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
-from procledger.domain.records import ProcessRecord
+from procledger.domain.records import OutputSummary, ProcessRecord
 
 if TYPE_CHECKING:
-    from procledger.adapters.sql.location import StoreLocation
     from procledger.application.registry import ProcessRegistry
 
 __all__ = ["deliver_outbox", "record_entry", "store_key", "this_host_id"]
 
 _log = logging.getLogger("procledger.outbox")
-
-
-def store_key(location: StoreLocation) -> str | None:
-    """What names a ledger in outbox entries; ``None`` for an in-memory store, which dies with
-    its process and so has nothing to deliver later."""
-    if location.in_memory:
-        return None
-    if location.sqlite_path:
-        return f"sqlite:{os.path.realpath(location.sqlite_path)}"
-    pg = location.pg  # the database and schema, not how one connects (user, retry window)
-    return f"postgresql://{pg['host']}:{pg['port']}/{pg['dbname']}?schema={location.schema}"
 
 
 def this_host_id() -> str | None:
@@ -67,6 +54,8 @@ def record_entry(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) ->
         lease=lease,
         signal=entry.signal,
         survivors=entry.survivors,
+        output=None if entry.output is None else OutputSummary.model_validate(entry.output),
+        tails=entry.tails,
     )
 
 

@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 
 from procledger.adapters.liveness import ProcProbe
+from procledger.adapters.outbox import store_key
+from procledger.adapters.output_files import remove_process_output
 from procledger.adapters.sql import envs as env_rows
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.opening import OpenedStore
@@ -43,6 +45,7 @@ from procledger.domain.process import Process, process_uuid
 from procledger.domain.records import (
     ExternalRef,
     OsFacts,
+    OutputSummary,
     ProcessEvent,
     ProcessRecord,
     WaitState,
@@ -283,15 +286,15 @@ class ProcessRegistry:
         authority: CompletionAuthority | None = None,
         signal: int | None = None,
         survivors: Sequence[int] = (),
+        output: OutputSummary | None = None,
+        tails: dict[str, str] | None = None,
     ) -> ProcessRecord:
         """Record how the process ended (a row of the closed lifecycle table).
 
         Needs a live ``lease`` (checked and released in the same transaction) or a
-        ``CompletionAuthority``. An identical retry (same ``event_id`` and fields) is a no-op.
-        ``signal`` is the number of the signal that ended the child: required for
-        ``signaled`` (a signal procledger did not send), allowed for ``interrupted``,
-        ``terminated`` and ``killed``, refused elsewhere; ``survivors`` the OS pids a tree stop
-        left alive (stored sorted, each once).
+        ``CompletionAuthority``; an identical retry (same ``event_id`` and fields) is a no-op.
+        ``signal``: the signal that ended the child (``signaled`` needs it; a stop's states may
+        have it); ``survivors``: OS pids a tree stop left alive; ``output``/``tails`` (§14).
 
         Raises:
             ProcessLifecycleValidationError: ``(state, reason, exit_code)`` is not a legal row,
@@ -315,6 +318,7 @@ class ProcessRegistry:
                 at_ms=now,
                 signal=signal,
                 survivors=survivors,
+                output=None if output is None else (output, tails or {}),
             ),
         )
 
@@ -633,7 +637,8 @@ class ProcessRegistry:
     ) -> PruneReport:
         """Delete terminal processes last updated before ``cutoff_ms`` (and changed at or
         before ``up_to``) that match ``filter`` (default: any status), with their events,
-        grants, leases, handles and journal entries, in one transaction.
+        grants, leases, handles and journal entries, in one transaction; then each one's
+        captured output under this user's output folder (docs/design.md §14).
 
         Raises:
             TypeError: ``cutoff_ms`` is not an int.
@@ -642,7 +647,11 @@ class ProcessRegistry:
         if isinstance(cutoff_ms, bool) or not isinstance(cutoff_ms, int):
             raise TypeError(f"cutoff_ms must be an int (epoch ms), not {cutoff_ms!r}")
         watermark = None if up_to is None else ChangeCursor.of(up_to).value
-        return prune_terminal(self._ledger, cutoff_ms, prune_filter(filter), watermark)
+        report = prune_terminal(self._ledger, cutoff_ms, prune_filter(filter), watermark)
+        key = store_key(self.location)
+        if key is not None:
+            remove_process_output(key, report.processes)
+        return report
 
     def rebuild(self, progress: Callable[[int, int], None] | None = None) -> RebuildReport:
         """Rebuild every read model from the log, one transaction per batch of streams:

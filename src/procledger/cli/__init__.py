@@ -18,6 +18,7 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``recovery``: ``sweep``, ``worker``.
 - ``running``: ``run``, in the foreground or detached.
 - ``inspection``: ``ps``, ``show``, ``feed``.
+- ``logs``: ``logs`` (captured output), ``prune`` (retention).
 - ``control``: ``stop``, ``abandon``, ``restore``.
 - ``keys``: ``keygen``.
 """
@@ -25,7 +26,7 @@ reads every command's annotations on each invocation, so those name only cheap t
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from procledger.cli import control, inspection, keys, maintenance, recovery, running, verify
+from procledger.cli import control, inspection, keys, logs, maintenance, recovery, running, verify
 from procledger.cli._app import CliState, Command, app, main
 
 if TYPE_CHECKING:
@@ -36,12 +37,14 @@ command = partial(app.command, cls=Command)
 command(context_settings=running.RUN_CONTEXT_SETTINGS, cls=running.RunCommand)(running.run)
 command()(inspection.ps)
 command()(inspection.show)
+command(short_help="Print a process's captured output.")(logs.logs)
 command()(control.stop)
 command()(control.abandon)
 command()(inspection.feed)
 command()(control.restore)
 command()(recovery.sweep)
 command()(recovery.worker)
+command(short_help="Delete ended processes and their output.")(logs.prune)
 command(short_help="Rebuild the read models from the event log.")(maintenance.rebuild)
 command(short_help="Check the ledger's integrity, chains and read models.")(verify.verify)
 command()(maintenance.table)

@@ -190,8 +190,25 @@ def _print_summary(record: ProcessRecord) -> None:
         rows.append(("first started by", record.first_started.owner.owner_id))
     if record.diagnostic:
         rows.append(("diagnostic", " ".join(record.diagnostic.split())))
+    if record.output is not None:
+        rows.append(("output", _output_line(record)))
     width = max(len(name) for name, _ in rows)
     sys.stdout.write("".join(f"{name.ljust(width)}  {value}\n" for name, value in rows))
+
+
+def _output_line(record: ProcessRecord) -> str:
+    """`show`'s output summary: bytes per stream, what was dropped, where the rest lives."""
+    output = record.output
+    assert output is not None
+    if not output.capture:
+        return "not captured (--no-capture)"
+    streams = ", ".join(
+        f"{name} {s.written} bytes ({s.kept} kept, {s.dropped} dropped)"
+        for name, s in (("stdout", output.stdout), ("stderr", output.stderr))
+    )
+    where = f" on host {output.host_id} in {output.folder}" if output.folder else ""
+    stopped = f"; capture stopped: {output.stopped}" if output.stopped else ""
+    return f"{streams}{where}{stopped}"
 
 
 def _details(event: ProcessEvent) -> str:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
@@ -115,6 +116,31 @@ _JsonOption = Annotated[
         "--json", help="Print the final record as JSON (the command's stdout goes to stderr)."
     ),
 ]
+_NoCaptureOption = Annotated[
+    bool, typer.Option("--no-capture", help="Keep none of the output (it still streams through).")
+]
+_OutputLimitOption = Annotated[
+    str,
+    typer.Option(
+        "--output-limit",
+        metavar="SIZE",
+        help="Output kept across both streams (512KiB, 1MiB, 64MiB or bytes; 0 keeps nothing).",
+    ),
+]
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|K|M|G)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
+_SIZE_UNITS |= {"g": 1024**3, "gib": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """``--output-limit``: ``512KiB``, ``1MiB``, ``64MiB`` or plain bytes."""
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
+        raise typer.BadParameter(message, param_hint="--output-limit")
+    return int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
+
+
 # How a `run --background` talks to the detached `procledger` it starts; not for people.
 _DetachedFdOption = Annotated[int | None, typer.Option("--detached-fd", hidden=True)]
 _ProcessIdOption = Annotated[str | None, typer.Option("--process-id", hidden=True)]
@@ -129,32 +155,54 @@ def run(
     stop_signal: _StopSignalOption = "TERM",
     stdin: _StdinOption = None,
     as_json: _JsonOption = False,
+    no_capture: _NoCaptureOption = False,
+    output_limit: _OutputLimitOption = "64MiB",
     detached_fd: _DetachedFdOption = None,
     process_id: _ProcessIdOption = None,
 ) -> None:
     """Run a command under supervision and record its whole lifecycle.
 
-    Its output streams through, its stdin is this one's (a pipe or the terminal). The first
-    Ctrl-C stops its whole tree (SIGINT, then
-    --stop-signal, then SIGKILL, --grace apart); a second kills it at once. Exits with the
-    command's code; 130 if it was stopped on request; 128+N if signal N ended it; 127 if the
-    command was not found, 126 if it could not be executed."""
+    Its output streams through and is kept (see `logs`); its stdin is this one's (a pipe or
+    the terminal). The first Ctrl-C stops its whole tree (SIGINT, then --stop-signal, then
+    SIGKILL, --grace apart); a second kills it at once. Exits with the command's code; 130
+    if it was stopped on request; 128+N if signal N ended it; 127 if the command was not
+    found, 126 if it could not be executed."""
     from procledger import StopPolicy
 
     grace_s = parse_grace(grace)
     policy = StopPolicy((signal.SIGINT, _parse_signal(stop_signal)), grace_s)
     source = _parse_stdin(stdin, background)
     checked_command(command)
+    keep = _Keep(not no_capture, parse_size(output_limit))
     if detached_fd is not None and process_id is not None:
-        _detached_main(ctx, command, policy, stdin=source, fd=detached_fd, process_id=process_id)
+        _detached_main(
+            ctx, command, policy, stdin=source, fd=detached_fd, process_id=process_id, keep=keep
+        )
     if background:
-        _run_detached(ctx, command, grace=grace_s, stop_signal=stop_signal, stdin=source)
+        _run_detached(ctx, command, grace=grace_s, stop_signal=stop_signal, stdin=source, keep=keep)
         return
-    _run_foreground(ctx, command, policy, source, as_json)
+    _run_foreground(ctx, command, policy, stdin=source, as_json=as_json, keep=keep)
+
+
+@dataclass(frozen=True, slots=True)
+class _Keep:
+    """What `run` keeps of the output: whether it captures, and up to how many bytes."""
+
+    capture: bool = True
+    limit: int = 64 * 1024 * 1024
+
+    def options(self) -> list[str]:
+        return ["--output-limit", str(self.limit), *([] if self.capture else ["--no-capture"])]
 
 
 def _run_foreground(
-    ctx: typer.Context, command: list[str], policy: StopPolicy, stdin: StdinSource, as_json: bool
+    ctx: typer.Context,
+    command: list[str],
+    policy: StopPolicy,
+    *,
+    stdin: StdinSource,
+    as_json: bool,
+    keep: _Keep,
 ) -> NoReturn:
     """Supervise in this process until the terminal is recorded; exit as the command did."""
     with open_ledger(cli_state(ctx).url) as registry, _child_stdin(stdin) as child_stdin:
@@ -166,6 +214,7 @@ def _run_foreground(
                 background=False,
                 as_json=as_json,
                 stdin=child_stdin,
+                keep=keep,
             )
         except SpawnError as exc:  # recorded `failed`; exit as a shell would
             fail(cli_state(ctx), exc, _spawn_exit_code(exc))
@@ -340,6 +389,7 @@ def _supervise(
     stdin: StdinSource | int,
     process_id: str | None = None,
     started: Callable[[ProcessHandle], None] | None = None,
+    keep: _Keep = _Keep(),
 ) -> tuple[ProcessRecord, int]:
     """Run ``command`` under a fresh CLI supervisor until its terminal is recorded."""
     from procledger import Supervisor
@@ -360,6 +410,8 @@ def _supervise(
             background=background,
             session_id=notifier.session_id,
             loop_id=loop_id,
+            capture=keep.capture,
+            output_limit=keep.limit,
         )
         if started is not None:
             started(handle)
@@ -389,7 +441,13 @@ class BackgroundStartError(ProcledgerError):
 
 
 def _run_detached(
-    ctx: typer.Context, command: list[str], *, grace: float, stop_signal: str, stdin: StdinSource
+    ctx: typer.Context,
+    command: list[str],
+    *,
+    grace: float,
+    stop_signal: str,
+    stdin: StdinSource,
+    keep: _Keep,
 ) -> None:
     """`run --background`: a detached `procledger` (own session, no terminal) supervises the
     command; this one waits until it is recorded `backgrounded`, prints its id and returns 0
@@ -402,7 +460,7 @@ def _run_detached(
     argv = [sys.executable, "-m", "procledger", *(["--url", url] if url else [])]
     argv += ["run", "--background", "--grace", repr(grace), "--stop-signal", stop_signal]
     argv += ["--stdin", str(stdin), "--detached-fd", str(write_fd), "--process-id", process_id]
-    argv += ["--", *command]
+    argv += [*keep.options(), "--", *command]
     try:
         _spawn_detached(argv, write_fd)
     finally:
@@ -450,6 +508,7 @@ def _detached_main(
     stdin: StdinSource,
     fd: int,
     process_id: str,
+    keep: _Keep,
 ) -> NoReturn:
     """The detached side of `run --background`: report on ``fd`` once the command runs."""
     report = os.fdopen(fd, "wb")
@@ -469,6 +528,7 @@ def _detached_main(
                 stdin=stdin,
                 process_id=process_id,
                 started=started,
+                keep=keep,
             )
     except BaseException as exc:
         if not report.closed:

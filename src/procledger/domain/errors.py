@@ -121,6 +121,15 @@ class NotFound(ProcledgerError, LookupError):
     """No such process, handle, env_ref or loop (or not visible to the asker)."""
 
 
+class OutputUnavailable(NotFound):
+    """A process whose output cannot be read here: run without capture, kept on another host,
+    or deleted (docs/design.md §14). ``tail`` holds the stored last bytes per stream, if any."""
+
+    def __init__(self, message: str, tail: dict[str, bytes] | None = None) -> None:
+        super().__init__(message)
+        self.tail = tail or {}
+
+
 class AmbiguousProcessId(NotFound):
     """An id prefix that matches more than one process; ``candidates`` lists some of them."""
 

@@ -49,6 +49,7 @@ from procledger.domain.records import (
     AbandonRequest,
     ExternalRef,
     OsFacts,
+    OutputSummary,
     OwnerStamp,
     WaitState,
 )
@@ -419,6 +420,37 @@ class Process(Aggregate):
         def evolve(self, process: Process) -> None:
             process.wake_target_cleared = True
 
+    class OutputTruncated(Event):
+        """Bytes ``[start, end)`` of ``stream`` were dropped past the output limit, the oldest
+        first (docs/design.md §14)."""
+
+        TOPIC = "procledger:Process.OutputTruncated"
+        class_version = 1
+        stream: str
+        start: int
+        end: int
+
+    class OutputStopped(Event):
+        """Capture stopped before the run ended (``reason``: a full disk, a vanished folder);
+        the child ran on."""
+
+        TOPIC = "procledger:Process.OutputStopped"
+        class_version = 1
+        reason: str
+
+    class OutputCaptured(Event):
+        """At the end of a supervised run: the output summary (``OutputSummary``'s JSON) and
+        the last bytes of each stream, base64 (``tails``), so any host can show them."""
+
+        TOPIC = "procledger:Process.OutputCaptured"
+        class_version = 1
+        output: dict[str, Any]
+        tails: dict[str, str]
+
+        def evolve(self, process: Process) -> None:
+            process.output_json = self.output
+            process.output_tails = self.tails
+
     # -- creation -------------------------------------------------------------------------
 
     def __init__(self, registration: dict[str, Any], registration_hash: str, at_ms: int) -> None:
@@ -450,6 +482,9 @@ class Process(Aggregate):
         self.wait: WaitState | None = None
         self.external_ref: ExternalRef | None = None
         self.wake_target_cleared = False
+        self.output_json: dict[str, Any] | None = None
+        self._output: OutputSummary | None = None
+        self.output_tails: dict[str, str] = {}
         self.terminal_event: Process.Terminal | None = None
         self.event_ids: dict[str, str] = {}
         self.replay_keys: dict[str, tuple[str, int]] = {}
@@ -499,6 +534,15 @@ class Process(Aggregate):
         if self._os is None:
             self._os = OsFacts.model_validate(self.os_json)
         return self._os
+
+    @property
+    def output(self) -> OutputSummary | None:
+        """The run's output summary, parsed only when a reader asks for it."""
+        if self.output_json is None:
+            return None
+        if self._output is None:
+            self._output = OutputSummary.model_validate(self.output_json)
+        return self._output
 
     @property
     def os_pid(self) -> int | None:
@@ -681,6 +725,7 @@ class Process(Aggregate):
         at_ms: int,
         signal: int | None = None,
         survivors: Sequence[int] = (),
+        output: tuple[OutputSummary, dict[str, str]] | None = None,
     ) -> bool:
         to_state, terminal_reason = _as_state(state), _as_reason(reason)
         check_row(LifecycleKind.completed, to_state, terminal_reason)
@@ -688,22 +733,21 @@ class Process(Aggregate):
         check_completion_fields(to_state, exit_code, diagnostic, value, signal)
         pids = checked_survivors(survivors)
 
-        def fingerprint() -> str:
-            assert terminal_reason is not None
-            return completed_fingerprint(
-                to_state.value,
-                terminal_reason.value,
-                exit_code,
-                diagnostic,
-                value,
-                signal=signal,
-                survivors=pids,
-            )
-
+        fingerprint = functools.partial(
+            completed_fingerprint,
+            to_state.value,
+            terminal_reason.value,
+            exit_code,
+            diagnostic,
+            value,
+            signal=signal,
+            survivors=pids,
+        )
         if not self._decide_terminal(LifecycleKind.completed, to_state, event_id, fingerprint):
             return False
         if authority is not None:
             self.check_authority(authority, reason=terminal_reason)
+        self._emit_output(output, at_ms)  # the run's output facts first (docs/design.md §14)
         self._emit(
             self.Completed,
             at_ms,
@@ -718,6 +762,22 @@ class Process(Aggregate):
             survivors=pids,
         )
         return True
+
+    def _emit_output(self, facts: tuple[OutputSummary, dict[str, str]] | None, at_ms: int) -> None:
+        if facts is None:
+            return
+        output, tails = facts
+        for name, stream in (("stdout", output.stdout), ("stderr", output.stderr)):
+            if stream.dropped:
+                self._emit(self.OutputTruncated, at_ms, stream=name, start=0, end=stream.dropped)
+        if output.stopped is not None:
+            self._emit(self.OutputStopped, at_ms, reason=output.stopped)
+        self._emit(
+            self.OutputCaptured,
+            at_ms,
+            output=output.model_dump(mode="json"),
+            tails={k: str(v) for k, v in tails.items()},
+        )
 
     def lose(
         self,

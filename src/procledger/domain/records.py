@@ -79,6 +79,29 @@ class OsFacts(Frozen):
     host_id: Annotated[str, Field(min_length=1)]
 
 
+class StreamOutput(Frozen):
+    """One captured stream of a run: bytes the child wrote, kept on disk, and dropped (the
+    oldest first, so always the prefix ``[0, dropped)``) (docs/design.md §14)."""
+
+    written: int = 0
+    kept: int = 0
+    dropped: int = 0
+
+
+class OutputSummary(Frozen):
+    """Where a run's output lives and how much of it: ``capture`` false when it was run
+    without capture; ``host_id`` and ``folder`` the host and the folder that hold the files;
+    ``stopped`` why capture stopped early (a full disk, a vanished folder), else null."""
+
+    capture: bool
+    host_id: str | None = None
+    folder: str | None = None
+    limit: int = 0
+    stdout: StreamOutput = Field(default_factory=StreamOutput)
+    stderr: StreamOutput = Field(default_factory=StreamOutput)
+    stopped: str | None = None
+
+
 class ProcessRecord(Frozen):
     """One process at its latest state, as lists, the feed and ``get`` return it."""
 
@@ -118,6 +141,9 @@ class ProcessRecord(Frozen):
     abandon_evidence: OwnerStamp | None
     wait: WaitState | None
     external_ref: ExternalRef | None
+    #: The run's output summary (docs/design.md §14); null while it runs, for work that was
+    #: not supervised here and for records written before 0.3.0.
+    output: OutputSummary | None = None
     change_seq: int
 
     @property

@@ -139,6 +139,7 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     model_field("abandon_evidence", lambda process: process.abandon_evidence),
     model_field("wait", lambda process: process.wait),
     model_field("external_ref", lambda process: process.external_ref),
+    RecordField("output", lambda process: process.output_json, lambda process: process.output),
 )
 
 if (*(field.name for field in RECORD_FIELDS), "change_seq") != tuple(ProcessRecord.model_fields):
@@ -178,6 +179,9 @@ _EVENT_KINDS: dict[type[Process.Event], str] = {
     Process.WaitCleared: "wait_cleared",
     Process.ExternalRefSet: "external_ref_set",
     Process.WakeTargetCleared: "wake_target_cleared",
+    Process.OutputTruncated: "output_truncated",
+    Process.OutputStopped: "output_stopped",
+    Process.OutputCaptured: "output_captured",
 }
 
 _BOOKKEEPING = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})

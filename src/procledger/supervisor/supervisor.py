@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
 
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
+from procledger.adapters.output_files import output_root
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
 from procledger.domain.diagnostics import clip_diagnostic
@@ -55,7 +56,7 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
 from procledger.domain.notification import ProcessCompletionNotification
-from procledger.domain.records import OsFacts, ProcessRecord
+from procledger.domain.records import OsFacts, OutputSummary, ProcessRecord
 from procledger.domain.registration import (
     Originator,
     ProcessInput,
@@ -67,6 +68,12 @@ from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
 from procledger.projections.filters import ProcessListFilter
 from procledger.supervisor import handles as handle_table
 from procledger.supervisor import orphans, os_seam
+from procledger.supervisor.capture import (
+    DEFAULT_OUTPUT_LIMIT,
+    Capture,
+    capture_folder,
+    no_capture,
+)
 from procledger.supervisor.decide import (
     EventIds,
     Outcome,
@@ -146,6 +153,8 @@ class _StartRequest:
     disposition: RecoveryDisposition
     session_id: uuid.UUID | None
     loop_id: uuid.UUID | None
+    capture: bool = True
+    output_limit: int = DEFAULT_OUTPUT_LIMIT
 
     @property
     def notify_to(self) -> _NotifyTo | None:
@@ -165,6 +174,7 @@ class _Ticket:
     ids: EventIds
     notify_to: _NotifyTo | None
     registration_hash: str
+    capture: Capture | None = None
 
 
 class _Run:
@@ -218,6 +228,7 @@ class Supervisor:
         outbox: Outbox | None = None,
         notice: Notice | None = None,
         subreaper: bool = False,
+        output_dir: Path | None = None,
     ) -> None:
         """Supervise as ``owner`` (the identity leases and ``restore`` go by).
 
@@ -234,8 +245,11 @@ class Supervisor:
             subreaper: mark this process a child subreaper (Linux) while the supervisor
                 lives, so orphaned descendants re-parent to it and a stop can reap them.
                 Process-wide: for programs that own their children, like ``procledger run``.
+            output_dir: where captured output goes, one folder per process
+                (docs/design.md §14); ``<state dir>/output`` when omitted.
         """
         self._registry = registry
+        self._output_dir = output_dir
         self._outbox = outbox
         self._notice = notice
         self._subreaper = subreaper and _Subreaper.acquire()
@@ -279,20 +293,19 @@ class Supervisor:
         disposition: RecoveryDisposition = RecoveryDisposition.owner_bound,
         session_id: _SessionId | None = None,
         loop_id: _SessionId | None = None,
+        capture: bool = True,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> ProcessHandle:
         """Run ``argv`` under this supervisor; returns once the child runs and that is recorded.
-
-        ``starting`` is durable before the spawn, so a crash at any point leaves a record that
-        ``restore`` or recovery can account for; a retried start never runs a program twice.
+        ``starting`` is durable before the spawn; a retried start never runs a program twice.
 
         Args:
-            argv: the program and its arguments (a list: a single string is refused).
             process_id: the ledger id; a time-ordered one is minted when omitted.
             stdin: what the child reads (``Stdin``); ``"null"``, ``/dev/null``, by default.
             stdout: receives raw output chunks on the owner thread; ``None``: inherited.
-            disposition: what recovery may do if this supervisor dies; the environment's
-                values are stored only for ``rerunnable``, which needs them to run it again.
+            disposition: what recovery may do if this supervisor dies (§3.6; env: §6.2).
             session_id, loop_id: where the completion notification goes (both, or none sent).
+            capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
 
         Raises:
             TypeError, ValueError, OSError (a ``stdin`` file): nothing was written.
@@ -312,6 +325,8 @@ class Supervisor:
             disposition=RecoveryDisposition(disposition),
             session_id=_uuid_or_none(session_id),
             loop_id=_uuid_or_none(loop_id),
+            capture=bool(capture),
+            output_limit=_checked_limit(output_limit),
         )
         with self._start_slot(), _stdin_source(request.stdin) as source:
             return self._start(request, source)
@@ -346,6 +361,7 @@ class Supervisor:
             ids,
             request.notify_to,
             record.registration_hash,
+            self._capture_for(request, record.id),
         )
         run = _Run(ticket, keeper, self._spawn(request, workdir, ticket, keeper, source))
         self._go_live(run, request.background)
@@ -380,6 +396,19 @@ class Supervisor:
             env_ref=env_ref,
         )
         return registration, workdir
+
+    def _capture_for(self, request: _StartRequest, pid: str) -> Capture | None:
+        """The run's capture (None without one); a folder that cannot be made stops it at
+        once, and the run goes on."""
+        if not request.capture:
+            return None
+        folder: Path | None = None
+        try:
+            root = self._output_dir if self._output_dir is not None else output_root()
+            folder = capture_folder(root, self._store_key(), id(self._registry), pid)
+        except OSError as error:
+            log.warning("process %r: output not captured: %s", pid, error)
+        return Capture(folder, request.output_limit, this_host_id(), request.stdout)
 
     def _handle_for(self, pid: str, ids: EventIds, notify_to: _NotifyTo | None) -> str:
         """A new handle; persisted (and reused by a retried start) only where a completion
@@ -418,13 +447,17 @@ class Supervisor:
         source: int | None,
     ) -> OwnedChild:
         """The child; if it cannot start, ``failed`` is recorded (and notified) first."""
+        stdout, stderr = (
+            ticket.capture.sinks() if ticket.capture is not None else (request.stdout, None)
+        )
         try:
             return OwnedChild.spawn(
                 request.args,
                 cwd=workdir,
                 env=request.env,
                 stdin=request.stdin if isinstance(request.stdin, bytes) else None,
-                stdout=request.stdout,
+                stdout=stdout,
+                stderr=stderr,
                 stop=self._stop_policy,
                 stdin_source=source,
                 marker=ticket.ids.run_marker,
@@ -502,7 +535,8 @@ class Supervisor:
             run.returncode = returncode
             requested, shutdown, lost = tuple(run.requested), run.shutdown, run.lease_lost
         if lost:
-            return  # another holder owns the process now: it records the terminal
+            _output_of(run.ticket)  # closes the capture; the new holder records the terminal
+            return
         result = outcome(returncode, requested=requested, shutdown=shutdown, failure=failure)
         result = dataclasses.replace(result, survivors=tuple(run.child.survivors))
         run.record = self._record_terminal(run.ticket, run.keeper, result)
@@ -516,7 +550,7 @@ class Supervisor:
         the same write), retried with its event id while the store fails -- for as long as this
         supervisor runs -- and delete the entry once the store decided (docs/design.md §6.3).
         ``None`` if another holder owns the process now (it records the terminal)."""
-        entry = _entry(ticket, keeper.lease, result, self._store_key())
+        entry = _entry(ticket, keeper.lease, result, self._store_key(), _output_of(ticket))
         outbox = self._put(entry)
         try:
             record = self._write_until_decided(entry, keeper)
@@ -1029,7 +1063,28 @@ def _nonterminal(registry: ProcessRegistry) -> list[ProcessRecord]:
     return records
 
 
-def _entry(ticket: _Ticket, lease: Lease, result: Outcome, store: str | None) -> OutboxEntry:
+def _output_of(ticket: _Ticket) -> tuple[OutputSummary, dict[str, str]]:
+    """The run's output facts for its terminal (closing its capture)."""
+    if ticket.capture is None:
+        return no_capture(this_host_id())
+    return ticket.capture.finish()
+
+
+def _checked_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"output_limit must be an int (bytes), not {limit!r}")
+    if limit < 0:
+        raise ValueError(f"output_limit must be >= 0 bytes, not {limit}")
+    return limit
+
+
+def _entry(
+    ticket: _Ticket,
+    lease: Lease,
+    result: Outcome,
+    store: str | None,
+    output: tuple[OutputSummary, dict[str, str]],
+) -> OutboxEntry:
     """The outbox entry of ``result`` (``store`` empty where there is no outbox)."""
     return OutboxEntry(
         store=store or "",
@@ -1045,6 +1100,8 @@ def _entry(ticket: _Ticket, lease: Lease, result: Outcome, store: str | None) ->
         diagnostic=result.diagnostic,
         signal=result.signal,
         survivors=list(result.survivors),
+        output=output[0].model_dump(mode="json"),
+        tails=output[1],
     )
 
 

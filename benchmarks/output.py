@@ -1,0 +1,114 @@
+"""Output capture (issue 15), side by side in one run.
+
+- A child writing ``--gib`` GiB to stdout under `procledger run` (foreground, capture on, the
+  terminal side sent to /dev/null) beside the same child with stdout redirected to a file by the
+  shell: wall time (target ≤ 1.5×) and the supervisor's peak RSS (target ≤ 100 MB).
+- ``follow_output`` latency from the child's write to the reader: p95 (target < 200 ms).
+- `procledger run -- true` with capture on beside ``--no-capture``: medians (target ≤ 1.1×).
+
+    PYTHONPATH=src python benchmarks/output.py [--gib 1] [--runs 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "procledger"]
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB, of the process and its waited-for children)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, argv
+    return time.perf_counter() - start, usage.ru_maxrss
+
+
+def bulk(gib: float, url: str, folder: Path, env: dict[str, str]) -> None:
+    size = int(gib * 1024**3)
+    write = f"head -c {size} /dev/zero"
+    shell, _ = timed(["sh", "-c", f"{write} > {folder}/plain.out"], env)
+    limit = ["--output-limit", str(size + 1024)]
+    captured, rss = timed([*CLI, "--url", url, "run", *limit, "--", "sh", "-c", write], env)
+    print(
+        f"{gib:g} GiB to stdout: shell redirect {shell:.2f} s, captured {captured:.2f} s "
+        f"({captured / shell:.2f}x, target <= 1.5x); supervisor peak RSS {rss / 1024:.0f} MB"
+    )
+
+
+FOLLOWED = """
+import sys, time
+for i in range(int(sys.argv[1])):
+    print(time.time(), flush=True)
+    time.sleep(0.02)
+"""
+
+
+def follow_latency(url: str, lines: int) -> None:
+    from procledger import LeaseOwner, open_registry
+    from procledger.application.output import follow_output
+    from procledger.supervisor.supervisor import Supervisor
+
+    registry = open_registry(url)
+    delays: list[float] = []
+    with Supervisor(registry, owner=LeaseOwner.local_process("bench")) as supervisor:
+        handle = supervisor.start(
+            [sys.executable, "-c", FOLLOWED, str(lines)], stdout=lambda chunk: None
+        )
+        pending = b""
+        for chunk in follow_output(registry, handle.process_id):
+            now = time.time()
+            pending += chunk.data
+            *done, pending = pending.split(b"\n")
+            delays += [now - float(line) for line in done if line]
+        supervisor.wait(handle)
+    registry.close()
+    delays.sort()
+    p95 = delays[int(len(delays) * 0.95)] * 1000
+    print(
+        f"follow latency over {len(delays)} lines: median "
+        f"{statistics.median(delays) * 1000:.1f} ms, p95 {p95:.1f} ms (target < 200 ms)"
+    )
+
+
+def true_runs(url: str, runs: int, env: dict[str, str]) -> None:
+    on: list[float] = []
+    off: list[float] = []
+    for _ in range(runs):  # alternating, so a busy machine slows both alike
+        on.append(timed([*CLI, "--url", url, "run", "--", "true"], env)[0])
+        off.append(timed([*CLI, "--url", url, "run", "--no-capture", "--", "true"], env)[0])
+    a, b = statistics.median(on), statistics.median(off)
+    print(
+        f"run -- true: capture {a * 1000:.0f} ms, --no-capture {b * 1000:.0f} ms "
+        f"({a / b:.2f}x, target <= 1.1x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument("--runs", type=int, default=15)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        env = {**os.environ, "XDG_STATE_HOME": str(folder / "state")}
+        os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
+        url = f"sqlite:///{folder}/ledger.db"
+        bulk(args.gib, url, folder, env)
+        follow_latency(url, 100)
+        true_runs(url, args.runs, env)
+    threading.enumerate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""Output capture beside the owner's output handling (docs/design.md §14).
+
+A captured run's stdout and stderr are both piped; the owner thread that drains them (the pump
+of ``execution.OwnedChild``) hands each chunk to the sinks made here, which append it to the
+run's ``OutputWriter`` and pass it on live: to the caller's ``stdout`` consumer, or to this
+process's own stdout and stderr descriptors where the child would have inherited them. No
+thread of its own, and no call that can block on anything but the disk and the live terminal:
+a capture that fails stops (its reason kept for the ledger) while the child runs on.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+from pathlib import Path
+from typing import Final
+
+from procledger.adapters.output_files import OutputWriter, folder_for
+from procledger.domain.records import OutputSummary, StreamOutput
+from procledger.supervisor.execution import Consumer
+
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "capture_folder"]
+
+log = logging.getLogger("procledger.supervisor")
+
+DEFAULT_OUTPUT_LIMIT: Final = 64 * 1024 * 1024
+"""Bytes kept per process across both streams unless the caller says otherwise."""
+
+
+def capture_folder(root: Path, store: str | None, registry_token: int, process_id: str) -> Path:
+    """The folder of a run's output: by store and process id (an in-memory store, which no
+    other process can read, by this registry object)."""
+    return folder_for(root, store or f"memory:{registry_token}", process_id)
+
+
+class _LiveFd:
+    """Writes chunks to one of this process's descriptors until that fails once."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def __call__(self, chunk: bytes) -> None:
+        view, done = memoryview(chunk), 0
+        while self._fd is not None and done < len(view):
+            try:
+                done += os.write(self._fd, view[done:])
+            except OSError as error:  # the reader went away: the capture goes on
+                log.info("live output to descriptor %s stopped: %s", self._fd, error)
+                self._fd = None
+
+
+class Capture:
+    """One run's capture: the two sinks for its pipes and, at the end, its summary."""
+
+    def __init__(
+        self,
+        folder: Path | None,
+        limit: int,
+        host_id: str | None,
+        live: Consumer | None,
+    ) -> None:
+        """``folder`` None: the output folder could not be created (capture stopped at once);
+        ``live``: the caller's stdout consumer, or None to pass both streams to ours."""
+        self.host_id = host_id
+        self.limit = limit
+        self._writer = OutputWriter(folder, limit) if folder is not None else None
+        self._stopped_early = None if folder is not None else "no output folder"
+        self._live = (live if live is not None else _LiveFd(1), _LiveFd(2))
+        self._closed = False
+
+    @property
+    def folder(self) -> Path | None:
+        return None if self._writer is None else self._writer.folder
+
+    def sinks(self) -> tuple[Consumer, Consumer]:
+        """The stdout and stderr consumers to give the child's pump."""
+        return (self._sink(0), self._sink(1))
+
+    def _sink(self, stream: int) -> Consumer:
+        writer, live = self._writer, self._live[stream]
+
+        def sink(chunk: bytes) -> None:
+            if writer is not None:
+                writer.write(stream, chunk)
+            live(chunk)  # the caller's consumer may raise: that fails the run, as it always did
+
+        return sink
+
+    def finish(self) -> tuple[OutputSummary, dict[str, str]]:
+        """Close the files; the summary and the base64 tails for the ledger."""
+        writer = self._writer
+        if writer is None:
+            return OutputSummary(
+                capture=True, host_id=self.host_id, limit=self.limit, stopped=self._stopped_early
+            ), {}
+        if not self._closed:
+            writer.close()
+            self._closed = True
+        streams = [
+            StreamOutput(written=t.written, kept=t.kept, dropped=t.dropped) for t in writer.streams
+        ]
+        summary = OutputSummary(
+            capture=True,
+            host_id=self.host_id,
+            folder=str(writer.folder) if self.limit > 0 else None,
+            limit=self.limit,
+            stdout=streams[0],
+            stderr=streams[1],
+            stopped=writer.stopped,
+        )
+        tails = {
+            name: base64.b64encode(bytes(t.tail)).decode()
+            for name, t in zip(("stdout", "stderr"), writer.streams, strict=True)
+        }
+        return summary, tails
+
+
+def no_capture(host_id: str | None) -> tuple[OutputSummary, dict[str, str]]:
+    """The summary of a run made without capture."""
+    return OutputSummary(capture=False, host_id=host_id), {}

@@ -1,0 +1,260 @@
+"""Output capture end to end (issue 15, docs/design.md §14): `run` keeps stdout and stderr,
+`logs` reads them back byte for byte, the cap drops the oldest, a killed supervisor leaves an
+exact prefix, `logs -f` follows to the end, and a full disk never costs the child its outcome."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _shared import CLI, Processes, child_env, end_process, run_cli, wait_until
+
+MB = 1_000_000
+
+# Writes N seeded random bytes to stdout and N others to stderr, interleaved in 64 KiB pieces.
+RANDOM_WRITER = """
+import os, random, sys
+n = int(sys.argv[1])
+out, err = random.Random(1).randbytes(n), random.Random(2).randbytes(n)
+for at in range(0, n, 65536):
+    sys.stdout.buffer.write(out[at:at + 65536])
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(err[at:at + 65536])
+    sys.stderr.buffer.flush()
+"""
+
+
+def expected_sha(seed: int, n: int) -> str:
+    import random
+
+    return hashlib.sha256(random.Random(seed).randbytes(n)).hexdigest()
+
+
+def cli(*args: str, url: str) -> subprocess.CompletedProcess[bytes]:
+    """``procledger`` with binary output (`run_cli` decodes text)."""
+    env = child_env()
+    env.pop("PROCLEDGER_URL", None)
+    return subprocess.run(
+        [*CLI, "--url", url, *args], capture_output=True, timeout=300, env=env, check=False
+    )
+
+
+def only_id(url: str) -> str:
+    records = json.loads(run_cli("ps", "--all", "--json", url=url).stdout)["records"]
+    assert len(records) == 1
+    return str(records[0]["id"])
+
+
+def record_of(url: str, process_id: str) -> dict[str, object]:
+    shown = run_cli("show", process_id, "--json", url=url)
+    assert shown.returncode == 0, shown.stderr
+    return dict(json.loads(shown.stdout))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger(request: pytest.FixtureRequest) -> str:
+    name = "ledger" if request.param == "sqlite" else "postgres_ledger"
+    return str(request.getfixturevalue(name))
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+def test_50_mb_of_random_bytes_are_kept_byte_for_byte(any_ledger: str, background: bool) -> None:
+    n = 50 * MB
+    mode = ["--background"] if background else []
+    argv = ["run", *mode, "--output-limit", "128MiB", "--", sys.executable, "-c", RANDOM_WRITER]
+    ran = cli(*argv, str(n), url=any_ledger)
+    assert ran.returncode == 0, ran.stderr[-500:]
+    process_id = only_id(any_ledger)
+    if background:
+        wait_until(
+            lambda: record_of(any_ledger, process_id)["record"]["state"] == "exited"  # type: ignore[index], 120, "the run to end"
+        )
+    else:  # the foreground streamed it live as well
+        assert hashlib.sha256(ran.stdout).hexdigest() == expected_sha(1, n)
+    for stream, seed in (("stdout", 1), ("stderr", 2)):
+        read = cli("logs", process_id, "--stream", stream, url=any_ledger)
+        assert read.returncode == 0, read.stderr
+        assert hashlib.sha256(read.stdout).hexdigest() == expected_sha(seed, n)
+    output = record_of(any_ledger, process_id)["record"]["output"]  # type: ignore[index]
+    assert output["stdout"] == {"written": n, "kept": n, "dropped": 0}
+    assert output["stderr"] == {"written": n, "kept": n, "dropped": 0}
+
+
+def test_a_small_cap_keeps_at_most_cap_plus_one_segment_and_records_the_drop(
+    ledger: str,
+) -> None:
+    cap = 1024 * 1024
+    ran = cli(
+        "run", "--output-limit", "1MiB", "--", "sh", "-c", "yes | head -c 20000000", url=ledger
+    )
+    assert ran.returncode == 0
+    process_id = only_id(ledger)
+    shown = record_of(ledger, process_id)
+    output = shown["record"]["output"]  # type: ignore[index]
+    folder = Path(output["folder"])
+    on_disk = sum(path.stat().st_size for path in folder.iterdir() if path.name != "order")
+    assert on_disk <= cap + cap // 4  # the cap plus one segment at most
+    stdout = output["stdout"]
+    assert stdout["written"] == 20_000_000
+    assert stdout["dropped"] == stdout["written"] - stdout["kept"] > 0
+    kinds = [event["kind"] for event in shown["events"]]  # type: ignore[attr-defined]
+    assert "output_truncated" in kinds
+    read = cli("logs", process_id, url=ledger)
+    assert read.stdout == b"y\n" * (len(read.stdout) // 2)  # what is kept is the newest, whole
+
+
+PRINTER = """
+import os, sys, time
+for i in range(1000):
+    print(f"line {i}", flush=True)
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+print("after", flush=True)
+"""
+
+
+def test_kill_9_of_the_supervisor_leaves_the_exact_prefix(
+    ledger: str, procs: Processes, tmp_path: Path
+) -> None:
+    pidfile, go = procs.pidfile("printer"), tmp_path / "go"
+    argv = [
+        *CLI,
+        "--url",
+        ledger,
+        "run",
+        "--",
+        sys.executable,
+        "-c",
+        PRINTER,
+        str(pidfile),
+        str(go),
+    ]
+    supervisor = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=child_env())
+    try:
+        procs.add(supervisor.pid)
+        procs.await_pid(pidfile)  # every line is written (and drained or in the pipe)
+        process_id = only_id(ledger)
+        expected = "".join(f"line {i}\n" for i in range(1000)).encode()
+        wait_until(lambda: cli("logs", process_id, url=ledger).stdout == expected, 30)
+        supervisor.kill()
+        supervisor.wait()
+        assert cli("logs", process_id, url=ledger).stdout == expected
+    finally:
+        end_process(supervisor)
+
+
+FOLLOWED = """
+import os, sys, time
+print("first", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+print("second", flush=True)
+"""
+
+
+def test_logs_follow_prints_lines_as_they_come_and_exits_0_at_the_end(
+    ledger: str, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    started = run_cli(
+        "run", "--background", "--", sys.executable, "-c", FOLLOWED, str(go), url=ledger
+    )
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.strip()
+    follower = subprocess.Popen(
+        [*CLI, "--url", ledger, "logs", "-f", process_id],
+        stdout=subprocess.PIPE,
+        env=child_env(),
+    )
+    try:
+        assert follower.stdout is not None
+        assert follower.stdout.readline() == b"first\n"
+        go.write_text("")
+        assert follower.stdout.readline() == b"second\n"
+        assert follower.wait(timeout=30) == 0
+    finally:
+        end_process(follower)
+
+
+def test_json_chunks_name_stream_offset_and_encoding(ledger: str) -> None:
+    script = (
+        "import sys; sys.stdout.buffer.write(b'ok\\n'); sys.stdout.flush(); "
+        "sys.stderr.buffer.write(b'\\xff\\xfe')"
+    )
+    assert cli("run", "--", sys.executable, "-c", script, url=ledger).returncode == 0
+    read = run_cli("logs", only_id(ledger), "--json", url=ledger)
+    chunks = [json.loads(line) for line in read.stdout.splitlines()]
+    assert {"stream": "stdout", "offset": 0, "encoding": "utf-8", "data": "ok\n"} in chunks
+    assert {"stream": "stderr", "offset": 0, "encoding": "base64", "data": "//4="} in chunks
+
+
+def test_tail_and_since_offset(ledger: str) -> None:
+    assert cli("run", "--", "sh", "-c", "seq 1 100", url=ledger).returncode == 0
+    process_id = only_id(ledger)
+    assert run_cli("logs", process_id, "--tail", "3", url=ledger).stdout == "98\n99\n100\n"
+    assert run_cli("logs", process_id, "--since-offset", "285", url=ledger).stdout == "99\n100\n"
+
+
+def test_unknown_pruned_and_uncaptured_are_one_line_errors(ledger: str) -> None:
+    assert run_cli("run", "--no-capture", "--", "true", url=ledger).returncode == 0
+    uncaptured = only_id(ledger)
+    ran = run_cli("logs", uncaptured, url=ledger)
+    assert ran.returncode == 1
+    assert len(ran.stderr.splitlines()) == 1
+    assert uncaptured in ran.stderr
+    assert "without capture" in ran.stderr
+    unknown = run_cli("logs", "no-such-process", url=ledger)
+    assert unknown.returncode == 1
+    assert len(unknown.stderr.splitlines()) == 1
+    assert "no-such-process" in unknown.stderr
+    assert run_cli("prune", "--older-than", "0s", url=ledger).returncode == 0
+    pruned = run_cli("logs", uncaptured, url=ledger)
+    assert pruned.returncode == 1
+    assert len(pruned.stderr.splitlines()) == 1
+    assert uncaptured in pruned.stderr
+
+
+def test_prune_removes_the_output_folder(ledger: str) -> None:
+    assert cli("run", "--", "echo", "hi", url=ledger).returncode == 0
+    process_id = only_id(ledger)
+    folder = Path(record_of(ledger, process_id)["record"]["output"]["folder"])  # type: ignore[index]
+    assert folder.is_dir()
+    ran = run_cli("prune", "--older-than", "0s", url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    assert not folder.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or sys.platform != "linux", reason="mounts a tmpfs")
+def test_a_full_disk_stops_capture_and_the_child_finishes(ledger: str, tmp_path: Path) -> None:
+    state = tmp_path / "small"
+    state.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(state)], check=True)
+    try:
+        env = child_env(XDG_STATE_HOME=str(state))
+        env.pop("PROCLEDGER_URL", None)
+        script = "head -c 5000000 /dev/zero; echo done >&2; exit 3"
+        ran = subprocess.run(
+            [*CLI, "--url", ledger, "run", "--", "sh", "-c", script],
+            capture_output=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert ran.returncode == 3
+        assert len(ran.stdout) == 5_000_000  # the terminal still got every byte
+        record = record_of(ledger, only_id(ledger))["record"]
+        assert record["exit_code"] == 3  # type: ignore[index]
+        output = record["output"]  # type: ignore[index]
+        assert output["stopped"]
+        assert "ENOSPC" in output["stopped"]
+        assert output["stdout"]["written"] == 5_000_000
+    finally:
+        subprocess.run(["umount", str(state)], check=True)
