@@ -21,6 +21,7 @@ psutil query per function, so that policy can be read without knowing the platfo
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import selectors
@@ -38,8 +39,8 @@ from procledger.domain.errors import SpawnError
 if TYPE_CHECKING:
     import psutil
 
-READ_CHUNK: Final = 65536
-"""Bytes asked of a pipe per read: one default Linux pipe buffer."""
+READ_CHUNK: Final = 1 << 20
+"""Bytes asked of a pipe per read, and the size output pipes are widened to (see ``_widen``)."""
 
 StrPath = str | os.PathLike[str]
 
@@ -83,7 +84,21 @@ def spawn(
     for pipe in (child.stdin, child.stdout, child.stderr):
         if pipe is not None:
             os.set_blocking(pipe.fileno(), False)
+    for pipe in (child.stdout, child.stderr):
+        if pipe is not None:
+            _widen(pipe.fileno())
     return child
+
+
+def _widen(fd: int) -> None:
+    """Give an output pipe room for ``READ_CHUNK`` bytes (Linux; elsewhere a no-op): a fast
+    writer then fills it while the loop handles the last chunk, so the loop reads in large
+    pieces rather than a page at a time. An unprivileged process may be refused past
+    /proc/sys/fs/pipe-max-size; the pipe then keeps its size."""
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, set_size, READ_CHUNK)
 
 
 def _spawn_error(argv: Sequence[str], cwd: StrPath | None, exc: Exception) -> SpawnError:
