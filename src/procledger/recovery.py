@@ -40,15 +40,17 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from pydantic import Field, JsonValue
 
 from procledger.adapters.outbox import Outbox, default_outbox
+from procledger.adapters.output_files import output_root
 from procledger.adapters.sql import recovery_reads
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.leases import lease_from_row
-from procledger.application.outbox import deliver_outbox, store_key
+from procledger.application.outbox import deliver_outbox, store_key, this_host_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
     AuthorityRejected,
@@ -66,14 +68,20 @@ from procledger.domain.leases import (
     LeaseTimings,
 )
 from procledger.domain.model import Frozen
-from procledger.domain.records import ProcessRecord
+from procledger.domain.records import OutputSummary, ProcessRecord
 from procledger.domain.vocabulary import (
     ProcessState,
     RecoveryDisposition,
     TerminalReason,
 )
 from procledger.projections.records import read_record
-from procledger.supervisor.execution import StopPolicy, run_captured
+from procledger.supervisor.capture import (
+    DEFAULT_OUTPUT_LIMIT,
+    Capture,
+    capture_folder,
+    no_capture,
+)
+from procledger.supervisor.execution import StopPolicy, run_streaming
 
 if TYPE_CHECKING:
     from procledger.adapters.sql.store import Tx
@@ -101,10 +109,14 @@ RECOVERY_MARK: Final = ":recovery:"
 
 @final
 class RunResult(Frozen):
-    """What a runner returns: recorded as ``completed/exited`` with this code and value."""
+    """What a runner returns: recorded as ``completed/exited`` with this code and value, and
+    (the default runner's commands) the run's captured output facts (docs/design.md §14):
+    ``output`` the summary, ``tails`` the base64 last bytes of each stream."""
 
     exit_code: int = 0
     value: JsonValue = None
+    output: OutputSummary | None = None
+    tails: dict[str, str] = Field(default_factory=dict)
 
 
 @final
@@ -215,17 +227,31 @@ def diagnostic_of(error: BaseException) -> str:
 
 
 class DefaultRunner:
-    """Runs ``command`` inputs with ``run_captured`` (environment from ``load_env``, the
-    registration's ``cwd``; output is discarded) and ``engine`` inputs with the engine
-    registered for their kind. An unknown engine, a command killed by a signal nobody asked
-    for, or ``external`` input raises, so the attempt is recorded ``completed/failed``."""
+    """Runs ``command`` inputs (environment from ``load_env``, the registration's ``cwd``;
+    output captured as the Supervisor captures it, docs/design.md §14, but not passed on) and
+    ``engine`` inputs with the engine registered for their kind. An unknown engine, a command
+    killed by a signal nobody asked for, or ``external`` input raises, so the attempt is
+    recorded ``completed/failed``.
+
+    ``output_dir``: the output root (``<state dir>/output`` when omitted); ``output_limit``:
+    bytes kept per process (0: none); ``capture`` false: keep nothing."""
 
     def __init__(
-        self, registry: ProcessRegistry, engines: Mapping[str, Engine], stop: StopPolicy
+        self,
+        registry: ProcessRegistry,
+        engines: Mapping[str, Engine],
+        stop: StopPolicy,
+        *,
+        output_dir: Path | None = None,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        capture: bool = True,
     ) -> None:
         self.registry = registry
         self.engines = dict(engines)
         self.stop = stop
+        self.output_dir = output_dir
+        self.output_limit = output_limit
+        self.capture = capture
 
     def __call__(self, record: ProcessRecord, lease: Lease, cancel: threading.Event) -> RunResult:
         spec = record.input
@@ -255,11 +281,42 @@ class DefaultRunner:
     def _command(self, record: ProcessRecord, cancel: threading.Event) -> RunResult:
         argv = list(record.input.argv or ())
         env = self._environment(record)
-        output = run_captured(argv, cwd=record.input.cwd, env=env, stop=self.stop, cancel=cancel)
-        if output.returncode < 0:
-            name = signal.Signals(-output.returncode).name
+        capture = self._capture_for(record.id)
+        stdout, stderr = capture.sinks() if capture is not None else (_discard, _discard)
+        try:
+            ran = run_streaming(
+                argv,
+                stdout,
+                cwd=record.input.cwd,
+                env=env,
+                stop=self.stop,
+                cancel=cancel,
+                stderr=stderr,
+            )
+        finally:
+            summary, tails = no_capture(this_host_id()) if capture is None else capture.finish()
+        if ran.returncode < 0:
+            name = signal.Signals(-ran.returncode).name
             raise ExecutionError(f"process {record.id!r}: {argv[0]!r} was killed by {name}")
-        return RunResult(exit_code=output.returncode)
+        return RunResult(exit_code=ran.returncode, output=summary, tails=tails)
+
+    def _capture_for(self, process_id: str) -> Capture | None:
+        """The re-run's capture, in the folder the Supervisor would use for this process (so
+        ``read_output`` and ``procledger logs`` find it); None when capture is off."""
+        if not self.capture:
+            return None
+        folder: Path | None = None
+        try:
+            root = self.output_dir if self.output_dir is not None else output_root()
+            key = store_key(self.registry.location)
+            folder = capture_folder(root, key, id(self.registry), process_id)
+        except OSError as error:
+            log.warning("process %r: output not captured: %s", process_id, error)
+        return Capture(folder, self.output_limit, this_host_id(), None, quiet=True)
+
+
+def _discard(chunk: bytes) -> None:
+    """Output of a run without capture: dropped."""
 
 
 def default_stop_policy(timings: LeaseTimings) -> StopPolicy:
@@ -353,6 +410,7 @@ class RecoveryWorker:
         engines: Mapping[str, Engine] | None = None,
         stop: StopPolicy | None = None,
         outbox: Outbox | None = None,
+        output_dir: Path | None = None,
     ) -> None:
         """A worker that does nothing until ``sweep``, ``drain`` or ``serve`` is called.
 
@@ -367,12 +425,14 @@ class RecoveryWorker:
             stop: the default runner's stop policy (``default_stop_policy(timings)``).
             outbox: the local outbox delivered before each pass (docs/design.md §6.3); the
                 user's when omitted, none for an in-memory store.
+            output_dir: where the default runner keeps the output of the commands it re-runs
+                (docs/design.md §14); ``<state dir>/output`` when omitted.
         """
         self.registry = registry
         self.owner = owner
         self.timings = timings
         self.runner: Runner = runner or DefaultRunner(
-            registry, engines or {}, stop or default_stop_policy(timings)
+            registry, engines or {}, stop or default_stop_policy(timings), output_dir=output_dir
         )
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -720,6 +780,8 @@ class RecoveryWorker:
             exit_code=result.exit_code,
             value=result.value,
             lease=lease,
+            output=result.output,
+            tails=result.tails or None,
         )
 
     def _stand_down(self, record: ProcessRecord, lease: Lease, tally: _Tally) -> None:

@@ -145,7 +145,7 @@ def test_a_sigkilled_worker_is_rerun_once_by_another_with_a_higher_fence(
     assert len(lines(runs)) == 2
     assert second.sweep() == SweepReport()
     assert len(lines(runs)) == 2  # exactly once
-    assert kinds(registry, "job") == ["registered", "started", "completed"]
+    assert kinds(registry, "job") == ["registered", "started", "output_captured", "completed"]
     record = registry.get("job")
     assert (record.state, record.exit_code) == (ProcessState.exited, 0)
     assert registry.get_lease("job") is None
@@ -254,7 +254,7 @@ def test_ten_workers_sweeping_at_once_recover_everything_exactly_once(
     for process_id in recoverable:
         record = registry.get(process_id)
         assert (record.state, record.exit_code) == (ProcessState.exited, 0)
-        expected = ["registered", "started", "completed"]
+        expected = ["registered", "started", "output_captured", "completed"]
         if record.disposition is RecoveryDisposition.owner_bound:
             expected.insert(1, "first_started")
         assert kinds(registry, process_id) == expected
@@ -308,7 +308,12 @@ def test_a_worker_paused_past_its_lease_is_fenced_off_and_stops_its_tree(
     assert not pid_alive(child_pid)  # it stopped (or reaped) its own tree
     assert registry.get("job") == after_takeover  # nothing from it after the takeover
     assert registry.events("job") == log_after_takeover
-    assert [e.kind for e in log_after_takeover] == ["registered", "started", "completed"]
+    assert [e.kind for e in log_after_takeover] == [
+        "registered",
+        "started",
+        "output_captured",
+        "completed",
+    ]
     assert len(lines(runs)) == 2
     assert _fences_seen(registry, "job") == 2
 

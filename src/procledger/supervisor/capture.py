@@ -20,7 +20,7 @@ from procledger.adapters.output_files import OutputWriter, folder_for
 from procledger.domain.records import OutputSummary, StreamOutput
 from procledger.supervisor.execution import Consumer
 
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "capture_folder"]
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "capture_folder", "no_capture"]
 
 log = logging.getLogger("procledger.supervisor")
 
@@ -50,6 +50,10 @@ class _LiveFd:
                 self._fd = None
 
 
+def _discard(chunk: bytes) -> None:
+    """A live sink that passes nothing on."""
+
+
 class Capture:
     """One run's capture: the two sinks for its pipes and, at the end, its summary."""
 
@@ -59,14 +63,21 @@ class Capture:
         limit: int,
         host_id: str | None,
         live: Consumer | None,
+        *,
+        quiet: bool = False,
     ) -> None:
         """``folder`` None: the output folder could not be created (capture stopped at once);
-        ``live``: the caller's stdout consumer, or None to pass both streams to ours."""
+        ``live``: the caller's stdout consumer, or None to pass both streams to ours;
+        ``quiet``: pass neither stream on (only keep it), as for a recovery re-run."""
         self.host_id = host_id
         self.limit = limit
         self._writer = OutputWriter(folder, limit) if folder is not None else None
         self._stopped_early = None if folder is not None else "no output folder"
-        self._live = (live if live is not None else _LiveFd(1), _LiveFd(2))
+        self._live: tuple[Consumer, Consumer] = (
+            (_discard, _discard)
+            if quiet
+            else (live if live is not None else _LiveFd(1), _LiveFd(2))
+        )
         self._closed = False
 
     @property

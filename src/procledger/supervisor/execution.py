@@ -153,13 +153,17 @@ def run_streaming(
     stdin: Input = None,
     stop: StopPolicy = StopPolicy(),  # an immutable value, not infrastructure
     cancel: Cancel | None = None,
+    stderr: Consumer | None = None,
 ) -> Streamed:
-    """Run ``argv`` to completion, handing raw stdout chunks to ``consumer``; stderr is inherited.
+    """Run ``argv`` to completion, handing raw stdout chunks to ``consumer`` and stderr chunks
+    to ``stderr`` (inherited when ``None``).
 
-    Errors as ``run_captured``; an exception from ``consumer`` stops the tree and is re-raised
-    as the same object. The consumer is never called if the command cannot start.
+    Errors as ``run_captured``; an exception from a consumer stops the tree and is re-raised
+    as the same object. No consumer is called if the command cannot start.
     """
-    returncode = _run(argv, consumer, None, cwd=cwd, env=env, stdin=stdin, stop=stop, cancel=cancel)
+    returncode = _run(
+        argv, consumer, stderr, cwd=cwd, env=env, stdin=stdin, stop=stop, cancel=cancel
+    )
     return Streamed(returncode)
 
 
