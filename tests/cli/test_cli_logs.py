@@ -258,3 +258,42 @@ def test_a_full_disk_stops_capture_and_the_child_finishes(ledger: str, tmp_path:
         assert output["stdout"]["written"] == 5_000_000
     finally:
         subprocess.run(["umount", str(state)], check=True)
+
+
+# `procledger ARGS...` as a reader on another host would run it: the host id the read API
+# compares the record's with is replaced; nothing in the store or on disk is touched.
+ON_ANOTHER_HOST = (
+    "import sys; import procledger.application.output as reading; "
+    "reading.this_host_id = lambda: 'another-machine:4026531836'; "
+    "from procledger.__main__ import main; main(sys.argv[1:])"
+)
+
+
+def test_logs_on_another_host_prints_the_stored_tail_and_where_the_rest_is(
+    any_ledger: str,
+) -> None:
+    ran = cli("run", "--", "sh", "-c", "seq 1 5000; echo oops >&2", url=any_ledger)
+    assert ran.returncode == 0, ran.stderr
+    process_id = only_id(any_ledger)
+    output = record_of(any_ledger, process_id)["record"]["output"]  # type: ignore[index]
+    everything = "".join(f"{i}\n" for i in range(1, 5001)).encode()
+    assert output["stdout"]["written"] == len(everything) > 8192
+
+    env = child_env()
+    env.pop("PROCLEDGER_URL", None)
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", ON_ANOTHER_HOST, "--url", any_ledger, "logs", process_id],
+        capture_output=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert elsewhere.stdout == everything[-8192:] + b"oops\n"  # the tails the ledger kept
+    [line] = elsewhere.stderr.decode().splitlines()
+    assert process_id in line
+    assert output["host_id"] in line
+    assert output["folder"] in line
+    here = cli("logs", process_id, url=any_ledger)  # the host that holds it reads it all
+    assert here.stdout.count(b"\n") == 5001
