@@ -109,6 +109,25 @@ def test_a_small_cap_keeps_at_most_cap_plus_one_segment_and_records_the_drop(
     assert read.stdout == b"y\n" * (len(read.stdout) // 2)  # what is kept is the newest, whole
 
 
+@pytest.mark.slow
+def test_200_mb_under_the_default_cap_keeps_at_most_cap_plus_one_segment(ledger: str) -> None:
+    cap, segment, n = 64 * 1024 * 1024, 8 * 1024 * 1024, 200 * MB
+    ran = cli("run", "--", "sh", "-c", f"yes | head -c {n}", url=ledger)  # stdout not asserted
+    assert ran.returncode == 0, ran.stderr[-500:]
+    process_id = only_id(ledger)
+    shown = record_of(ledger, process_id)
+    output = shown["record"]["output"]  # type: ignore[index]
+    assert output["limit"] == cap
+    folder = Path(output["folder"])
+    on_disk = sum(path.stat().st_size for path in folder.iterdir() if path.name != "order")
+    assert cap - segment <= on_disk <= cap + segment
+    stdout = output["stdout"]
+    assert stdout["written"] == n
+    assert stdout["kept"] == on_disk
+    assert stdout["dropped"] == n - on_disk
+    assert "output_truncated" in [event["kind"] for event in shown["events"]]  # type: ignore[attr-defined]
+
+
 PRINTER = """
 import os, sys, time
 for i in range(1000):
