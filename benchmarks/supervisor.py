@@ -62,19 +62,20 @@ def counting_writes(registry: ProcessRegistry) -> Iterator[Counter[str]]:
     """Count write transactions, each named by the registry or supervisor call that made it."""
     counts: Counter[str] = Counter()
     store = registry.store
-    original = store.write
+    original = store.begin  # every transaction, whether through write() or attempt()
 
     @contextlib.contextmanager
-    def write() -> Iterator[Any]:
-        counts[_caller()] += 1
-        with original() as tx:
+    def begin(write: bool) -> Iterator[Any]:
+        if write:
+            counts[_caller()] += 1
+        with original(write) as tx:
             yield tx
 
-    store.write = write  # type: ignore[method-assign]
+    store.begin = begin
     try:
         yield counts
     finally:
-        store.write = original  # type: ignore[method-assign]
+        store.begin = original
 
 
 def _caller() -> str:
