@@ -47,7 +47,8 @@ from pydantic import Field, JsonValue
 
 from procledger.adapters.outbox import Outbox, default_outbox
 from procledger.adapters.output_files import output_root
-from procledger.adapters.sql import recovery_reads
+from procledger.adapters.sql import leases as lease_rows
+from procledger.adapters.sql import records as record_rows
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.leases import lease_from_row
 from procledger.application.outbox import deliver_outbox, store_key, this_host_id
@@ -559,7 +560,7 @@ class RecoveryWorker:
     def _non_terminal_ids(self) -> list[str]:
         """Ids of the non-terminal processes, from the records read model, in code point order
         (a PostgreSQL collation may order them otherwise)."""
-        return self.registry.store.attempt(recovery_reads.non_terminal_ids)
+        return self.registry.store.attempt(record_rows.non_terminal_ids)
 
     def _facts(self, process_id: str) -> tuple[ProcessRecord, Lease | None, bool] | None:
         """The fresh record, its stored lease (as ``get_lease`` returns it) and whether the
@@ -808,7 +809,7 @@ def _record_and_lease(tx: Tx, process_id: str) -> tuple[ProcessRecord | None, An
     record = read_record(tx, process_id)
     if record is None or record.state.is_terminal:
         return record, None
-    return record, recovery_reads.lease_row(tx, process_id)
+    return record, lease_rows.lease_row(tx, process_id)
 
 
 def _checked(result: object) -> RunResult:

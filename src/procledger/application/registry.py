@@ -56,7 +56,7 @@ from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.notifications.journal import JournalAppend, JournalEntry
 from procledger.projections.feed import ChangeCursor, FeedPage
 from procledger.projections.handles import HandleSummary
-from procledger.projections.queries import FilterLike, ReadModels
+from procledger.projections.queries import FilterLike
 from procledger.projections.rebuild import rebuild_read_models
 from procledger.projections.records import ProcessScan
 from procledger.projections.reports import PruneReport, RebuildReport, SessionDeleteReport
@@ -93,7 +93,7 @@ class ProcessRegistry:
         self._leases = Leases(self._ledger, ProcProbe())
         self._grants = Grants(self._ledger)
         self._journal = NotificationJournal(self.store)
-        self._reads = ReadModels(self.store)
+        self._reads = self._ledger.reads
 
     @property
     def probe(self) -> ProcProbe:

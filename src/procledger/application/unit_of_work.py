@@ -45,7 +45,7 @@ from procledger.domain.records import ProcessRecord
 from procledger.domain.rendering import record_document, render_record
 from procledger.domain.session import Session, session_uuid
 from procledger.projections.grants import apply_session_event
-from procledger.projections.records import read_record
+from procledger.projections.queries import ReadModels
 
 Clock = Callable[[], int]
 Decision = Callable[[Process, int], Any]
@@ -262,6 +262,7 @@ class Ledger:
         self.mapper = OrjsonMapper()
         self.clock = clock
         self.changes = changes
+        self.reads = ReadModels(store)
         self._aggregates: dict[str, Loaded] = {}
 
     def now_ms(self) -> int:
@@ -383,10 +384,7 @@ class Ledger:
 
     def read_record(self, process_id: str) -> ProcessRecord:
         """The process's current record (``NotFound`` if unknown)."""
-        record = self.store.attempt(lambda tx: read_record(tx, process_id))
-        if record is None:
-            raise NotFound(f"process {process_id!r} not found")
-        return record
+        return self.reads.record(process_id)
 
 
 def stored_event(key: UUID, row: Any) -> StoredEvent:

@@ -193,6 +193,15 @@ def is_terminal(tx: Tx, process_id: str) -> bool | None:
     return None if row is None else bool(row["terminal"])
 
 
+def non_terminal_ids(tx: Tx) -> list[str]:
+    """Ids of the non-terminal processes, in code point order (a PostgreSQL collation may order
+    them otherwise, and recovery workers must agree on the order)."""
+    rows = tx.execute(
+        f"SELECT process_id FROM {tx.dialect.table('records')} WHERE terminal=0"
+    ).all()
+    return sorted(str(row["process_id"]) for row in rows)
+
+
 def woken_by(tx: Tx, session_id: str) -> list[str]:
     """Ids of the processes whose wake target is ``session_id``."""
     target = tx.dialect.json_text("record", "wake_target", "session_id")
