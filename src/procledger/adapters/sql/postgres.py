@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -24,8 +23,8 @@ from psycopg.rows import dict_row
 from procledger.adapters.sql.dialect import Dialect
 from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
-from procledger.adapters.sql.store import Store, Tx, append_in, retry_pauses
-from procledger.domain.errors import StoreError, StoreUnavailable, StoreURLError
+from procledger.adapters.sql.store import Store, Tx, append_in, ride_through
+from procledger.domain.errors import StoreError, StoreURLError
 
 CONNECT_TIMEOUT_S = 5
 """How long one connection attempt may take (a server that does not answer at all)."""
@@ -54,16 +53,7 @@ class PostgresConnections:
 
     def acquire(self) -> psycopg.Connection[Any]:
         """A live connection for one transaction; give it back with ``release``."""
-        pauses = retry_pauses(self.location.retry_s)
-        while True:
-            try:
-                return self._live()
-            except psycopg.Error as error:
-                failure = translate(error, f"store {self.location.masked!r}")
-                pause = next(pauses, None)
-                if pause is None or not isinstance(failure, StoreUnavailable):
-                    raise failure from error
-                time.sleep(pause)
+        return ride_through(self.location, self._live)
 
     def release(self, connection: psycopg.Connection[Any]) -> None:
         healthy = (
@@ -97,7 +87,10 @@ class PostgresConnections:
                 connection.close()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row)
+        try:
+            return psycopg.connect(self._conninfo, autocommit=True, row_factory=dict_row)
+        except psycopg.Error as error:
+            raise translate(error, f"store {self.location.masked!r}") from error
 
 
 class PostgresTransaction:
@@ -217,16 +210,14 @@ def attach(store: Store, recorder: Any, datastore: Any) -> None:
 
 def _connect(location: StoreLocation) -> psycopg.Connection[Any]:
     """A side connection (opening only), waiting out a restarting server like a call does."""
-    pauses = retry_pauses(location.retry_s)
-    while True:
+
+    def connect() -> psycopg.Connection[Any]:
         try:
             return psycopg.connect(conninfo(location), autocommit=True)
         except psycopg.Error as error:
-            failure = translate(error, f"store URL {location.masked!r}: cannot connect")
-            pause = next(pauses, None)
-            if pause is None or not isinstance(failure, StoreUnavailable):
-                raise failure from None
-            time.sleep(pause)
+            raise translate(error, f"store URL {location.masked!r}: cannot connect") from None
+
+    return ride_through(location, connect)
 
 
 @contextmanager

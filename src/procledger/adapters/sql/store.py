@@ -45,6 +45,21 @@ def retry_pauses(window_s: float) -> Any:
         pause = min(pause * 2, RETRY_MAX_PAUSE_S)
 
 
+def ride_through(location: StoreLocation, action: Callable[[], T]) -> T:
+    """``action()``, called again while it raises ``StoreUnavailable`` and the location's retry
+    window lasts (the one ride-through loop: connecting, and whole transactions). Past the
+    window the last ``StoreUnavailable`` is raised; any other error at once."""
+    pauses = retry_pauses(location.retry_s)
+    while True:
+        try:
+            return action()
+        except StoreUnavailable:
+            pause = next(pauses, None)
+            if pause is None:
+                raise
+            time.sleep(pause)
+
+
 class Tx:
     """One open transaction: ``?``-style statements on either dialect."""
 
@@ -120,16 +135,15 @@ class Store:
         commit whose outcome was lost is seen by the next run, never silently doubled).
         Past the window the last ``StoreUnavailable`` is raised, naming the masked URL.
         """
-        pauses = retry_pauses(self.location.retry_s)
-        while True:
-            try:
-                with self.begin(write) as tx:
-                    return body(tx)
-            except StoreUnavailable as error:
-                pause = next(pauses, None)
-                if pause is None:
-                    raise _past_window(self.location, error) from error.__cause__
-                time.sleep(pause)
+
+        def run() -> T:
+            with self.begin(write) as tx:
+                return body(tx)
+
+        try:
+            return ride_through(self.location, run)
+        except StoreUnavailable as error:
+            raise _past_window(self.location, error) from error.__cause__
 
     def lock_log(self, tx: Tx) -> None:
         """Hold the events table's write lock until ``tx`` ends (a no-op on SQLite, whose
