@@ -82,11 +82,10 @@ def stop(
     ended. With neither, nothing is recorded and it exits 1 (see abandon)."""
     grace_s = parse_grace(grace)
     with open_ledger(cli_state(ctx).url) as registry:
-        found = resolve_id(registry, process_id)
-        record = registry.get(found)
-        if record.state.is_terminal:
-            _said(record, f"process {record.id} already ended: {record.state.value}", as_json)
+        record = _unended(registry, process_id, as_json)
+        if record is None:
             return
+        found = record.id
         if live_owner(registry, found, cli_owner()) is not None:
             record = registry.request_stop(found, mode.reason)
             message = f"stop requested ({mode.reason.value}) for process {record.id}"
@@ -113,6 +112,16 @@ def _stop_orphan(
     return stop_orphan(registry, record, mode, grace_s)
 
 
+def _unended(registry: ProcessRegistry, process_id: str, as_json: bool) -> ProcessRecord | None:
+    """The record the id (or id prefix) names, or ``None`` after saying it already ended
+    (stopping or abandoning an ended process is no error: there is nothing left to do)."""
+    record = registry.get(resolve_id(registry, process_id))
+    if record.state.is_terminal:
+        _said(record, f"process {record.id} already ended: {record.state.value}", as_json)
+        return None
+    return record
+
+
 def _said(record: ProcessRecord, message: str, as_json: bool) -> None:
     """A command's result: a sentence for people, or the record as JSON."""
     if as_json:
@@ -137,15 +146,13 @@ def abandon(
     live owner holds it or its child still runs (use stop)."""
     me = cli_owner()
     with open_ledger(cli_state(ctx).url) as registry:
-        found = resolve_id(registry, process_id)
-        record = registry.get(found)
-        if record.state.is_terminal:
-            _said(record, f"process {record.id} already ended: {record.state.value}", as_json)
+        record = _unended(registry, process_id, as_json)
+        if record is None:
             return
         lease = _take_unowned(registry, record, me)
         diagnostic = f"abandoned by {me.owner_id} on request" + (f": {reason}" if reason else "")
         record = registry.record_abandoned(
-            found,
+            record.id,
             TerminalReason.abandon_requested,
             owner=_evidence(record),
             at_ms=registry.now_ms(),
