@@ -2,8 +2,10 @@
 
 See docs/design.md §3.6.
 
-A ``RecoveryWorker`` walks the non-terminal processes in id order and does for each what its
-declared disposition allows -- nothing more::
+A ``RecoveryWorker`` takes the non-terminal processes whose lease is free, one at a time in id
+order and passing over what other workers are taking (``claim_next_free``), then those whose
+live lease a provably dead holder keeps, and does for each what its declared disposition
+allows -- nothing more::
 
     externally_owned   never claimed, never run; a pending abandon request -> abandoned
     rerunnable         claim (or reclaim from a provably dead holder) and run again
@@ -40,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -50,7 +53,7 @@ from procledger.adapters.output_files import output_root
 from procledger.adapters.sql import leases as lease_rows
 from procledger.adapters.sql import records as record_rows
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
-from procledger.application.leases import lease_from_row
+from procledger.application.leases import FreeProcess, lease_from_row
 from procledger.application.outbox import deliver_outbox, store_key, this_host_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
@@ -178,6 +181,11 @@ class Plan:
     evidence: LeaseOwner | None = None
     reclaim: bool = False
     authority: bool = False
+
+    @property
+    def claims(self) -> bool:
+        """Whether carrying it out takes the process's lease."""
+        return self.action is Action.run or (self.action is Action.abandon and not self.authority)
 
 
 SKIP: Final = Plan(Action.skip)
@@ -446,8 +454,10 @@ class RecoveryWorker:
         """One pass over the non-terminal processes, doing for each what its disposition
         allows (the module docstring's table) and nothing more.
 
-        Workers sweeping at once visit ids in the same (code point) order and settle every
-        contested process through its lease, so each process is run or abandoned once.
+        Workers sweeping at once share the work: each takes the next process whose lease is
+        free, passing over those another worker is taking or holds (``claim_next_free``), so
+        no process is visited by two of them and each is run or abandoned once. Then it
+        visits the processes whose live lease a provably dead holder keeps.
 
         Returns:
             Every visited process id by what happened to it; ``stop`` ends the pass early.
@@ -458,8 +468,8 @@ class RecoveryWorker:
         """
         tally = _Tally()
         self.deliver_outbox()
-        for process_id in self._walk():
-            self._recover(process_id, tally)
+        self._sweep_free(tally)
+        self._sweep_dead_holders(tally)
         return tally.report()
 
     def drain(self) -> SweepReport:
@@ -561,6 +571,57 @@ class RecoveryWorker:
         """Ids of the non-terminal processes, from the records read model, in code point order
         (a PostgreSQL collation may order them otherwise)."""
         return self.registry.store.attempt(record_rows.non_terminal_ids)
+
+    def _sweep_free(self, tally: _Tally) -> None:
+        """Every process whose lease is free, once, taking each as ``plan`` says."""
+        after = ""
+        while not self._stopping.is_set():
+            since, decided = time.monotonic(), list[Plan]()
+            found = self.registry.claim_next_free(
+                after,
+                self._incarnation(),
+                self.timings.ttl_ms,
+                partial(self._decide, decided=decided),
+            )
+            if found is None:
+                return
+            after = found.process_id
+            self._settle(found, decided[-1] if decided else SKIP, since, tally)
+
+    def _decide(self, record: ProcessRecord, lapsed: Lease | None, *, decided: list[Plan]) -> bool:
+        """``plan`` for a process with a free lease (kept in ``decided``): whether to claim."""
+        dead = lapsed is not None and self.registry.probe.provably_dead(lapsed.owner, self.owner)
+        decision = plan(record, lapsed, now_ms=self.registry.now_ms(), holder_dead=dead)
+        decided.append(decision)
+        return decision.claims
+
+    def _settle(self, found: FreeProcess, decision: Plan, since: float, tally: _Tally) -> None:
+        record, lease = found.record, found.acquired
+        if record is None or (decision.claims and lease is None):
+            tally.skipped.append(found.process_id)  # damaged, or claimed by another meanwhile
+        elif lease is not None:
+            keeper = LeaseKeeper(self.registry, lease, self.timings, since=since, log=log)
+            if decision.action is Action.run:
+                self._run_claimed(keeper, record, tally)  # read under the claim's row lock
+            else:
+                assert decision.reason is not None
+                self._abandon_with(lease, decision.reason, decision.evidence, tally)
+        elif decision.action is Action.abandon:
+            self._abandon(record, found.lapsed, decision, tally)
+        else:
+            tally.skipped.append(found.process_id)
+
+    def _sweep_dead_holders(self, tally: _Tally) -> None:
+        """Visit the processes whose live lease is kept by a holder provably dead on this host
+        (a crashed supervisor, before its lease expires); live holders are not visited."""
+        now = self.registry.now_ms()
+        rows = self.registry.store.attempt(lambda tx: lease_rows.held(tx, now))
+        for row in rows:
+            if self._stopping.is_set():
+                return
+            holder = lease_from_row(str(row["process_id"]), row)
+            if self.registry.probe.provably_dead(holder.owner, self.owner):
+                self._recover(holder.process_id, tally)
 
     def _facts(self, process_id: str) -> tuple[ProcessRecord, Lease | None, bool] | None:
         """The fresh record, its stored lease (as ``get_lease`` returns it) and whether the
@@ -692,13 +753,16 @@ class RecoveryWorker:
     # -- running ----------------------------------------------------------------------------------
 
     def _attempt(self, record: ProcessRecord, observed: Lease | None, tally: _Tally) -> None:
-        process_id = record.id
-        keeper = self._claim(process_id, observed)
+        keeper = self._claim(record.id, observed)
         if keeper is None:
-            tally.skipped.append(process_id)
+            tally.skipped.append(record.id)
             return
+        self._run_claimed(keeper, None, tally)
+
+    def _run_claimed(self, keeper: LeaseKeeper, fresh: ProcessRecord | None, tally: _Tally) -> None:
+        process_id = keeper.lease.process_id
         try:
-            prepared = self._prepare(keeper)
+            prepared = self._prepare(keeper, fresh)
         except LeaseLost:
             tally.lost.append(process_id)
             return
@@ -708,12 +772,13 @@ class RecoveryWorker:
             return
         self._execute(prepared, keeper, tally)
 
-    def _prepare(self, keeper: LeaseKeeper) -> ProcessRecord | None:
-        """With the lease held: re-read, then (owner_bound) renew and record first_started --
-        before anything executes -- and record ``started`` while still ``starting``. ``None``
-        when the process is no longer ours to run."""
+    def _prepare(self, keeper: LeaseKeeper, fresh: ProcessRecord | None) -> ProcessRecord | None:
+        """With the lease held: re-read (unless ``fresh`` was read in the claim's own
+        transaction), then (owner_bound) renew and record first_started -- before anything
+        executes -- and record ``started`` while still ``starting``. ``None`` when the process
+        is no longer ours to run."""
         process_id = keeper.lease.process_id
-        record = self.registry.get(process_id)
+        record = fresh or self.registry.get(process_id)
         if not _still_runnable(record):
             return None
         if record.disposition is RecoveryDisposition.owner_bound:

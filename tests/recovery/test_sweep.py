@@ -145,7 +145,7 @@ def test_rerunnable_with_a_live_holder_waits_for_the_lease_to_expire(
     register(registry, "job", "rerunnable")
     holder = start_by(registry, "job", opaque_owner("elsewhere"))
 
-    assert worker.sweep() == SweepReport(skipped=["job"])
+    assert worker.sweep() == SweepReport()  # held: not even visited
     assert runner.calls == []
 
     clock.advance(holder.expires_at_ms - clock.now_ms)  # expires_at_ms == now: no longer live
@@ -174,7 +174,7 @@ def test_rerunnable_held_by_an_alive_local_owner_is_left_alone(
     register(registry, "job", "rerunnable")
     holder = claim(registry, "job", ALIVE)
 
-    assert worker.sweep() == SweepReport(skipped=["job"])
+    assert worker.sweep() == SweepReport()  # held by a live owner: not even visited
     assert registry.get_lease("job") == holder
     assert runner.calls == []
 
@@ -231,7 +231,7 @@ def test_owner_bound_started_is_never_run_again_and_time_alone_never_abandons(
     start_by(registry, "lapsed", opaque_owner("gone-quiet"))
     registry.release_lease(start_by(registry, "released", opaque_owner("walked-away")))
 
-    assert worker.sweep() == SweepReport(skipped=["lapsed", "live", "released"])
+    assert worker.sweep() == SweepReport(skipped=["released"])  # live leases: not visited
     clock.advance(10**10)  # every lease long expired, and no abandon request
     assert worker.sweep() == SweepReport(skipped=["lapsed", "live", "released"])
 
@@ -270,7 +270,7 @@ def test_owner_bound_abandon_request_waits_for_a_lapsed_lease(
     registry.request_abandon("expiring", "operator")
     registry.request_abandon("released", "operator")
 
-    assert worker.sweep() == SweepReport(abandoned=["released"], skipped=["expiring"])
+    assert worker.sweep() == SweepReport(abandoned=["released"])  # "expiring" is held
     clock.advance(holder.expires_at_ms - clock.now_ms)
     assert worker.sweep() == SweepReport(abandoned=["expiring"])
 
@@ -502,21 +502,27 @@ def test_drain_takes_over_from_a_dead_holder(registry: ProcessRegistry) -> None:
 
 
 def test_a_busy_claim_is_skipped_not_waited_for(registry: ProcessRegistry) -> None:
-    """The race the re-check covers: planned as free, claimed by someone else first."""
+    """The race the re-check covers: a provably dead holder's lease, planned as ours to take
+    and taken by someone else first."""
     register(registry, "job", "rerunnable")
-    racer = opaque_owner("racer")
-    worker = RecoveryWorker(registry, opaque_owner("w"), RecordingRunner(), timings=TIMINGS)
-    original = registry.claim_lease
+    claim(registry, "job", dead_owner("crashed"), ttl=10**9)
+    racer = LeaseOwner.local_process("racer")
+    worker = RecoveryWorker(
+        registry, LeaseOwner.local_process("w"), RecordingRunner(), timings=TIMINGS
+    )
+    original = registry.reclaim_lease
 
-    def claim_after_racer(process_id: str, owner: LeaseOwner, ttl_ms: int) -> Acquired | Busy:
-        assert isinstance(original(process_id, racer, ttl_ms), Acquired)
-        return original(process_id, owner, ttl_ms)
+    def reclaim_after_racer(
+        process_id: str, owner: LeaseOwner, observed: Lease, ttl_ms: int
+    ) -> Acquired | Busy:
+        assert isinstance(original(process_id, racer, observed, ttl_ms), Acquired)
+        return original(process_id, owner, observed, ttl_ms)
 
-    registry.claim_lease = claim_after_racer  # type: ignore[method-assign]
+    registry.reclaim_lease = reclaim_after_racer  # type: ignore[method-assign]
     try:
         assert worker.sweep() == SweepReport(skipped=["job"])
     finally:
-        del registry.claim_lease
+        del registry.reclaim_lease
     assert registry.get_lease("job").owner == racer  # type: ignore[union-attr]
     assert kinds(registry, "job") == ["registered"]
 

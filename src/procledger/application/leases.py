@@ -16,6 +16,8 @@ extends it; a renewal re-checks the lease; a release of a lease no longer curren
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from procledger.adapters.liveness import ProcProbe
@@ -25,7 +27,20 @@ from procledger.adapters.sql.store import Tx
 from procledger.application.unit_of_work import Ledger, check_live_lease, release_lease_row
 from procledger.domain.errors import AlreadyTerminal, NotFound, StoreCorrupt
 from procledger.domain.leases import Acquired, Busy, Lease, LeaseOwner
-from procledger.projections.records import read_record
+from procledger.domain.records import ProcessRecord
+from procledger.projections.records import decode_record, read_record
+
+
+@dataclass(frozen=True)
+class FreeProcess:
+    """A process found with its lease free, and the lease taken for the claimant if it was
+    wanted. ``record`` is ``None`` when the stored record is damaged (never claimed then);
+    ``lapsed`` is the expired lease of the last holder, if it was not released."""
+
+    process_id: str
+    record: ProcessRecord | None
+    lapsed: Lease | None
+    acquired: Lease | None
 
 
 def lease_from_row(process_id: str, row: Any) -> Lease:
@@ -88,19 +103,12 @@ class Leases:
         now = self.ledger.now_ms()
         lease_rows.ensure_row(tx, process_id)
         row = lease_rows.lease_row(tx, process_id, lock=True)
-        if not row["released"] and int(row["expires_at_ms"]) > now:
+        if lease_rows.is_held(row, now):
             holder = lease_from_row(process_id, row)
             kept = self._keeps(holder, owner, observed)
             if kept is not None:
                 return kept if isinstance(kept, Busy) else self._extend(tx, holder, now, ttl_ms)
-        lease = Lease(
-            process_id=process_id,
-            owner=owner,
-            lease_token=secrets.token_urlsafe(16),
-            fencing_token=int(row["fencing_token"]) + 1,
-            claimed_at_ms=now,
-            expires_at_ms=now + ttl_ms,
-        )
+        lease = _successor(process_id, owner, row, now, ttl_ms)
         _write(tx, lease)
         return Acquired(lease=lease)
 
@@ -130,6 +138,66 @@ class Leases:
         )
         return Acquired(lease=lease.model_copy(update={"expires_at_ms": expires_at_ms}))
 
+    def take_next_free(
+        self,
+        after: str,
+        claimant: LeaseOwner,
+        ttl_ms: int,
+        wants: Callable[[ProcessRecord, Lease | None], bool],
+    ) -> FreeProcess | None:
+        """The next process after ``after`` whose lease is free, claimed in the same write
+        transaction when ``wants(record, lapsed)`` says so.
+
+        No log lock: the record row, locked by the search and checked not terminal, orders
+        this claim against a terminal write as the log lock does for ``take`` (a terminal
+        append updates that row, so it commits before the search or after this claim)."""
+        check_ttl(ttl_ms)
+        return self.ledger.store.attempt(
+            lambda tx: self._take_next_in(tx, after, claimant, ttl_ms, wants), write=True
+        )
+
+    def _take_next_in(
+        self,
+        tx: Tx,
+        after: str,
+        claimant: LeaseOwner,
+        ttl_ms: int,
+        wants: Callable[[ProcessRecord, Lease | None], bool],
+    ) -> FreeProcess | None:
+        now = self.ledger.now_ms()
+        found, row = self._next_free(tx, after, now)
+        if found is None:
+            return None
+        process_id = str(found["process_id"])
+        lapsed = lease_from_row(process_id, row) if row and not row["released"] else None
+        try:
+            record = decode_record(process_id, found["record"])
+        except StoreCorrupt:
+            return FreeProcess(process_id, None, lapsed, None)
+        if not wants(record, lapsed):
+            return FreeProcess(process_id, record, lapsed, None)
+        lease_rows.ensure_row(tx, process_id)
+        row = lease_rows.lease_row(tx, process_id, lock=True)  # a claim may have won meanwhile
+        if lease_rows.is_held(row, now):
+            return FreeProcess(process_id, record, lapsed, None)
+        lease = _successor(process_id, claimant, row, now, ttl_ms)
+        _write(tx, lease)
+        return FreeProcess(process_id, record, lapsed, lease)
+
+    @staticmethod
+    def _next_free(tx: Tx, after: str, now: int) -> tuple[Any, Any]:
+        """The next process whose lease is free by a fresh read of its row, and that row: a
+        process the search's snapshot saw free but another worker has claimed since is passed
+        over here, so it is never handed out as a visit."""
+        while True:
+            found = lease_rows.next_free(tx, after, now)
+            if found is None:
+                return None, None
+            row = lease_rows.lease_row(tx, str(found["process_id"]), lock=True)
+            if not lease_rows.is_held(row, now):
+                return found, row
+            after = str(found["process_id"])
+
     def get(self, process_id: str) -> Lease | None:
         row = self.ledger.store.attempt(lambda tx: lease_rows.lease_row(tx, process_id))
         if row is None:
@@ -154,6 +222,18 @@ class Leases:
     def release(self, lease: Lease) -> None:
         """Releasing matches the lease's tokens, so a second run is a no-op."""
         self.ledger.store.attempt(lambda tx: release_lease_row(tx, lease), write=True)
+
+
+def _successor(process_id: str, owner: LeaseOwner, row: Any, now: int, ttl_ms: int) -> Lease:
+    """A new lease for ``owner`` after the one in the locked ``row``: the next fencing token."""
+    return Lease(
+        process_id=process_id,
+        owner=owner,
+        lease_token=secrets.token_urlsafe(16),
+        fencing_token=int(row["fencing_token"]) + 1,
+        claimed_at_ms=now,
+        expires_at_ms=now + ttl_ms,
+    )
 
 
 def _write(tx: Tx, lease: Lease) -> None:

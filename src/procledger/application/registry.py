@@ -24,7 +24,7 @@ from procledger.adapters.sql.opening import OpenedStore
 from procledger.application import cipher
 from procledger.application.grants import Grants
 from procledger.application.journal import NotificationJournal
-from procledger.application.leases import Leases
+from procledger.application.leases import FreeProcess, Leases
 from procledger.application.retention import prune_filter, prune_terminal
 from procledger.application.retry import retry_on_conflict
 from procledger.application.sessions import delete_session
@@ -501,6 +501,32 @@ class ProcessRegistry:
             ValueError: ``ttl_ms`` is below 1.
         """
         return self._leases.take(process_id, claimant, ttl_ms, observed=observed)
+
+    def claim_next_free(
+        self,
+        after: str,
+        claimant: LeaseOwner,
+        ttl_ms: int,
+        wants: Callable[[ProcessRecord, Lease | None], bool],
+    ) -> FreeProcess | None:
+        """Find the first process after ``after`` (in the store's id order) that has not
+        ended and whose lease is free -- never claimed, released or expired -- and claim it
+        for ``claimant`` in the same transaction if ``wants(record, lapsed)`` says so.
+
+        This is how recovery workers share work: a process another worker is taking at that
+        moment is passed over rather than waited for (``SKIP LOCKED`` on PostgreSQL), and a
+        process it holds is not free, so no worker visits another's work. Walk a whole pass
+        by calling again with the returned ``process_id`` as ``after`` (``""`` to begin).
+        ``wants`` may be called again if the transaction is retried.
+
+        Returns:
+            The process found, with ``acquired`` set when it was claimed (``record`` is
+            ``None`` for a damaged record, which is never claimed); ``None`` past the last.
+
+        Raises:
+            ValueError: ``ttl_ms`` is below 1.
+        """
+        return self._leases.take_next_free(after, claimant, ttl_ms, wants)
 
     def get_lease(self, process_id: str) -> Lease | None:
         """The live or expired (not released) lease of the process, or ``None``.

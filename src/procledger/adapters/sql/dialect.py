@@ -45,6 +45,12 @@ class Dialect:
         """How the events table stores an originator id."""
         return originator_id.hex
 
+    def skip_locked(self, alias: str) -> str:
+        """Suffix of a SELECT that locks the rows of ``alias`` it returns and passes over rows
+        another transaction has locked. SQLite needs none: a write transaction already holds
+        the one writer lock, so no two can be selecting at once."""
+        return ""
+
     def json_text(self, column: str, *path: str) -> str:
         """The text at ``path`` inside a JSON document column."""
         return f"json_extract({column}, '$.{'.'.join(path)}')"
@@ -85,6 +91,9 @@ class PostgresDialect(Dialect):
 
     def originator_key(self, originator_id: UUID) -> Any:
         return originator_id
+
+    def skip_locked(self, alias: str) -> str:
+        return f" FOR UPDATE OF {alias} SKIP LOCKED"
 
     def raw_text(self, column: str) -> str:
         return column  # the server refuses invalid UTF-8 on the way in

@@ -69,3 +69,45 @@ def release(tx: Tx, process_id: str, lease_token: str, fencing_token: int) -> No
 
 def delete(tx: Tx, process_id: str) -> None:
     tx.execute(f"DELETE FROM {tx.dialect.table('leases')} WHERE process_id=?", (process_id,))
+
+
+_LEASE_COLUMNS = "l.owner, l.lease_token, l.fencing_token, l.claimed_at_ms, l.expires_at_ms"
+
+
+def next_free(tx: Tx, after: str, now_ms: int) -> Any:
+    """The first process after ``after`` (by id) that has not ended and whose lease looked
+    free -- never claimed, released, or expired at ``now_ms`` -- as ``(process_id, record)``,
+    or ``None``.
+
+    The record row stays locked until ``tx`` ends, and rows other transactions hold are
+    passed over (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's writer lock admits one
+    such transaction at a time): recovery workers searching at once never wait for, nor
+    return, a process another of them is taking. On PostgreSQL the lease columns are those of
+    the statement's snapshot: a claim that committed while it ran is seen only by reading the
+    lease row again (``lease_row``)."""
+    records, leases = tx.dialect.table("records"), tx.dialect.table("leases")
+    return tx.execute(
+        f"SELECT r.process_id, {tx.dialect.raw_text('r.record')} AS record "
+        f"FROM {records} r LEFT JOIN {leases} l ON l.process_id = r.process_id "
+        "WHERE r.terminal=0 AND r.process_id>? "
+        "AND (l.process_id IS NULL OR l.released=1 OR l.expires_at_ms<=?) "
+        f"ORDER BY r.process_id LIMIT 1{tx.dialect.skip_locked('r')}",
+        (after, now_ms),
+    ).one()
+
+
+def is_held(row: Any, now_ms: int) -> bool:
+    """Whether a lease row is a live lease at ``now_ms`` (neither released nor expired)."""
+    return row is not None and not row["released"] and int(row["expires_at_ms"]) > now_ms
+
+
+def held(tx: Tx, now_ms: int) -> list[Any]:
+    """The live leases (not released, not expired at ``now_ms``) of processes that have not
+    ended, as lease rows with their ``process_id``."""
+    records, leases = tx.dialect.table("records"), tx.dialect.table("leases")
+    return tx.execute(
+        f"SELECT l.process_id, {_LEASE_COLUMNS} FROM {leases} l "
+        f"JOIN {records} r ON r.process_id = l.process_id "
+        "WHERE r.terminal=0 AND l.released=0 AND l.expires_at_ms>? ORDER BY l.process_id",
+        (now_ms,),
+    ).all()

@@ -45,6 +45,9 @@ def _record_tables(store: Store) -> list[str]:
             record TEXT NOT NULL)""",
         f"CREATE INDEX IF NOT EXISTS procledger_records_feed ON {t('records')} "
         "(change_seq, process_id)",
+        # Recovery walks only the processes still going; most of a ledger has ended.
+        f"CREATE INDEX IF NOT EXISTS procledger_records_live ON {t('records')} "
+        "(process_id) WHERE terminal=0",
         f"""CREATE TABLE IF NOT EXISTS {t("tracking")} (
             name TEXT PRIMARY KEY,
             position {big} NOT NULL)""",
