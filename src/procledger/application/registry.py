@@ -58,7 +58,7 @@ from procledger.projections.feed import ChangeCursor, FeedPage
 from procledger.projections.handles import HandleSummary
 from procledger.projections.queries import FilterLike
 from procledger.projections.rebuild import rebuild_read_models
-from procledger.projections.records import ProcessScan
+from procledger.projections.records import Page, ProcessScan
 from procledger.projections.reports import PruneReport, RebuildReport, SessionDeleteReport
 
 Clock = Callable[[], int]
@@ -594,25 +594,46 @@ class ProcessRegistry:
         """
         return self._reads.changes_since(cursor, limit)
 
-    def list_processes(self, filter: FilterLike = None) -> list[ProcessRecord]:
+    def list_processes(
+        self,
+        filter: FilterLike = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        newest_first: bool = False,
+    ) -> list[ProcessRecord]:
         """Processes matching ``filter`` (default: running), sorted by id — the healthy ones:
         a process whose stored record is damaged is left out (and logged on the
         ``procledger.store`` logger); ``scan_processes`` names them.
 
-        Raises:
-            FilterError: the filter names an unknown key or a mistyped value.
-        """
-        return self._reads.list_processes(filter)
-
-    def scan_processes(self, filter: FilterLike = None) -> ProcessScan:
-        """``ProcessScan(records, damaged)``: the records ``list_processes`` returns, and the
-        ids of matching processes whose stored record is damaged (``get`` of one raises
-        ``StoreCorrupt``; ``rebuild`` repairs it from the log).
+        A page: at most ``limit`` records whose id comes after ``after``; with
+        ``newest_first`` the order runs from the last id back (and ``after`` continues it),
+        the newest first for ids procledger made. The next page starts after the last id
+        returned. Each page is read through an index, however large the ledger.
 
         Raises:
             FilterError: the filter names an unknown key or a mistyped value.
+            ValueError: ``limit`` is negative.
         """
-        return self._reads.scan_processes(filter)
+        return self._reads.list_processes(filter, Page(limit, after, newest_first))
+
+    def scan_processes(
+        self,
+        filter: FilterLike = None,
+        *,
+        limit: int | None = None,
+        after: str | None = None,
+        newest_first: bool = False,
+    ) -> ProcessScan:
+        """``ProcessScan(records, damaged)``: the records ``list_processes`` returns (the same
+        page), and the ids of matching processes whose stored record is damaged (``get`` of
+        one raises ``StoreCorrupt``; ``rebuild`` repairs it from the log).
+
+        Raises:
+            FilterError: the filter names an unknown key or a mistyped value.
+            ValueError: ``limit`` is negative.
+        """
+        return self._reads.scan_processes(filter, Page(limit, after, newest_first))
 
     def scan_changes(self, cursor: ChangeCursor | int, limit: int) -> FeedPage:
         """``FeedPage(records, cursor, damaged)``: a page of ``changes_since``, with the ids of

@@ -119,11 +119,16 @@ def ps(
         show_all=show_all, states=state or [], status=status, label=label, since=since
     )
     selection = ProcessListFilter.decode(keys)
+    pushed = limit if not wanted else None  # states are not a column: kept after reading
     with open_ledger(cli_state(ctx).url, create=False) as registry:
-        records, damaged = registry.scan_processes(selection)
+        records, damaged = registry.scan_processes(
+            selection, limit=pushed, newest_first=pushed is not None
+        )
+    if pushed is not None:
+        records.reverse()  # read from the newest back; listed oldest first
     if wanted:
         records = [record for record in records if record.state in wanted]
-    if limit is not None:
+    if limit is not None and pushed is None:
         records = records[len(records) - limit :] if limit else []
     if as_json:
         write_json({"records": [dump(record) for record in records], "damaged": damaged})

@@ -17,7 +17,14 @@ from procledger.domain.records import ProcessRecord
 from procledger.projections.feed import ChangeCursor, FeedPage, read_page
 from procledger.projections.filters import ProcessListFilter
 from procledger.projections.handles import HandleSummary
-from procledger.projections.records import ProcessScan, read_record, report_damaged, scan_records
+from procledger.projections.records import (
+    EVERYTHING,
+    Page,
+    ProcessScan,
+    read_record,
+    report_damaged,
+    scan_records,
+)
 from procledger.projections.sessions import read_handle, read_handle_sessions, read_handles
 
 PREFIX_CANDIDATES = 5
@@ -51,12 +58,14 @@ class ReadModels:
         report_damaged("changes_since", damaged)
         return records, after
 
-    def scan_processes(self, filter: FilterLike = None) -> ProcessScan:
+    def scan_processes(self, filter: FilterLike = None, page: Page = EVERYTHING) -> ProcessScan:
         conditions = ProcessListFilter.decode(filter).conditions()
-        return self.store.attempt(lambda tx: scan_records(tx, conditions))
+        return self.store.attempt(lambda tx: scan_records(tx, conditions, page))
 
-    def list_processes(self, filter: FilterLike = None) -> list[ProcessRecord]:
-        records, damaged = self.scan_processes(filter)
+    def list_processes(
+        self, filter: FilterLike = None, page: Page = EVERYTHING
+    ) -> list[ProcessRecord]:
+        records, damaged = self.scan_processes(filter, page)
         report_damaged("list_processes", damaged)
         return records
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from procledger.adapters.sql import records as record_rows
@@ -64,8 +65,29 @@ def decode_rows(rows: Iterable[Any]) -> ProcessScan:
     return ProcessScan(records, damaged)
 
 
-def scan_records(tx: Tx, conditions: Sequence[Condition]) -> ProcessScan:
-    return decode_rows(record_rows.select_records(tx, conditions))
+@dataclass(frozen=True)
+class Page:
+    """Which part of a list to read: at most ``limit`` records after the id ``after``, in id
+    order -- or from the last id backwards with ``newest_first`` (ids made by procledger
+    begin with their creation time, so the end of the order is the newest)."""
+
+    limit: int | None = None
+    after: str | None = None
+    newest_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 0):
+            raise ValueError(f"limit must be a whole number of at least 0, not {self.limit!r}")
+
+
+EVERYTHING = Page()
+
+
+def scan_records(tx: Tx, conditions: Sequence[Condition], page: Page = EVERYTHING) -> ProcessScan:
+    rows = record_rows.select_records(
+        tx, conditions, page.limit, after=page.after, descending=page.newest_first
+    )
+    return decode_rows(rows)
 
 
 def report_damaged(what: str, damaged: Sequence[str]) -> None:

@@ -134,14 +134,27 @@ def record_payload(tx: Tx, process_id: str) -> Any:
     return None if row is None else row["record"]
 
 
-def select_records(tx: Tx, conditions: Sequence[Condition], limit: int | None = None) -> list[Any]:
-    """``(process_id, record)`` rows matching ``conditions``, by id (code point order); the
-    record is text or UTF-8 bytes (``Dialect.raw_text``)."""
+def select_records(
+    tx: Tx,
+    conditions: Sequence[Condition],
+    limit: int | None = None,
+    *,
+    after: str | None = None,
+    descending: bool = False,
+) -> list[Any]:
+    """``(process_id, record)`` rows matching ``conditions``, by id in code point order (from
+    the end with ``descending``), past ``after`` in that order, at most ``limit``; the record is
+    text or UTF-8 bytes (``Dialect.raw_text``). Pages follow an index on the filtered column
+    and the id (``schema.py``), so a page costs its own rows, not the table's."""
     where, params = where_clause(conditions)
+    order = f"process_id{tx.dialect.by_code_point}"
+    if after is not None:
+        where += f" AND {order}{'<' if descending else '>'}?"
+        params.append(after)
     statement = (
         f"SELECT process_id, {tx.dialect.raw_text('record')} AS record "
         f"FROM {tx.dialect.table('records')} WHERE {where} "
-        f"ORDER BY process_id{tx.dialect.by_code_point}"
+        f"ORDER BY {order}{' DESC' if descending else ''}"
     )
     if limit is not None:
         statement += " LIMIT ?"

@@ -27,7 +27,7 @@ def create_tables(store: Store) -> None:
 
 
 def _record_tables(store: Store) -> list[str]:
-    big = store.dialect.big_integer
+    big, cp = store.dialect.big_integer, store.dialect.by_code_point
     t = store.table
     return [
         f"""CREATE TABLE IF NOT EXISTS {t("records")} (
@@ -48,6 +48,18 @@ def _record_tables(store: Store) -> list[str]:
         # Recovery walks only the processes still going; most of a ledger has ended.
         f"CREATE INDEX IF NOT EXISTS procledger_records_live ON {t('records')} "
         "(process_id) WHERE terminal=0",
+        # Pages of lists, in id (code point) order, per filtered column (docs/design.md §5.2).
+        f"CREATE INDEX IF NOT EXISTS procledger_records_status ON {t('records')} "
+        f"(status, process_id{cp})",
+        f"CREATE INDEX IF NOT EXISTS procledger_records_label ON {t('records')} "
+        f"(identity_label, process_id{cp})",
+        f"CREATE INDEX IF NOT EXISTS procledger_records_created ON {t('records')} (created_at_ms)",
+        # The primary key orders ids by code point already where no collation is needed.
+        *(
+            [f"CREATE INDEX IF NOT EXISTS procledger_records_id ON {t('records')} (process_id{cp})"]
+            if cp
+            else []
+        ),
         f"""CREATE TABLE IF NOT EXISTS {t("tracking")} (
             name TEXT PRIMARY KEY,
             position {big} NOT NULL)""",
