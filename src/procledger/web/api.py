@@ -95,14 +95,10 @@ async def abandon(request: Request) -> Response:
 
 
 async def _fields(request: Request) -> dict[str, Any]:
-    """An action's parameters: a JSON object or a form; the CSRF token is checked for a
+    """An action's parameters (a JSON object or a form); the CSRF token is checked for a
     request authenticated by the session cookie (a bearer token needs none)."""
-    from procledger.web.pages import check_csrf
+    from procledger.web.pages import check_csrf, form_fields
 
-    if request.headers.get("content-type", "").startswith("application/json"):
-        body = await request.json()
-        fields = dict(body) if isinstance(body, dict) else {}
-    else:
-        fields = dict(await request.form())
+    fields = await form_fields(request)
     check_csrf(request, fields.get("csrf"))
     return fields
