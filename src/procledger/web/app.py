@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from procledger.adapters.sql.location import mask_url
 from procledger.domain.errors import NotFound, ProcledgerError, StoreError
 from procledger.web import api, pages, streams
 from procledger.web.actions import Actions, BadAction
@@ -43,7 +44,7 @@ def create_app(url: str | None, token: str) -> Any:
     """The ASGI app for the ledger at ``url`` (``None``: the default ledger), behind
     ``token``."""
     app = Starlette(routes=_routes(), lifespan=_lifespan(url))
-    app.state.ledger_name = url or "default ledger"
+    app.state.ledger_name = mask_url(url) if url else "the default ledger"  # no password shown
     for kind in (NotFound, ProcledgerError, QueryError, BadAction, HTTPException, ValueError):
         app.add_exception_handler(kind, _failure)
     return TokenGate(app, Keys(token))

@@ -10,7 +10,7 @@ Actions are POSTs. A cookie-authenticated POST must carry the CSRF token (an HMA
 for another purpose) in the ``csrf`` form field or the ``X-CSRF-Token`` header, and an
 ``Origin`` naming another host is refused; a bearer token cannot be sent by a foreign page, so
 it needs neither. Every response carries a strict Content-Security-Policy (scripts from this
-server only, no inline script) and sends no Referer.
+server only, no inline script) and sends a Referer only to itself.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ SECURITY_HEADERS = [
         b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     ),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
     (b"cache-control", b"no-store"),
 ]
