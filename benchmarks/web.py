@@ -59,7 +59,8 @@ def serving(url: str) -> Iterator[str]:
     try:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], 60)
-        assert ready and TOKEN in proc.stdout.readline().decode(), "serve did not start"
+        assert ready, "serve did not start"
+        assert TOKEN in proc.stdout.readline().decode(), "serve did not print its URL"
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -588,6 +588,20 @@ class ProcessRegistry:
         """
         return self._reads.scan_processes(filter)
 
+    def scan_newest(
+        self, filter: FilterLike = None, *, before: str | None = None, limit: int
+    ) -> ProcessScan:
+        """One page of ``scan_processes`` read backwards: at most ``limit`` matching records,
+        last id first (minted ids sort by creation time), only those with an id below ``before``
+        when given -- so a page of a long list costs its own rows (the web view's pages,
+        docs/design.md §16). Damaged records are named, as by ``scan_processes``.
+
+        Raises:
+            FilterError: the filter names an unknown key or a mistyped value.
+            ValueError: ``limit`` is negative.
+        """
+        return self._reads.scan_newest(filter, before, limit)
+
     def scan_changes(self, cursor: ChangeCursor | int, limit: int) -> FeedPage:
         """``FeedPage(records, cursor, damaged)``: a page of ``changes_since``, with the ids of
         the changed processes whose stored record is damaged. The cursor passes them, so one

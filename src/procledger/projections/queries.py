@@ -17,7 +17,13 @@ from procledger.domain.records import ProcessRecord
 from procledger.projections.feed import ChangeCursor, FeedPage, read_page
 from procledger.projections.filters import ProcessListFilter
 from procledger.projections.handles import HandleSummary
-from procledger.projections.records import ProcessScan, read_record, report_damaged, scan_records
+from procledger.projections.records import (
+    ProcessScan,
+    read_record,
+    report_damaged,
+    scan_newest,
+    scan_records,
+)
 from procledger.projections.sessions import read_handle, read_handle_sessions, read_handles
 
 PREFIX_CANDIDATES = 5
@@ -54,6 +60,12 @@ class ReadModels:
     def scan_processes(self, filter: FilterLike = None) -> ProcessScan:
         conditions = ProcessListFilter.decode(filter).conditions()
         return self.store.attempt(lambda tx: scan_records(tx, conditions))
+
+    def scan_newest(self, filter: FilterLike, before: str | None, limit: int) -> ProcessScan:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, not {limit}")
+        conditions = ProcessListFilter.decode(filter).conditions()
+        return self.store.attempt(lambda tx: scan_newest(tx, conditions, before, limit))
 
     def list_processes(self, filter: FilterLike = None) -> list[ProcessRecord]:
         records, damaged = self.scan_processes(filter)

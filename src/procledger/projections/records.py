@@ -68,6 +68,12 @@ def scan_records(tx: Tx, conditions: Sequence[Condition]) -> ProcessScan:
     return decode_rows(record_rows.select_records(tx, conditions))
 
 
+def scan_newest(
+    tx: Tx, conditions: Sequence[Condition], before: str | None, limit: int
+) -> ProcessScan:
+    return decode_rows(record_rows.select_newest(tx, conditions, before, limit))
+
+
 def report_damaged(what: str, damaged: Sequence[str]) -> None:
     """Say (on the ``procledger.store`` logger) which processes a read left out, so a skip
     is never silent for callers that do not ask for the ids."""

@@ -33,11 +33,15 @@ def dump(model: Any) -> Any:
 
 async def processes(request: Request) -> Response:
     query = list_query(request.query_params)
-    scan = await to_thread.run_sync(request.app.state.registry.scan_processes, query.selection)
-    records = [r for r in scan.records if not query.states or r.state in query.states]
-    if request.query_params.get("limit"):
-        records = records[len(records) - query.limit :]
-    return JSONResponse({"records": [dump(r) for r in records], "damaged": scan.damaged})
+    registry = request.app.state.registry
+    if request.query_params.get("limit"):  # the newest N, listed oldest first as `ps --limit`
+        scan = await to_thread.run_sync(query.page, registry)
+        records, damaged = scan.records[::-1], scan.damaged
+    else:
+        scan = await to_thread.run_sync(registry.scan_processes, query.selection)
+        records = [r for r in scan.records if not query.states or r.state in query.states]
+        damaged = scan.damaged
+    return JSONResponse({"records": [dump(r) for r in records], "damaged": damaged})
 
 
 async def process(request: Request) -> Response:

@@ -57,8 +57,8 @@ async def processes(request: Request) -> Response:
     await hub.ready.wait()
     query = list_query(request.query_params)
     head = hub.head  # before the read: a change in between comes again, re-applied by id
-    scan = await to_thread.run_sync(request.app.state.registry.scan_processes, query.selection)
-    chosen = query.page(scan.records)
+    scan = await to_thread.run_sync(query.page, request.app.state.registry)
+    chosen = scan.records
     params = request.query_params
     next_url = None
     if len(chosen) == query.limit:

@@ -16,8 +16,10 @@ import orjson
 
 from procledger.domain.vocabulary import ProcessState
 from procledger.domain.wording import command_text, duration_ms, outcome
+from procledger.projections.records import ProcessScan
 
 if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
     from procledger.domain.records import ProcessRecord
     from procledger.projections.filters import ProcessListFilter
 
@@ -76,12 +78,20 @@ class ListQuery:
             return False
         return self.selection.matches(record)
 
-    def page(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
-        """This page of a scan sorted by id: newest first, at most ``limit``."""
-        chosen = [r for r in reversed(records) if not self.states or r.state in self.states]
-        if self.before is not None:
-            chosen = [r for r in chosen if r.id < self.before]
-        return chosen[: self.limit]
+    def page(self, registry: ProcessRegistry) -> ProcessScan:
+        """This page, newest first: read backwards along the ids a page at a time (several
+        when a state filter, which is not a column, drops some), so its cost is its rows."""
+        records: list[ProcessRecord] = []
+        damaged: list[str] = []
+        before = self.before
+        while len(records) < self.limit:
+            scan = registry.scan_newest(self.selection, before=before, limit=self.limit)
+            damaged.extend(scan.damaged)
+            records.extend(r for r in scan.records if not self.states or r.state in self.states)
+            if len(scan.records) + len(scan.damaged) < self.limit:
+                break
+            before = min([r.id for r in scan.records] + scan.damaged)
+        return ProcessScan(records[: self.limit], damaged)
 
 
 def list_query(query: Mapping[str, str], now_ms: int | None = None) -> ListQuery:

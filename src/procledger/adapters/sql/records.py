@@ -149,6 +149,25 @@ def select_records(tx: Tx, conditions: Sequence[Condition], limit: int | None = 
     return tx.execute(statement, params).all()
 
 
+def select_newest(
+    tx: Tx, conditions: Sequence[Condition], before: str | None, limit: int
+) -> list[Any]:
+    """Up to ``limit`` ``(process_id, record)`` rows matching ``conditions``, newest id first
+    (code point order, descending), only ids below ``before`` when given: one page of a list
+    read backwards along the primary key, so a page costs its own rows, not the whole list."""
+    where, params = where_clause(conditions)
+    if before is not None:
+        where += f" AND process_id{tx.dialect.by_code_point}<?"
+        params.append(before)
+    statement = (
+        f"SELECT process_id, {tx.dialect.raw_text('record')} AS record "
+        f"FROM {tx.dialect.table('records')} WHERE {where} "
+        f"ORDER BY process_id{tx.dialect.by_code_point} DESC LIMIT ?"
+    )
+    params.append(limit)
+    return tx.execute(statement, params).all()
+
+
 def select_changed(tx: Tx, after: int, limit: int) -> list[Any]:
     """``(process_id, change_seq, record)`` rows changed after ``after``, in feed order."""
     return tx.execute(

@@ -1,0 +1,65 @@
+"""``ProcessRegistry.scan_newest``: the pages the web view lists (docs/design.md §16) -- the
+newest ids first, below a given id, filtered, a page costing only its rows -- on every store."""
+
+from __future__ import annotations
+
+import pytest
+
+from procledger import (
+    Originator,
+    ProcessInput,
+    ProcessRegistration,
+    ProcessRegistry,
+    RecoveryDisposition,
+    open_registry,
+)
+from procledger.domain.registration import env_ref_for
+from procledger.web.views import list_query
+
+
+def register(registry: ProcessRegistry, process_id: str, label: str) -> None:
+    registry.register(
+        ProcessRegistration(
+            id=process_id,
+            input=ProcessInput.command([label, "x"], cwd="/tmp"),
+            disposition=RecoveryDisposition.owner_bound,
+            originator=Originator.host(),
+            env_ref=env_ref_for({}),
+        )
+    )
+
+
+@pytest.fixture
+def registry(shared_url: str) -> ProcessRegistry:
+    opened = open_registry(shared_url)
+    for index in range(7):
+        register(opened, f"p{index}", "even" if index % 2 == 0 else "odd")
+    return opened
+
+
+def test_pages_go_backwards_along_the_ids(registry: ProcessRegistry) -> None:
+    try:
+        first = registry.scan_newest({"status": "any"}, limit=3)
+        assert [r.id for r in first.records] == ["p6", "p5", "p4"]
+        second = registry.scan_newest({"status": "any"}, before="p4", limit=3)
+        assert [r.id for r in second.records] == ["p3", "p2", "p1"]
+        last = registry.scan_newest({"status": "any"}, before="p1", limit=3)
+        assert [r.id for r in last.records] == ["p0"]
+        labelled = registry.scan_newest({"status": "any", "identity_label": "odd"}, limit=9)
+        assert [r.id for r in labelled.records] == ["p5", "p3", "p1"]
+        assert registry.scan_newest(None, limit=9).records[0].id == "p6"  # starting is running
+        with pytest.raises(ValueError, match="limit"):
+            registry.scan_newest(None, limit=-1)
+    finally:
+        registry.close()
+
+
+def test_a_state_filter_fills_the_page_from_further_back(registry: ProcessRegistry) -> None:
+    try:
+        query = list_query({"state": "starting", "label": "even", "limit": "2"})
+        assert [r.id for r in query.page(registry).records] == ["p6", "p4"]
+        query = list_query({"state": "starting", "label": "even", "limit": "2", "before": "p4"})
+        assert [r.id for r in query.page(registry).records] == ["p2", "p0"]
+        assert list_query({"state": "exited"}).page(registry).records == []
+    finally:
+        registry.close()
