@@ -14,6 +14,7 @@ from procledger import (
     open_registry,
 )
 from procledger.domain.registration import env_ref_for
+from procledger.web.hub import feed_head
 from procledger.web.views import list_query
 
 
@@ -61,5 +62,17 @@ def test_a_state_filter_fills_the_page_from_further_back(registry: ProcessRegist
         query = list_query({"state": "starting", "label": "even", "limit": "2", "before": "p4"})
         assert [r.id for r in query.page(registry).records] == ["p2", "p0"]
         assert list_query({"state": "exited"}).page(registry).records == []
+    finally:
+        registry.close()
+
+
+def test_the_feed_head_is_the_last_change(shared_url: str) -> None:
+    registry = open_registry(shared_url)
+    try:
+        assert feed_head(registry) == 0
+        for count in range(1, 12):
+            register(registry, f"h{count:02d}", "x")
+            last = max(r.change_seq for r in registry.scan_processes({"status": "any"}).records)
+            assert feed_head(registry) == last
     finally:
         registry.close()

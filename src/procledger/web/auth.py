@@ -79,8 +79,11 @@ class TokenGate:
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # no websockets here: closed unanswered
+            await send({"type": "websocket.close", "code": 1008})
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))

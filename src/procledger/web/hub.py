@@ -52,14 +52,14 @@ def feed_head(registry: ProcessRegistry) -> int:
     feed): ``changes_since(x, 1)`` says whether anything lies past ``x`` and names the next
     change; a gallop then a bisection finds the last. Everything at or below it is visible,
     since the feed never skips."""
-    head, step = 0, 1
-    while True:
-        found, _ = registry.changes_since(head + step, 1)
-        if not found:
-            break
-        head, step = found[0].change_seq, step * 2
-    low, high = head, head + step  # something at ``head``, nothing past ``high``
-    while high - low > 1:
+    low, step, high = 0, 1, None
+    while high is None:  # gallop: something at ``low`` (or nothing at all)
+        found, _ = registry.changes_since(low + step, 1)
+        if found:
+            low, step = found[0].change_seq, step * 2
+        else:
+            high = low + step  # nothing past it
+    while low < high:  # the last change lies in [low, high]
         middle = (low + high) // 2
         found, _ = registry.changes_since(middle, 1)
         if found:
@@ -91,8 +91,9 @@ class FeedHub:
             try:
                 full = await self._poll()
             except Exception:
-                logger.exception("reading the change feed failed; retrying")
-                full = False
+                logger.exception("reading the change feed failed; retrying in a second")
+                await asyncio.sleep(1.0)
+                continue
             if not full:
                 await asyncio.sleep(self.poll_s)
 
