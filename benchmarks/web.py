@@ -107,7 +107,7 @@ def page_loads(base: str, loads: int) -> list[float]:
     return times[1:]
 
 
-def _session_cookie(base: str) -> dict[str, Any]:
+def _session_cookie(base: str) -> Any:  # playwright's SetCookieParam
     """The session cookie the token URL sets (fetched once, outside the timing)."""
     answer = httpx.get(base + "/", params={"token": TOKEN}, follow_redirects=False)
     value = answer.headers["set-cookie"].split(";")[0].split("=", 1)[1]
