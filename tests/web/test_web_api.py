@@ -3,10 +3,14 @@ CLI's ``--json`` shapes, escaping, CSRF, the loopback rule, and two servers on o
 
 from __future__ import annotations
 
+import select
+import subprocess
+
+import httpx
 import orjson
 import pytest
 
-from _shared import Processes, run_cli, wait_until
+from _shared import CLI, Processes, child_env, end_process, run_cli, wait_until
 
 from .conftest import TOKEN, Server, background
 
@@ -139,6 +143,29 @@ def test_a_non_loopback_address_needs_an_explicit_token(ledger: str) -> None:
     assert refused.returncode == 2
     assert "--token" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_non_loopback_address_with_a_token_is_served_with_a_warning(
+    ledger: str, procs: Processes
+) -> None:
+    argv = [*CLI, "--url", ledger, "serve", "--host", "0.0.0.0", "--port", "0"]
+    proc = subprocess.Popen(
+        [*argv, "--token", TOKEN], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env()
+    )
+    procs.add(proc.pid)
+    try:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        ready, _, _ = select.select([proc.stderr], [], [], 30)
+        assert ready
+        assert (
+            "warning: 0.0.0.0 is reachable from other machines" in proc.stderr.readline().decode()
+        )
+        port = int(proc.stdout.readline().decode().split("0.0.0.0:")[1].split("/")[0])
+        answer = httpx.get(f"http://127.0.0.1:{port}/api/feed", timeout=10)
+        assert answer.status_code == 401
+    finally:
+        end_process(proc)
 
 
 @pytest.mark.slow

@@ -16,7 +16,10 @@
   function follow(url, handlers) {
     const source = new EventSource(url);
     source.onopen = () => indicate("live");
-    source.onerror = () => indicate("reconnecting");
+    // The browser retries by itself; it gives up only when refused (a 401 after the server
+    // was restarted with another token): then only a new token URL helps.
+    source.onerror = () =>
+      indicate(source.readyState === EventSource.CLOSED ? "disconnected: open the token URL" : "reconnecting");
     for (const [kind, handle] of Object.entries(handlers)) {
       source.addEventListener(kind, (event) => handle(JSON.parse(event.data), event, source));
     }
