@@ -186,3 +186,14 @@ def test_two_servers_on_one_ledger_show_the_same_state(shared_url: str, procs: P
     finally:
         first.kill()
         second.kill()
+
+
+def test_output_not_kept_is_said_and_the_stream_ends(server: Server, ledger: str) -> None:
+    ran = run_cli("run", "--json", "--no-capture", "--", "true", url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    process_id = orjson.loads(ran.stdout)["id"]
+    with server.client() as client:
+        stream = client.get(f"/processes/{process_id}/output/stream").text
+        assert "event: unavailable" in stream
+        assert "without capture" in stream
+        assert client.get(f"/api/processes/{process_id}/output").status_code == 404

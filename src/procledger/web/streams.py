@@ -111,12 +111,14 @@ def read_some(
 ) -> tuple[list[str], bool]:
     """The events for the output past ``positions`` (advanced), and whether the stream is
     done: the process had ended before this read and nothing more came, or there is no output
-    to read here (an ``unavailable`` event with the stored tail)."""
+    to read here (an ``unavailable`` event with the stored tail). A process not started yet
+    has no files: the stream waits for them."""
     from procledger.application.output import read_output
     from procledger.domain.errors import OutputUnavailable
 
+    record = registry.get(process_id)
+    ended = record.is_terminal  # read before the files: nothing is written after it ended
     try:
-        ended = registry.get(process_id).is_terminal  # before reading: nothing written after
         out, size = [], 0
         for chunk in read_output(registry, process_id, since_offset=(positions[0], positions[1])):
             index = 0 if chunk.stream == "stdout" else 1
@@ -132,6 +134,8 @@ def read_some(
             if size >= OUTPUT_BATCH:
                 return out, False
     except OutputUnavailable as gone:
+        if not ended and record.os is None:  # not started yet: its files come with the child
+            return [], False
         tail = {name: data.decode(errors="replace") for name, data in gone.tail.items()}
         return [
             event("unavailable", orjson.dumps({"message": str(gone), "tail": tail}).decode())
