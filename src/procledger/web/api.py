@@ -28,10 +28,12 @@ FEED_LIMIT = 500
 
 
 def dump(model: Any) -> Any:
+    """A model as the CLI's ``--json`` writes it."""
     return model.model_dump(mode="json")
 
 
 async def processes(request: Request) -> Response:
+    """``ps --json``: every matching record, or with ``limit`` the newest N (oldest first)."""
     query = list_query(request.query_params)
     registry = request.app.state.registry
     if request.query_params.get("limit"):  # the newest N, listed oldest first as `ps --limit`
@@ -45,12 +47,14 @@ async def processes(request: Request) -> Response:
 
 
 async def process(request: Request) -> Response:
+    """``show --json``: the record and its whole history; an id prefix works, as in the CLI."""
     registry = request.app.state.registry
     _, record, events = await to_thread.run_sync(load, registry, request.path_params["pid"])
     return JSONResponse({"record": dump(record), "events": [dump(e) for e in events]})
 
 
 async def output(request: Request) -> Response:
+    """The output on disk now as ``logs --json`` chunks (a list: a response has one body)."""
     registry = request.app.state.registry
     stream = request.query_params.get("stream") or None
     since = int(request.query_params.get("since_offset") or 0)
@@ -69,6 +73,8 @@ def read_chunks(registry: Any, text: str, stream: str | None, since: int) -> lis
 
 
 async def feed(request: Request) -> Response:
+    """``feed --json`` lines as a list: at most 500 changes after ``since``; page with the
+    last cursor."""
     since = int(request.query_params.get("since") or 0)
     limit = min(int(request.query_params.get("limit") or FEED_LIMIT), FEED_LIMIT)
     registry = request.app.state.registry
@@ -77,6 +83,7 @@ async def feed(request: Request) -> Response:
 
 
 async def stop(request: Request) -> Response:
+    """Stop by the CLI's rules; 409 ``NobodyToStop`` when nobody can carry it out."""
     fields = await _fields(request)
     actions = request.app.state.actions
     pid, mode, grace = (
@@ -89,6 +96,7 @@ async def stop(request: Request) -> Response:
 
 
 async def abandon(request: Request) -> Response:
+    """Abandon by the CLI's rules; 409 ``StillOwned`` while someone holds the process."""
     fields = await _fields(request)
     actions = request.app.state.actions
     reason = fields.get("reason")
