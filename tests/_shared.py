@@ -28,6 +28,9 @@ CLI = [sys.executable, "-m", "procledger"]
 
 T = TypeVar("T")
 
+IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+"""In CI a test that lacks what it needs (a PostgreSQL server, a browser) fails, never skips."""
+
 
 def wait_until(predicate: Callable[[], T], timeout: float = 20.0, what: str = "") -> T:
     """Synchronise on a state another thread or process reaches: poll ``predicate`` (briefly at

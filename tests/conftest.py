@@ -25,9 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from psycopg import sql
 
-from _shared import Processes
-
-IN_CI = os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+from _shared import IN_CI, Processes
 
 # A suite started from a non-interactive shell's background job inherits SIGINT *ignored*
 # (POSIX job-control rules), and an ignored signal stays ignored across exec: every child the

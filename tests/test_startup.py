@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from _shared import CLI, child_env
 
@@ -26,6 +27,10 @@ HEAVY = (
     "procledger.adapters.liveness",
     "procledger.application.registry",
     "procledger.supervisor.supervisor",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "procledger.web",
 )
 
 
@@ -63,6 +68,17 @@ def test_help_opens_no_store() -> None:
         "with contextlib.suppress(SystemExit): m.main(['--help'])"
     )
     assert loaded_after(code) & {"eventsourcing", "sqlite3", "psycopg", "statemachine"} == set()
+
+
+def test_only_serve_loads_the_web_stack(tmp_path: Path) -> None:
+    """starlette, uvicorn and jinja2 are for ``procledger serve`` alone (docs/design.md §16)."""
+    web = {"starlette", "uvicorn", "jinja2", "procledger.web"}
+    for args in (["--help"], ["--url", f"sqlite:///{tmp_path}/l.db", "ps", "--all"]):
+        code = (
+            "import contextlib, procledger.__main__ as m\n"
+            f"with contextlib.suppress(SystemExit): m.main({args!r})"
+        )
+        assert loaded_after(code) & web == set(), args
 
 
 def test_lease_owners_still_know_this_process() -> None:

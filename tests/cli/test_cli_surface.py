@@ -24,6 +24,7 @@ COMMANDS = [
     "stop",
     "abandon",
     "feed",
+    "serve",
     "restore",
     "sweep",
     "worker",

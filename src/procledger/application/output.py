@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Chunk",
+    "chunk_document",
     "follow_output",
     "output_folder",
     "read_output",
@@ -193,3 +194,13 @@ def _follow(
 def _check_stream(stream: str | None) -> None:
     if stream is not None and stream not in STREAMS:
         raise ValueError(f"stream must be 'stdout' or 'stderr', not {stream!r}")
+
+
+def chunk_document(stream: str, offset: int, data: bytes) -> dict[str, object]:
+    """A chunk as JSON-ready data, as ``procledger logs --json`` and the web view send it:
+    ``{stream, offset, encoding, data}``, the bytes as UTF-8 text when they are, else base64."""
+    try:
+        return {"stream": stream, "offset": offset, "encoding": "utf-8", "data": data.decode()}
+    except UnicodeDecodeError:
+        encoded = base64.b64encode(data).decode()
+        return {"stream": stream, "offset": offset, "encoding": "base64", "data": encoded}

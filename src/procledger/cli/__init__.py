@@ -20,13 +20,24 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``inspection``: ``ps``, ``show``, ``feed``.
 - ``logs``: ``logs`` (captured output), ``prune`` (retention).
 - ``control``: ``stop``, ``abandon``, ``restore``.
+- ``serve``: ``serve``, the web view (``procledger.web``).
 - ``keys``: ``keygen``.
 """
 
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from procledger.cli import control, inspection, keys, logs, maintenance, recovery, running, verify
+from procledger.cli import (
+    control,
+    inspection,
+    keys,
+    logs,
+    maintenance,
+    recovery,
+    running,
+    serve,
+    verify,
+)
 from procledger.cli._app import CliState, Command, app, main
 
 if TYPE_CHECKING:
@@ -41,6 +52,7 @@ command(short_help="Print a process's captured output.")(logs.logs)
 command()(control.stop)
 command()(control.abandon)
 command()(inspection.feed)
+command(short_help="Serve a live web view of the ledger.")(serve.serve)
 command()(control.restore)
 command()(recovery.sweep)
 command()(recovery.worker)

@@ -7,19 +7,23 @@ into a pipe it writes tab-separated columns with nothing padded or cut (docs/des
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
-from procledger import ProcessState
+from procledger.domain.wording import command_text, ending, outcome, shell_word
 
-if TYPE_CHECKING:
-    from procledger import ProcessRecord
-
-_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}
+__all__ = [
+    "command_text",
+    "cut",
+    "ending",
+    "local_time",
+    "outcome",
+    "shell_word",
+    "to_terminal",
+    "write_table",
+]
 
 
 def to_terminal() -> bool:
@@ -54,45 +58,3 @@ def local_time(ms: int | None) -> str:
     if ms is None:
         return ""
     return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
-def outcome(record: ProcessRecord) -> str:
-    """The exit code when the process exited by itself, otherwise why it ended (if it did),
-    with the signal that ended it."""
-    if record.state is ProcessState.exited:
-        return f"exit {record.exit_code}"
-    text = record.reason.value if record.reason else ""
-    signal = getattr(record, "signal", None)
-    return f"{text} (signal {signal})" if signal else text
-
-
-def ending(record: ProcessRecord) -> str:
-    """How the process ended in a few words: ``exited (exit 3)``, ``terminated (signal 15)``,
-    ``lost_on_restore``."""
-    signal = getattr(record, "signal", None)
-    if record.state is ProcessState.exited:
-        return f"exited (exit {record.exit_code})"
-    return record.state.value + (f" (signal {signal})" if signal else "")
-
-
-def shell_word(word: str) -> str:
-    """One word as a shell reads it, always on one line: control characters are written as
-    ``$'...'`` escapes (so an argv with newlines is still one line), the rest as shlex does."""
-    if word.isprintable():
-        return shlex.quote(word)
-    escaped = "".join(_ESCAPES.get(ch) or (ch if ch.isprintable() else _hex(ch)) for ch in word)
-    return f"$'{escaped}'"
-
-
-def _hex(ch: str) -> str:
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def command_text(record: ProcessRecord) -> str:
-    """A command line a shell would accept, on one line; work without argv shows its label or
-    kind."""
-    argv = record.input.argv
-    if not argv:
-        return record.identity.label or record.identity.kind
-    return " ".join(shell_word(word) for word in argv)

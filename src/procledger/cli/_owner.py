@@ -8,7 +8,6 @@ owner id, so any later `procledger` on the host finds the same session.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from typing import TYPE_CHECKING
 
@@ -18,20 +17,11 @@ if TYPE_CHECKING:
 _CLI_NAMESPACE = uuid.UUID("0b7c5d2e-8a41-4c3f-9e6a-2f1d7b9c4a10")
 
 
-def host_id() -> str:
-    """The liveness adapter's host id (machine and PID namespace) when it has one, else the host
-    name: an owner id must name the same host in every `procledger` started on it."""
-    from procledger.adapters.liveness import local_identity  # pydantic: only when needed
-
-    identity = local_identity()
-    return identity.host_id if identity and identity.host_id else socket.gethostname()
-
-
 def cli_owner() -> LeaseOwner:
     """This host's CLI owner, as a fresh incarnation (so `restore` can tell runs apart)."""
-    from procledger import LeaseOwner
+    from procledger.supervisor.control import host_owner
 
-    return LeaseOwner.local_process(f"procledger-cli@{host_id()}")
+    return host_owner("procledger-cli")
 
 
 def cli_notifier(registry: ProcessRegistry, owner: LeaseOwner) -> tuple[Notifier, uuid.UUID]:

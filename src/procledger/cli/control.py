@@ -10,11 +10,10 @@ process nobody owns as given up. `restore` settles this host's runs whose superv
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from procledger import ProcledgerError, TerminalReason
 from procledger.cli._app import (
     JsonOption,
     cli_state,
@@ -26,31 +25,23 @@ from procledger.cli._app import (
 )
 from procledger.cli._format import command_text, ending
 from procledger.cli._owner import cli_notifier, cli_owner
+from procledger.supervisor.control import (
+    NobodyToStop,
+    StillOwned,
+    abandon_process,
+    live_owner,
+    stop_process,
+)
 from procledger.supervisor.modes import StopMode
 
 if TYPE_CHECKING:
-    from procledger import Lease, LeaseOwner, ProcessRecord, ProcessRegistry
+    from procledger import ProcessRecord, ProcessRegistry
+
+__all__ = ["NobodyToStop", "StillOwned", "abandon", "live_owner", "restore", "stop"]
 
 _IdArgument = Annotated[
     str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
 ]
-
-
-class NobodyToStop(ProcledgerError):
-    """`stop` found neither a live owner to ask nor a live child on this host to stop."""
-
-
-class StillOwned(ProcledgerError):
-    """`abandon` refused: a live owner holds the process, or its child is still alive."""
-
-
-def live_owner(registry: ProcessRegistry, process_id: str, me: LeaseOwner) -> Lease | None:
-    """The lease of a live owner of the process: not expired and its holder not provably dead
-    (docs/design.md §3.5); ``None`` when nobody is there to carry out a request."""
-    lease = registry.get_lease(process_id)
-    if lease is None or not lease.is_live(registry.now_ms()):
-        return None
-    return None if registry.probe.provably_dead(lease.owner, me) else lease
 
 
 def stop(
@@ -85,31 +76,12 @@ def stop(
         record = _unended(registry, process_id, as_json)
         if record is None:
             return
-        found = record.id
-        if live_owner(registry, found, cli_owner()) is not None:
-            record = registry.request_stop(found, mode.reason)
-            message = f"stop requested ({mode.reason.value}) for process {record.id}"
-        else:
-            record = _stop_orphan(registry, record, mode, grace_s)
-            message = (
-                f"stopped process {record.id} here, its supervisor being gone: {ending(record)}"
-            )
+        record, asked = stop_process(registry, record, mode, grace_s, cli_owner())
+    if asked:
+        message = f"stop requested ({mode.reason.value}) for process {record.id}"
+    else:
+        message = f"stopped process {record.id} here, its supervisor being gone: {ending(record)}"
     _said(record, message, as_json)
-
-
-def _stop_orphan(
-    registry: ProcessRegistry, record: ProcessRecord, mode: StopMode, grace_s: float
-) -> ProcessRecord:
-    """The owner is gone: stop the recorded child's tree here if it is alive on this host."""
-    from procledger.supervisor.orphans import find_live_child, stop_orphan
-
-    if find_live_child(record) is None:
-        raise NobodyToStop(
-            f"process {record.id} has no live supervisor and no live child on this host, so "
-            f"nothing would carry out a stop; nothing was recorded. If it is over, record it "
-            f"with: procledger abandon {record.id}"
-        )
-    return stop_orphan(registry, record, mode, grace_s)
 
 
 def _unended(registry: ProcessRegistry, process_id: str, as_json: bool) -> ProcessRecord | None:
@@ -144,60 +116,12 @@ def abandon(
 
     For a process whose supervisor died, or one registered but never started. Refused while a
     live owner holds it or its child still runs (use stop)."""
-    me = cli_owner()
     with open_ledger(cli_state(ctx).url) as registry:
         record = _unended(registry, process_id, as_json)
         if record is None:
             return
-        lease = _take_unowned(registry, record, me)
-        diagnostic = f"abandoned by {me.owner_id} on request" + (f": {reason}" if reason else "")
-        record = registry.record_abandoned(
-            record.id,
-            TerminalReason.abandon_requested,
-            owner=_evidence(record),
-            at_ms=registry.now_ms(),
-            diagnostic=_clip(diagnostic),
-            lease=lease,
-        )
+        record = abandon_process(registry, record, cli_owner(), reason)
     _said(record, f"process {record.id} abandoned", as_json)
-
-
-def _take_unowned(registry: ProcessRegistry, record: ProcessRecord, me: LeaseOwner) -> Lease:
-    """The process's lease, taken from nobody (none, expired) or from a provably dead holder;
-    ``StillOwned`` if a live owner holds it or its child still runs here."""
-    from procledger import Acquired
-    from procledger.supervisor.orphans import find_live_child
-
-    holder = live_owner(registry, record.id, me)
-    if holder is not None:
-        _refuse(record, f"a live owner ({holder.owner.owner_id}) holds it: procledger stop")
-    child = find_live_child(record)
-    if child is not None:
-        _refuse(record, f"its child (pid {child}) is still running here: procledger stop")
-    current = registry.get_lease(record.id)
-    ttl_ms = 30_000
-    if current is None or not current.is_live(registry.now_ms()):
-        taken = registry.claim_lease(record.id, me, ttl_ms)
-    else:
-        taken = registry.reclaim_lease(record.id, me, current, ttl_ms)
-    if not isinstance(taken, Acquired):
-        _refuse(record, "another owner took it meanwhile: procledger show")
-    return taken.lease
-
-
-def _refuse(record: ProcessRecord, why: str) -> NoReturn:
-    raise StillOwned(f"process {record.id} not abandoned: {why} {record.id}")
-
-
-def _evidence(record: ProcessRecord) -> LeaseOwner | None:
-    """Whose absence the abandonment rests on: the owner that first started it, if any."""
-    return record.first_started.owner if record.first_started is not None else None
-
-
-def _clip(text: str) -> str:
-    from procledger.domain.diagnostics import clip_diagnostic
-
-    return clip_diagnostic(text)
 
 
 def restore(

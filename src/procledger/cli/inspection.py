@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -21,14 +20,13 @@ from procledger.cli._app import (
     write_json,
 )
 from procledger.cli._format import command_text, local_time, outcome, write_table
+from procledger.domain.wording import duration_ms
 
 if TYPE_CHECKING:
     from procledger import ProcessEvent, ProcessRecord, ProcessRegistry
 
 _FEED_PAGE = 500
 _FEED_POLL_S = 0.25
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
 _STATES = ", ".join(state.value for state in ProcessState)
 _IdArgument = Annotated[
     str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
@@ -37,11 +35,10 @@ _IdArgument = Annotated[
 
 def parse_duration(text: str) -> int:
     """``--since``: ``90``, ``90s``, ``15m``, ``2h``, ``3d``, ``1w`` -- in milliseconds."""
-    found = _DURATION.fullmatch(text.strip())
-    if found is None:
-        message = f"{text!r} is not a duration such as 90s, 15m, 2h or 3d"
-        raise typer.BadParameter(message, param_hint="--since")
-    return int(float(found.group(1)) * _UNITS[found.group(2) or "s"] * 1000)
+    try:
+        return duration_ms(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--since") from None
 
 
 def parse_states(values: list[str]) -> set[ProcessState]:

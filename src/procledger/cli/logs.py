@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import sys
 import time
 from collections import deque
@@ -121,11 +120,9 @@ def _print(chunks: Iterable[Chunk], as_json: bool) -> None:
 
 
 def _chunk_json(stream: str, offset: int, data: bytes) -> dict[str, object]:
-    try:
-        return {"stream": stream, "offset": offset, "encoding": "utf-8", "data": data.decode()}
-    except UnicodeDecodeError:
-        encoded = base64.b64encode(data).decode()
-        return {"stream": stream, "offset": offset, "encoding": "base64", "data": encoded}
+    from procledger.application.output import chunk_document
+
+    return chunk_document(stream, offset, data)
 
 
 def _last_lines(chunks: Iterable[Chunk], count: int) -> Iterator[Chunk]:

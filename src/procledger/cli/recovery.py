@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from procledger.cli._app import cli_state, open_ledger
-from procledger.cli._owner import host_id
+from procledger.supervisor.control import host_id
 
 if TYPE_CHECKING:
     from procledger import LeaseOwner, LeaseTimings, ProcessRegistry, RecoveryWorker, SweepReport

@@ -1,0 +1,69 @@
+"""A process in a few words, for people: its outcome, how it ended, its command line on one
+line. Shared by the CLI's tables (docs/design.md §8) and the web view (§16), so both say the
+same thing; pure text, no I/O."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import TYPE_CHECKING
+
+from procledger.domain.vocabulary import ProcessState
+
+if TYPE_CHECKING:
+    from procledger.domain.records import ProcessRecord
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}
+
+
+def outcome(record: ProcessRecord) -> str:
+    """The exit code when the process exited by itself, otherwise why it ended (if it did),
+    with the signal that ended it."""
+    if record.state is ProcessState.exited:
+        return f"exit {record.exit_code}"
+    text = record.reason.value if record.reason else ""
+    signal = getattr(record, "signal", None)
+    return f"{text} (signal {signal})" if signal else text
+
+
+def ending(record: ProcessRecord) -> str:
+    """How the process ended in a few words: ``exited (exit 3)``, ``terminated (signal 15)``,
+    ``lost_on_restore``."""
+    signal = getattr(record, "signal", None)
+    if record.state is ProcessState.exited:
+        return f"exited (exit {record.exit_code})"
+    return record.state.value + (f" (signal {signal})" if signal else "")
+
+
+def shell_word(word: str) -> str:
+    """One word as a shell reads it, always on one line: control characters are written as
+    ``$'...'`` escapes (so an argv with newlines is still one line), the rest as shlex does."""
+    if word.isprintable():
+        return shlex.quote(word)
+    escaped = "".join(_ESCAPES.get(ch) or (ch if ch.isprintable() else _hex(ch)) for ch in word)
+    return f"$'{escaped}'"
+
+
+def _hex(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def command_text(record: ProcessRecord) -> str:
+    """A command line a shell would accept, on one line; work without argv shows its label or
+    kind."""
+    argv = record.input.argv
+    if not argv:
+        return record.identity.label or record.identity.kind
+    return " ".join(shell_word(word) for word in argv)
+
+
+def duration_ms(text: str) -> int:
+    """A duration as people write it -- ``90``, ``90s``, ``15m``, ``2h``, ``3d``, ``1w`` -- in
+    milliseconds; ``ValueError`` naming the text for anything else."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r} is not a duration such as 90s, 15m, 2h or 3d")
+    return int(float(found.group(1)) * _UNITS[found.group(2) or "s"] * 1000)

@@ -1,0 +1,89 @@
+"""Stop and Abandon from the web view: the CLI's rules (``supervisor/control.py``), carried out
+by this server as ``procledger-web@<host id>`` (docs/design.md §8, §16)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from procledger.supervisor.control import (
+    NobodyToStop,
+    StillOwned,
+    abandon_process,
+    host_owner,
+    stop_process,
+)
+from procledger.supervisor.modes import StopMode
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+    from procledger.domain.records import ProcessRecord
+
+DEFAULT_GRACE_S = 10.0
+"""As ``procledger stop --grace``: how long an orphaned tree stopped here gets before SIGKILL."""
+MAX_GRACE_S = 86_400.0
+
+
+class BadAction(ValueError):
+    """An action's parameter that names no mode, or a grace that is not 0 to 86400 seconds."""
+
+
+class Actions:
+    """The actions of one server; each opens nothing, runs in a worker thread and returns the
+    record as it is after the action."""
+
+    def __init__(self, registry: ProcessRegistry) -> None:
+        self.registry = registry
+        self.owner = host_owner("procledger-web")
+
+    def stop(
+        self, text: str, mode: str, grace: str | float = DEFAULT_GRACE_S
+    ) -> tuple[ProcessRecord, str]:
+        """Stop the process ``text`` names; the record and what happened: ``asked`` (its
+        owner carries it out), ``stopped`` (here) or ``ended`` (already). ``NobodyToStop``
+        when nobody can."""
+        chosen = _mode(mode)
+        grace_s = _grace(grace)
+        record = self.registry.get(self.registry.resolve_process_id(text))
+        if record.state.is_terminal:
+            return record, "ended"
+        record, asked = stop_process(self.registry, record, chosen, grace_s, self.owner)
+        return record, "asked" if asked else "stopped"
+
+    def abandon(self, text: str, reason: str | None) -> tuple[ProcessRecord, str]:
+        """Abandon the process ``text`` names: ``abandoned`` or ``ended`` (already);
+        ``StillOwned`` while someone holds it."""
+        record = self.registry.get(self.registry.resolve_process_id(text))
+        if record.state.is_terminal:
+            return record, "ended"
+        return abandon_process(self.registry, record, self.owner, reason), "abandoned"
+
+    def stop_said(self, text: str, mode: str) -> str:
+        """As ``stop``, for the page: a word for what happened, refusals included."""
+        try:
+            return self.stop(text, mode)[1]
+        except NobodyToStop:
+            return "nobody"
+
+    def abandon_said(self, text: str, reason: str | None) -> str:
+        try:
+            return self.abandon(text, reason)[1]
+        except StillOwned:
+            return "owned"
+
+
+def _mode(text: str) -> StopMode:
+    try:
+        return StopMode(text)
+    except ValueError:
+        raise BadAction(f"{text!r} is not a stop mode (interrupt, terminate, kill)") from None
+
+
+def _grace(value: str | float) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0.0 <= seconds <= MAX_GRACE_S):
+        raise BadAction(f"grace {value!r} is not a number of seconds from 0 to 86400")
+    return seconds

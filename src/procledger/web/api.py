@@ -1,0 +1,116 @@
+"""The JSON API under ``/api/``, in the shapes the CLI prints with ``--json`` (docs/design.md
+§8, §16): a script that reads ``procledger ps --json`` reads ``/api/processes`` alike.
+
+- ``GET /api/processes``: ``{"records", "damaged"}`` (``ps --json``), with the list filters
+  of the page (``status``, ``state``, ``label``, ``since``) and ``limit``: the newest N.
+- ``GET /api/processes/{id}``: ``{"record", "events"}`` (``show --json``).
+- ``GET /api/processes/{id}/output``: ``[{stream, offset, encoding, data}]`` (``logs --json``),
+  from ``since_offset``, one ``stream`` or both.
+- ``GET /api/feed?since=N&limit=N``: ``[{"record", "cursor"}]`` (``feed --json``).
+- ``POST /api/processes/{id}/stop`` (``mode``, ``grace``) and ``.../abandon`` (``reason``):
+  ``{"record", "result"}``; a refusal is 409 with ``{"error", "message"}``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from anyio import to_thread
+from starlette.responses import JSONResponse, Response
+
+from procledger.web.pages import load
+from procledger.web.views import list_query
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+FEED_LIMIT = 500
+
+
+def dump(model: Any) -> Any:
+    """A model as the CLI's ``--json`` writes it."""
+    return model.model_dump(mode="json")
+
+
+async def processes(request: Request) -> Response:
+    """``ps --json``: every matching record, or with ``limit`` the newest N (oldest first)."""
+    query = list_query(request.query_params)
+    registry = request.app.state.registry
+    if request.query_params.get("limit"):  # the newest N, listed oldest first as `ps --limit`
+        scan = await to_thread.run_sync(query.page, registry)
+        records, damaged = scan.records[::-1], scan.damaged
+    else:
+        scan = await to_thread.run_sync(registry.scan_processes, query.selection)
+        records = [r for r in scan.records if not query.states or r.state in query.states]
+        damaged = scan.damaged
+    return JSONResponse({"records": [dump(r) for r in records], "damaged": damaged})
+
+
+async def process(request: Request) -> Response:
+    """``show --json``: the record and its whole history; an id prefix works, as in the CLI."""
+    registry = request.app.state.registry
+    _, record, events = await to_thread.run_sync(load, registry, request.path_params["pid"])
+    return JSONResponse({"record": dump(record), "events": [dump(e) for e in events]})
+
+
+async def output(request: Request) -> Response:
+    """The output on disk now as ``logs --json`` chunks (a list: a response has one body)."""
+    registry = request.app.state.registry
+    stream = request.query_params.get("stream") or None
+    since = int(request.query_params.get("since_offset") or 0)
+    chunks = await to_thread.run_sync(
+        read_chunks, registry, request.path_params["pid"], stream, since
+    )
+    return JSONResponse(chunks)
+
+
+def read_chunks(registry: Any, text: str, stream: str | None, since: int) -> list[Any]:
+    from procledger.application.output import chunk_document, read_output
+
+    found = registry.resolve_process_id(text)
+    chunks = read_output(registry, found, stream=stream, since_offset=since)
+    return [chunk_document(c.stream, c.offset, c.data) for c in chunks]
+
+
+async def feed(request: Request) -> Response:
+    """``feed --json`` lines as a list: at most 500 changes after ``since``; page with the
+    last cursor."""
+    since = int(request.query_params.get("since") or 0)
+    limit = min(int(request.query_params.get("limit") or FEED_LIMIT), FEED_LIMIT)
+    registry = request.app.state.registry
+    records, _ = await to_thread.run_sync(registry.changes_since, since, limit)
+    return JSONResponse([{"record": dump(r), "cursor": r.change_seq} for r in records])
+
+
+async def stop(request: Request) -> Response:
+    """Stop by the CLI's rules; 409 ``NobodyToStop`` when nobody can carry it out."""
+    fields = await _fields(request)
+    actions = request.app.state.actions
+    pid, mode, grace = (
+        request.path_params["pid"],
+        fields.get("mode") or "interrupt",
+        fields.get("grace") or 10.0,
+    )
+    record, result = await to_thread.run_sync(actions.stop, pid, str(mode), grace)
+    return JSONResponse({"record": dump(record), "result": result})
+
+
+async def abandon(request: Request) -> Response:
+    """Abandon by the CLI's rules; 409 ``StillOwned`` while someone holds the process."""
+    fields = await _fields(request)
+    actions = request.app.state.actions
+    reason = fields.get("reason")
+    record, result = await to_thread.run_sync(
+        actions.abandon, request.path_params["pid"], str(reason) if reason else None
+    )
+    return JSONResponse({"record": dump(record), "result": result})
+
+
+async def _fields(request: Request) -> dict[str, Any]:
+    """An action's parameters (a JSON object or a form); the CSRF token is checked for a
+    request authenticated by the session cookie (a bearer token needs none)."""
+    from procledger.web.pages import check_csrf, form_fields
+
+    fields = await form_fields(request)
+    check_csrf(request, fields.get("csrf"))
+    return fields

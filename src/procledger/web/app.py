@@ -1,0 +1,170 @@
+"""The web view's application and the server that runs it (docs/design.md §16).
+
+``create_app`` composes the routes behind the token gate; the registry is opened when the
+server starts (its lifespan) and closed when it stops, and one ``FeedHub`` polls the change
+feed for every stream. ``serve`` binds the socket first -- so the URL it prints is already
+accepting connections -- and runs uvicorn on it until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from procledger.adapters.sql.location import mask_url
+from procledger.domain.errors import NotFound, ProcledgerError, StoreError
+from procledger.web import api, pages, streams
+from procledger.web.actions import Actions, BadAction
+from procledger.web.auth import Keys, TokenGate
+from procledger.web.hub import FeedHub
+from procledger.web.views import QueryError
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+
+
+class LoopbackOnly(ValueError):
+    """A non-loopback address without an explicit token: refused before anything binds."""
+
+
+def create_app(url: str | None, token: str) -> Any:
+    """The ASGI app for the ledger at ``url`` (``None``: the default ledger), behind
+    ``token``."""
+    app = Starlette(routes=_routes(), lifespan=_lifespan(url))
+    app.state.ledger_name = mask_url(url) if url else "the default ledger"  # no password shown
+    for kind in (NotFound, ProcledgerError, QueryError, BadAction, HTTPException, ValueError):
+        app.add_exception_handler(kind, _failure)
+    return TokenGate(app, Keys(token))
+
+
+def _routes() -> list[Any]:
+    static = StaticFiles(directory=Path(__file__).with_name("static"))
+    return [
+        Route("/", pages.processes),
+        Route("/processes/{pid}", pages.process),
+        Route("/processes/{pid}/stop", pages.stop, methods=["POST"]),
+        Route("/processes/{pid}/abandon", pages.abandon, methods=["POST"]),
+        Route("/processes/{pid}/output/stream", _output_stream),
+        Route("/stream/changes", streams.changes),
+        Route("/api/processes", api.processes),
+        Route("/api/feed", api.feed),
+        Route("/api/processes/{pid}", api.process),
+        Route("/api/processes/{pid}/output", api.output),
+        Route("/api/processes/{pid}/stop", api.stop, methods=["POST"]),
+        Route("/api/processes/{pid}/abandon", api.abandon, methods=["POST"]),
+        Mount("/static", static),
+    ]
+
+
+async def _output_stream(request: Request) -> Response:
+    from anyio import to_thread
+
+    registry = request.app.state.registry
+    found = await to_thread.run_sync(registry.resolve_process_id, request.path_params["pid"])
+    return streams.output(request, found)
+
+
+def _lifespan(url: str | None) -> Any:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        from procledger import open_registry
+
+        registry: ProcessRegistry = open_registry(url)
+        app.state.registry = registry
+        app.state.actions = Actions(registry)
+        app.state.hub = hub = FeedHub(registry)
+        poller = asyncio.create_task(hub.run())
+        try:
+            yield
+        finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+            registry.close()
+
+    return lifespan
+
+
+async def _failure(request: Request, exc: Exception) -> Response:
+    """An error as a status: 404 for an unknown process, 400 for a bad parameter, 409 for a
+    refused action, 503 when the store fails; JSON under ``/api/``, else a page."""
+    status, message = _status(exc)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": type(exc).__name__, "message": message}, status)
+    if not hasattr(request.state, "csrf"):
+        return PlainTextResponse(message, status)
+    return pages.html(request, "error.html", status, status=status, message=message)
+
+
+def _status(exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, HTTPException):
+        return exc.status_code, str(exc.detail)
+    if isinstance(exc, NotFound):
+        return 404, str(exc)
+    if isinstance(exc, StoreError):
+        return 503, f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ProcledgerError):
+        return 409, f"{type(exc).__name__}: {exc}"
+    return 400, str(exc)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (reusable address: a restarted server gets its port back)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    url: str | None, host: str, port: int, token: str | None, out: TextIO = sys.stdout
+) -> None:
+    """Run the web view until stopped. Without ``token`` a random one is made and printed in
+    the URL; a non-loopback ``host`` needs an explicit token (``LoopbackOnly``) and is warned
+    about on stderr."""
+    import uvicorn
+
+    from procledger.web.auth import new_token
+
+    if not is_loopback(host):
+        if token is None:
+            raise LoopbackOnly(f"serving on {host} (not loopback) needs an explicit --token")
+        sys.stderr.write(
+            f"procledger serve: warning: {host} is reachable from other machines; "
+            "anyone with the token can stop processes\n"
+        )
+    token = token or new_token()
+    sock = bind(host, port)
+    where = f"[{host}]" if ":" in host else host
+    out.write(f"procledger serve: http://{where}:{sock.getsockname()[1]}/?token={token}\n")
+    out.flush()
+    config = uvicorn.Config(
+        create_app(url, token), log_level="warning", lifespan="on", timeout_graceful_shutdown=1
+    )
+    uvicorn.Server(config).run(sockets=[sock])

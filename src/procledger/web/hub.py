@@ -1,0 +1,145 @@
+"""One reader of the change feed per server, shared by every stream (docs/design.md §5.1, §16).
+
+A poller follows ``scan_changes`` from the feed's head and keeps the recent changes in memory,
+each with its row already encoded; a stream asks for the changes after its cursor and waits
+for more. A cursor older than what is kept (a browser that reconnects after a restart, or one
+that fell far behind) is served from the ledger itself, page by page, until it reaches the
+kept window. Since the feed never skips, a stream that resumes from its ``Last-Event-ID`` sees
+every change after it, in order, exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from anyio import to_thread
+
+from procledger.web.views import row_json
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+    from procledger.domain.records import ProcessRecord
+
+logger = logging.getLogger("procledger.web")
+PAGE = 500
+"""Changes read per query, by the poller and by a stream catching up."""
+POLL_S = 0.05
+"""How often the poller asks for changes when it has none: the bound on a change's delay."""
+KEEP = 5_000
+"""How many recent changes stay in memory for the streams to read without a query."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change of the feed: its position, the record at that change, and its row as JSON."""
+
+    seq: int
+    record: ProcessRecord
+    row: str
+
+    @classmethod
+    def of(cls, record: ProcessRecord) -> Change:
+        return cls(record.change_seq, record, row_json(record))
+
+
+def feed_head(registry: ProcessRegistry) -> int:
+    """The feed's current position, found with a few one-row reads (no scan of the whole
+    feed): ``changes_since(x, 1)`` says whether anything lies past ``x`` and names the next
+    change; a gallop then a bisection finds the last. Everything at or below it is visible,
+    since the feed never skips."""
+    low, step, high = 0, 1, None
+    while high is None:  # gallop: something at ``low`` (or nothing at all)
+        found, _ = registry.changes_since(low + step, 1)
+        if found:
+            low, step = found[0].change_seq, step * 2
+        else:
+            high = low + step  # nothing past it
+    while low < high:  # the last change lies in [low, high]
+        middle = (low + high) // 2
+        found, _ = registry.changes_since(middle, 1)
+        if found:
+            low = found[0].change_seq
+        else:
+            high = middle
+    return low
+
+
+class FeedHub:
+    """The changes after ``base`` that the poller has read, up to ``head``; ``follow`` gives a
+    stream everything after its cursor, from here or from the ledger."""
+
+    def __init__(self, registry: ProcessRegistry, *, poll_s: float = POLL_S, keep: int = KEEP):
+        self.registry = registry
+        self.poll_s = poll_s
+        self.keep = keep
+        self.base = self.head = 0
+        self._changes: list[Change] = []
+        self._seqs: list[int] = []
+        self._tick = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        """Poll the feed until cancelled; a store error is logged and retried, never fatal."""
+        self.base = self.head = await to_thread.run_sync(feed_head, self.registry)
+        self.ready.set()
+        while True:
+            try:
+                full = await self._poll()
+            except Exception:
+                logger.exception("reading the change feed failed; retrying in a second")
+                await asyncio.sleep(1.0)
+                continue
+            if not full:
+                await asyncio.sleep(self.poll_s)
+
+    async def _poll(self) -> bool:
+        page = await to_thread.run_sync(self.registry.scan_changes, self.head, PAGE)
+        for damaged in page.damaged:
+            logger.warning("process %s changed but its record cannot be read (see verify)", damaged)
+        if page.records:
+            fresh = [Change.of(record) for record in page.records]
+            self._changes.extend(fresh)
+            self._seqs.extend(change.seq for change in fresh)
+        self.head = max(self.head, int(page.cursor))
+        if len(self._changes) > 2 * self.keep:
+            cut = len(self._changes) - self.keep
+            self.base = self._seqs[cut - 1]
+            del self._changes[:cut], self._seqs[:cut]
+        if page.records or page.damaged:
+            self._tick.set()
+            self._tick = asyncio.Event()
+        return len(page.records) + len(page.damaged) >= PAGE
+
+    async def follow(self, cursor: int, idle_s: float = 15.0) -> AsyncIterator[list[Change]]:
+        """Batches of the changes after ``cursor``, in feed order, for as long as the caller
+        iterates; an empty batch after ``idle_s`` without any (a stream sends a keep-alive,
+        which is how it learns that its client went away)."""
+        await self.ready.wait()
+        while True:
+            if cursor < self.base:
+                batch, cursor = await self._from_ledger(cursor)
+            else:
+                tick = self._tick
+                batch = self._changes[bisect.bisect_right(self._seqs, cursor) :]
+                if not batch:
+                    try:
+                        await asyncio.wait_for(tick.wait(), idle_s)
+                    except TimeoutError:
+                        yield []
+                    continue
+                cursor = batch[-1].seq
+            if batch:
+                yield batch
+
+    async def _from_ledger(self, cursor: int) -> tuple[list[Change], int]:
+        """A page of the changes after ``cursor`` read from the ledger, and the cursor after it;
+        with nothing visible past it, the kept window's start (nothing lies in between)."""
+        records, _ = await to_thread.run_sync(self.registry.changes_since, cursor, PAGE)
+        if not records:
+            return [], max(cursor, self.base)
+        return [Change.of(record) for record in records], records[-1].change_seq

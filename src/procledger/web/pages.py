@@ -1,0 +1,219 @@
+"""The HTML pages -- the processes list and a process's page -- and the Stop and Abandon
+actions (docs/design.md §16).
+
+Pages are rendered by Jinja2 with autoescaping for every template, so argv, output, labels and
+diagnostics are text wherever they appear; the live parts are filled in by ``static/app.js``
+with ``textContent`` only. An action answers with a redirect to the process's page naming
+what happened by a fixed word (``?said=stopped``), never by echoing text from the request.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode
+
+import orjson
+from anyio import to_thread
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from procledger.domain.wording import outcome
+from procledger.web.views import STATUSES, list_query, local_time, row
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from procledger.domain.records import ProcessEvent, ProcessRecord
+
+TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).with_name("templates")),
+    autoescape=select_autoescape(default=True, default_for_string=True),
+    auto_reload=False,
+)
+SAID = {
+    "asked": "Stop requested: its supervisor carries it out.",
+    "stopped": "Its supervisor was gone: the process was stopped here.",
+    "abandoned": "Recorded as abandoned.",
+    "ended": "It had already ended: nothing to do.",
+    "nobody": "Nobody can stop it: no live supervisor and no live child on this host. "
+    "If it is over, abandon it.",
+    "owned": "Not abandoned: a live owner holds it or its child still runs. Stop it instead.",
+}
+
+
+def html(request: Request, template: str, code: int = 200, **values: Any) -> HTMLResponse:
+    """A template rendered with what every page shows: the CSRF token and the ledger."""
+    page = TEMPLATES.get_template(template).render(
+        csrf=request.state.csrf, ledger=request.app.state.ledger_name, **values
+    )
+    return HTMLResponse(page, status_code=code)
+
+
+async def processes(request: Request) -> Response:
+    """The processes list: ``ps``'s filters, newest first, a page at a time; the stream URL
+    carries the feed position the page was read at, so the page misses no later change."""
+    hub = request.app.state.hub
+    await hub.ready.wait()
+    query = list_query(request.query_params)
+    head = hub.head  # before the read: a change in between comes again, re-applied by id
+    scan = await to_thread.run_sync(query.page, request.app.state.registry)
+    chosen = scan.records
+    params = request.query_params
+    next_url = None
+    if len(chosen) == query.limit:
+        next_url = "/?" + urlencode({**query.params, "before": chosen[-1].id})
+    return html(
+        request,
+        "processes.html",
+        rows=[row(record) for record in chosen],
+        damaged=scan.damaged,
+        statuses=STATUSES,
+        status=params.get("status", "any"),
+        state=params.get("state", ""),
+        label=params.get("label", ""),
+        since=params.get("since", ""),
+        limit=query.limit,
+        first_page=query.before is None,
+        next_url=next_url,
+        stream_url="/stream/changes?" + urlencode({**query.params, "cursor": head}),
+    )
+
+
+async def process(request: Request) -> Response:
+    """One process: its record, attempts, whole event history and output (filled live)."""
+    registry, hub = request.app.state.registry, request.app.state.hub
+    await hub.ready.wait()
+    head = hub.head  # before the read, as for the list
+    found, record, events = await to_thread.run_sync(load, registry, request.path_params["pid"])
+    return html(
+        request,
+        "process.html",
+        record=record,
+        row=row(record),
+        summary=summary(record),
+        events=[event_row(e) for e in events],
+        attempts=attempts(events),
+        said=SAID.get(request.query_params.get("said", "")),
+        stream_url="/stream/changes?" + urlencode({"process": found, "cursor": head}),
+    )
+
+
+def load(registry: Any, text: str) -> tuple[str, ProcessRecord, list[ProcessEvent]]:
+    """The process an id or unique id prefix names, its record and its events."""
+    found = registry.resolve_process_id(text)
+    return found, registry.get(found), registry.events(found)
+
+
+def summary(record: ProcessRecord) -> list[tuple[str, str]]:
+    """The record as ``show`` summarises it: one ``name, value`` pair per thing that happened."""
+    rows = [
+        ("id", record.id),
+        ("state", f"{record.state.value} ({record.status.value})"),
+        ("outcome", outcome(record)),
+        ("disposition", record.disposition.value),
+        ("created", local_time(record.created_at_ms)),
+        ("updated", local_time(record.updated_at_ms)),
+    ]
+    if record.identity.label:
+        rows.append(("label", record.identity.label))
+    if record.os is not None:
+        facts = record.os
+        rows.append(("os pid", f"{facts.pid} (process group {facts.pgid}, host {facts.host_id})"))
+    if record.stop_requested:
+        rows.append(("stop requested", ", ".join(r.value for r in record.stop_requested)))
+    if record.first_started is not None:
+        rows.append(("first started by", record.first_started.owner.owner_id))
+    if record.diagnostic:
+        rows.append(("diagnostic", record.diagnostic))
+    return rows
+
+
+def event_row(event: ProcessEvent) -> dict[str, Any]:
+    """An event as a row of the history: sequence, time, kind and its telling fields."""
+    payload = event.payload if isinstance(event.payload, dict) else {"payload": event.payload}
+    keys = ("state", "reason", "exit_code", "signal", "diagnostic")
+    parts = [f"{k}={payload[k]}" for k in keys if payload.get(k) is not None]
+    facts = payload.get("os")
+    if isinstance(facts, dict) and facts.get("pid"):
+        parts.append(f"pid={facts['pid']}")
+    owner = payload.get("owner")
+    if isinstance(owner, dict) and owner.get("owner_id"):
+        parts.append(f"owner={owner['owner_id']}")
+    if event.replay_key is not None:
+        parts.append(f"payload={payload}")
+    return {
+        "sequence": event.sequence,
+        "at": local_time(event.occurred_at_ms),
+        "kind": event.kind,
+        "details": " ".join(" ".join(parts).split()),
+    }
+
+
+def attempts(events: list[ProcessEvent]) -> list[dict[str, Any]]:
+    """Each time the process was set running (``started`` or ``backgrounded`` with its child's
+    OS facts): a re-run after recovery is a second attempt."""
+    owner = ""
+    found: list[dict[str, Any]] = []
+    for event in events:
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        if event.kind == "first_started" and isinstance(payload.get("owner"), dict):
+            owner = str(payload["owner"].get("owner_id", ""))
+        if event.kind in ("started", "backgrounded"):
+            facts = payload.get("os") if isinstance(payload.get("os"), dict) else {}
+            found.append(
+                {
+                    "number": len(found) + 1,
+                    "at": local_time(event.occurred_at_ms),
+                    "owner": owner,
+                    "pid": (facts or {}).get("pid", ""),
+                }
+            )
+    return found
+
+
+async def stop(request: Request) -> Response:
+    """The Stop button: ask the live owner, or stop an orphaned tree here (the CLI's rules)."""
+    form = await form_fields(request)
+    check_csrf(request, form.get("csrf"))
+    actions = request.app.state.actions
+    mode = str(form.get("mode") or "interrupt")
+    said = await to_thread.run_sync(actions.stop_said, request.path_params["pid"], mode)
+    return _back(request.path_params["pid"], said)
+
+
+async def abandon(request: Request) -> Response:
+    """The Abandon button: record a process nobody owns as abandoned (the CLI's rules)."""
+    form = await form_fields(request)
+    check_csrf(request, form.get("csrf"))
+    actions = request.app.state.actions
+    reason = str(form.get("reason") or "") or None
+    said = await to_thread.run_sync(actions.abandon_said, request.path_params["pid"], reason)
+    return _back(request.path_params["pid"], said)
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """A POST's fields: a JSON object, or an urlencoded form (what the pages' forms send; no
+    multipart parser needed)."""
+    body = await request.body()
+    if request.headers.get("content-type", "").startswith("application/json"):
+        from procledger.web.actions import BadAction
+
+        try:
+            loaded = orjson.loads(body or b"{}")
+        except orjson.JSONDecodeError:
+            raise BadAction("the body is not JSON") from None
+        return {str(k): v for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+    return dict(parse_qsl(body.decode(errors="replace")))
+
+
+def check_csrf(request: Request, value: Any) -> None:
+    from starlette.exceptions import HTTPException
+
+    token = value if isinstance(value, str) else request.headers.get("x-csrf-token")
+    if not request.state.bearer and not request.state.keys.csrf_ok(token):
+        raise HTTPException(403, "missing or wrong CSRF token: reload the page")
+
+
+def _back(process_id: str, said: str) -> RedirectResponse:
+    return RedirectResponse(f"/processes/{process_id}?" + urlencode({"said": said}), 303)

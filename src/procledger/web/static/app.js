@@ -1,0 +1,155 @@
+// procledger's web view: live rows, a live process page and its output, from Server-Sent
+// Events (docs/design.md §16). Everything a process says is written with textContent, never
+// as HTML. window.procledger.seen lists the id of every change applied, for the tests.
+"use strict";
+(function () {
+  const state = { seen: [] };
+  window.procledger = state;
+  const live = document.getElementById("live");
+
+  function indicate(word) {
+    if (!live) return;
+    live.dataset.state = word;
+    live.textContent = word === "live" ? "● live" : word + "…";
+  }
+
+  function follow(url, handlers) {
+    const source = new EventSource(url);
+    source.onopen = () => indicate("live");
+    // The browser retries by itself; it gives up only when refused (a 401 after the server
+    // was restarted with another token): then only a new token URL helps.
+    source.onerror = () =>
+      indicate(source.readyState === EventSource.CLOSED ? "disconnected: open the token URL" : "reconnecting");
+    for (const [kind, handle] of Object.entries(handlers)) {
+      source.addEventListener(kind, (event) => handle(JSON.parse(event.data), event, source));
+    }
+    return source;
+  }
+
+  function age(ms) {
+    const s = Math.max(0, Math.floor((Date.now() - ms) / 1000));
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor(s / 60) % 60).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d" + String(Math.floor(s / 3600) % 24).padStart(2, "0") + "h";
+  }
+
+  function tickAges() {
+    for (const tr of document.querySelectorAll("#processes tbody tr")) {
+      const cell = tr.querySelector("td.age");
+      if (cell) cell.textContent = age(Number(tr.dataset.created));
+    }
+  }
+
+  const COLUMNS = ["id", "state", "status", "outcome", "age", "updated", "command"];
+
+  function fill(tr, row) {
+    tr.id = "p-" + row.id;
+    tr.dataset.id = row.id;
+    tr.dataset.created = String(row.created_ms);
+    tr.dataset.state = row.state;
+    tr.className = row.ended ? "ended" : "active";
+    for (const name of COLUMNS) {
+      let cell = tr.querySelector("td." + name);
+      if (!cell) {
+        cell = document.createElement("td");
+        cell.className = name;
+        tr.appendChild(cell);
+      }
+      if (name === "id") {
+        const link = document.createElement("a");
+        link.href = "/processes/" + encodeURIComponent(row.id);
+        link.textContent = row.id;
+        cell.replaceChildren(link);
+      } else if (name === "age") {
+        cell.textContent = age(row.created_ms);
+      } else {
+        cell.textContent = row[name];
+      }
+    }
+  }
+
+  function processesPage(table) {
+    const body = table.tBodies[0];
+    const firstPage = table.dataset.firstPage === "true";
+    const empty = document.getElementById("empty");
+    const onRow = (change, event) => {
+      state.seen.push(event.lastEventId);
+      const id = change.match ? change.row.id : change.id;
+      const existing = document.getElementById("p-" + id);
+      if (!change.match) {
+        if (existing) existing.remove();
+      } else if (existing) {
+        fill(existing, change.row);
+      } else if (firstPage) {
+        const tr = document.createElement("tr");
+        fill(tr, change.row);
+        const after = Array.from(body.rows).find((other) => other.dataset.id < id);
+        body.insertBefore(tr, after || null);
+        tr.classList.add("flash");
+      }
+      if (empty) empty.hidden = body.rows.length > 0;
+    };
+    follow(table.dataset.stream, { row: onRow });
+    tickAges();
+    setInterval(tickAges, 1000);
+  }
+
+  async function refreshProcess() {
+    // The server renders the record, attempts and events; take them from a fresh copy of
+    // this page, parsed inertly (DOMParser runs no script).
+    const response = await fetch(location.pathname, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    for (const id of ["record", "attempts", "events", "actions", "command"]) {
+      const now = document.getElementById(id);
+      const next = fresh.getElementById(id);
+      if (now && next) now.replaceWith(document.importNode(next, true));
+    }
+  }
+
+  function outputPane(section) {
+    const pane = document.getElementById("output");
+    const note = document.getElementById("output-note");
+    const decode = (chunk) => {
+      if (chunk.encoding === "utf-8") return chunk.data;
+      const bytes = Uint8Array.from(atob(chunk.data), (c) => c.charCodeAt(0));
+      return new TextDecoder().decode(bytes);
+    };
+    const say = (text) => { note.textContent = text; note.hidden = false; };
+    follow(section.dataset.output, {
+      chunk: (chunk) => {
+        const span = document.createElement("span");
+        span.className = chunk.stream;
+        span.textContent = decode(chunk);
+        const atEnd = pane.scrollTop + pane.clientHeight >= pane.scrollHeight - 4;
+        pane.appendChild(span);
+        if (atEnd) pane.scrollTop = pane.scrollHeight;
+      },
+      end: (_, __, source) => { source.close(); say("the process ended; this is all of its output"); },
+      unavailable: (info, __, source) => {
+        source.close();
+        pane.textContent = (info.tail.stdout || "") + (info.tail.stderr || "");
+        say(info.message);
+      },
+    });
+  }
+
+  function processPage(section) {
+    let pending = Promise.resolve();
+    follow(section.dataset.stream, {
+      row: (change, event) => {
+        state.seen.push(event.lastEventId);
+        pending = pending.then(refreshProcess, refreshProcess);
+      },
+    });
+    outputPane(section);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const table = document.getElementById("processes");
+    if (table) processesPage(table);
+    const section = document.getElementById("process");
+    if (section) processPage(section);
+  });
+})();

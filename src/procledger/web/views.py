@@ -1,0 +1,160 @@
+"""What the web view shows of a process, and which processes a list selects.
+
+A row is computed once per change on the server (the hub) and sent as JSON; the page's script
+writes it with ``textContent``, never as HTML, so nothing a process says can become markup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from procledger.domain.vocabulary import ProcessState
+from procledger.domain.wording import command_text, duration_ms, outcome
+from procledger.projections.records import ProcessScan
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+    from procledger.domain.records import ProcessRecord
+    from procledger.projections.filters import ProcessListFilter
+
+PAGE_SIZE = 50
+"""Rows per page of the processes list: the first page of a large ledger stays fast."""
+STATUSES = ("any", "running", "completed", "failed", "cancelled", "abandoned")
+
+
+class QueryError(ValueError):
+    """A list filter in a URL that names no state, status or duration."""
+
+
+def local_time(ms: int | None) -> str:
+    """The ledger keeps UTC milliseconds; people read the server's time zone, to the second
+    (as ``procledger ps`` prints it)."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def row(record: ProcessRecord) -> dict[str, Any]:
+    """A record as a row of the processes table: what ``ps`` prints, plus the times the
+    page's script needs to show ages."""
+    return {
+        "id": record.id,
+        "state": record.state.value,
+        "status": record.status.value,
+        "outcome": outcome(record),
+        "created_ms": record.created_at_ms,
+        "updated": local_time(record.updated_at_ms),
+        "command": command_text(record),
+        "ended": record.state.is_terminal,
+        "change_seq": record.change_seq,
+    }
+
+
+def row_json(record: ProcessRecord) -> str:
+    return orjson.dumps(row(record)).decode()
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """The processes a list shows: ``ps``'s filters (status, state, label, since) and a page,
+    newest first, before the id ``before``."""
+
+    selection: ProcessListFilter
+    states: frozenset[ProcessState]
+    before: str | None
+    limit: int
+    params: dict[str, str]
+    """The filters as query parameters, for the stream's URL and the next page's link."""
+
+    def matches(self, record: ProcessRecord) -> bool:
+        """Whether a changed record belongs in this list (the stream decides per change)."""
+        if self.states and record.state not in self.states:
+            return False
+        return self.selection.matches(record)
+
+    def page(self, registry: ProcessRegistry) -> ProcessScan:
+        """This page, newest first: read backwards along the ids a page at a time (several
+        when a state filter, which is not a column, drops some), so its cost is its rows."""
+        records: list[ProcessRecord] = []
+        damaged: list[str] = []
+        before = self.before
+        while len(records) < self.limit:
+            scan = registry.scan_processes(
+                self.selection, limit=self.limit, after=before, newest_first=True
+            )
+            damaged.extend(scan.damaged)
+            records.extend(r for r in scan.records if not self.states or r.state in self.states)
+            if len(scan.records) + len(scan.damaged) < self.limit:
+                break
+            before = min([r.id for r in scan.records] + scan.damaged)
+        return ProcessScan(records[: self.limit], damaged)
+
+
+def list_query(query: Mapping[str, str], now_ms: int | None = None) -> ListQuery:
+    """The list a URL asks for; ``QueryError`` for a filter that names nothing. Every process
+    by default (a page that only listed running ones would drop a row as it ends); a
+    ``since`` duration becomes an absolute ``from_ms`` so a stream keeps the page's window."""
+    from procledger.projections.filters import ProcessListFilter
+
+    status = query.get("status") or "any"
+    if status not in STATUSES:
+        raise QueryError(f"{status!r} is not a status (one of: {', '.join(STATUSES)})")
+    keys: dict[str, object] = {"status": status}
+    params = {"status": status}
+    if query.get("label"):
+        keys["identity_label"] = params["label"] = query["label"]
+    start = _start_ms(query, now_ms)
+    if start is not None:
+        keys["created_at_start_ms"] = start
+        params["from_ms"] = str(start)
+    states = _states(query.get("state", ""))
+    if states:
+        params["state"] = ",".join(sorted(s.value for s in states))
+    return ListQuery(
+        selection=ProcessListFilter.decode(keys),
+        states=states,
+        before=query.get("before") or None,
+        limit=_limit(query.get("limit")),
+        params=params,
+    )
+
+
+def _start_ms(query: Mapping[str, str], now_ms: int | None) -> int | None:
+    if query.get("from_ms"):
+        return _integer(query["from_ms"], "from_ms")
+    if not query.get("since"):
+        return None
+    try:
+        ago = duration_ms(query["since"])
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
+    return (now_ms if now_ms is not None else int(time.time() * 1000)) - ago
+
+
+def _states(text: str) -> frozenset[ProcessState]:
+    states = set()
+    for name in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            states.add(ProcessState(name))
+        except ValueError:
+            raise QueryError(f"{name!r} is not a state") from None
+    return frozenset(states)
+
+
+def _limit(text: str | None) -> int:
+    if not text:
+        return PAGE_SIZE
+    return max(1, min(_integer(text, "limit"), 1000))
+
+
+def _integer(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise QueryError(f"{name} must be an integer, not {text!r}") from None
