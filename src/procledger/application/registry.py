@@ -414,6 +414,35 @@ class ProcessRegistry:
             process_id, lambda p, now: p.record_first_started(owner, at_ms, at_ms=now)
         )
 
+    def record_ready(
+        self, process_id: str, ready_at_ms: int, *, probes: Sequence[str] = ()
+    ) -> ProcessRecord:
+        """Tell that the running process became ready (its readiness probes, named in
+        ``probes``, all held at ``ready_at_ms``), so waiters and the feed learn it from the
+        log (docs/design.md §15). Told once: a later report returns the record unchanged.
+
+        Raises:
+            InvalidTransition: the process is not running (``AlreadyTerminal``: it ended).
+        """
+        return self._ledger.write(
+            process_id, lambda p, now: p.record_ready(ready_at_ms, probes, at_ms=now)
+        )
+
+    def record_crash_loop(
+        self, process_id: str, *, restarts: int, window_s: float
+    ) -> ProcessRecord:
+        """Record on a service's last (ended) attempt that its supervisor gave it up: the
+        restart budget was spent, so nothing will start it again and a reader need not wait
+        (the record says ``gave_up: "crash_loop"``). Once; a repeat is a no-op.
+
+        Raises:
+            InvalidTransition: the attempt has not ended yet.
+        """
+        return self._ledger.write(
+            process_id,
+            lambda p, now: p.record_crash_loop(restarts, window_s, at_ms=now),
+        )
+
     def request_abandon(
         self, process_id: str, requested_by: str, *, reason: str | None = None
     ) -> ProcessRecord:
