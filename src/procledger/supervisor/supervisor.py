@@ -64,6 +64,7 @@ from procledger.domain.registration import (
     SessionScope,
     env_ref_for,
 )
+from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
 from procledger.projections.filters import ProcessListFilter
 from procledger.supervisor import handles as handle_table
@@ -91,6 +92,7 @@ from procledger.supervisor.execution import (
     checked_argv,
 )
 from procledger.supervisor.modes import StopMode
+from procledger.supervisor.readiness import ReadinessWatch
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -155,6 +157,10 @@ class _StartRequest:
     loop_id: uuid.UUID | None
     capture: bool = True
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    ready: Readiness | None = None
+    restart: RestartPolicy | None = None
+    attempt_of: str | None = None
+    attempt: int | None = None
 
     @property
     def notify_to(self) -> _NotifyTo | None:
@@ -201,6 +207,12 @@ class _Run:
         self.record: ProcessRecord | None = None
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
+        self.watch: ReadinessWatch | None = None
+        self.ready_timeout: str | None = None  # why the probes failed; the tree was stopped
+        self.ready = False
+        self.settled = threading.Event()  # ready, or ended: what ``wait_ready`` waits for
+        self.spawned_at = time.monotonic()
+        self.ready_at: float | None = None
 
     @property
     def renewing(self) -> bool:
@@ -295,6 +307,8 @@ class Supervisor:
         loop_id: _SessionId | None = None,
         capture: bool = True,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        ready: Readiness | None = None,
+        restart: RestartPolicy | None = None,
     ) -> ProcessHandle:
         """Run ``argv`` under this supervisor; returns once the child runs and that is recorded.
         ``starting`` is durable before the spawn; a retried start never runs a program twice.
@@ -306,6 +320,10 @@ class Supervisor:
             disposition: what recovery may do if this supervisor dies (§3.6; env: §6.2).
             session_id, loop_id: where the completion notification goes (both, or none sent).
             capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
+            ready: readiness probes (§15): the ``ready`` fact once all hold; past its
+                ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
+            restart: start the command again as new attempts when it ends (§15); the handle
+                then names the service (``wait`` and ``stop`` act on its current attempt).
 
         Raises:
             TypeError, ValueError, OSError (a ``stdin`` file): nothing was written.
@@ -314,20 +332,12 @@ class Supervisor:
             LeaseLost: another live owner holds ``process_id``.
             SpawnError: the program could not be started; ``failed`` is recorded first.
         """
-        request = _StartRequest(
-            args=checked_argv(argv),
-            process_id=process_id,
-            cwd=cwd,
-            env=env,
-            stdin=_checked_stdin(stdin),
-            stdout=stdout,
-            background=background,
-            disposition=RecoveryDisposition(disposition),
-            session_id=_uuid_or_none(session_id),
-            loop_id=_uuid_or_none(loop_id),
-            capture=bool(capture),
-            output_limit=_checked_limit(output_limit),
-        )
+        request = _checked_request(
+            argv, process_id=process_id, cwd=cwd, env=env, stdin=stdin, stdout=stdout,
+            background=background, disposition=disposition, session_id=session_id,
+            loop_id=loop_id, capture=capture, output_limit=output_limit, ready=ready,
+            restart=restart,
+        )  # fmt: skip
         with self._start_slot(), _stdin_source(request.stdin) as source:
             return self._start(request, source)
 
@@ -363,7 +373,10 @@ class Supervisor:
             record.registration_hash,
             self._capture_for(request, record.id),
         )
-        run = _Run(ticket, keeper, self._spawn(request, workdir, ticket, keeper, source))
+        watch = None if request.ready is None else ReadinessWatch(request.ready, workdir)
+        child = self._spawn(request, workdir, ticket, keeper, source, watch=watch)
+        run = _Run(ticket, keeper, child)
+        run.watch = watch
         self._go_live(run, request.background)
         return ProcessHandle(ticket.handle, ticket.process_id)
 
@@ -394,6 +407,10 @@ class Supervisor:
             originator=Originator.host(),
             wake_target=scope,
             env_ref=env_ref,
+            readiness=request.ready,
+            restart=request.restart,
+            attempt_of=request.attempt_of,
+            attempt=request.attempt,
         )
         return registration, workdir
 
@@ -445,16 +462,23 @@ class Supervisor:
         ticket: _Ticket,
         keeper: LeaseKeeper,
         source: int | None,
+        *,
+        watch: ReadinessWatch | None = None,
     ) -> OwnedChild:
         """The child; if it cannot start, ``failed`` is recorded (and notified) first."""
         stdout, stderr = (
             ticket.capture.sinks() if ticket.capture is not None else (request.stdout, None)
         )
+        env = request.env
+        if watch is not None:
+            if stdout is not None and stderr is not None:
+                stdout, stderr = watch.sink(0, stdout), watch.sink(1, stderr)
+            env = watch.child_env(dict(os.environ if env is None else env))
         try:
             return OwnedChild.spawn(
                 request.args,
                 cwd=workdir,
-                env=request.env,
+                env=env,
                 stdin=request.stdin if isinstance(request.stdin, bytes) else None,
                 stdout=stdout,
                 stderr=stderr,
@@ -463,6 +487,8 @@ class Supervisor:
                 marker=ticket.ids.run_marker,
             )
         except SpawnError as error:
+            if watch is not None:
+                watch.close()
             result = spawn_failure(str(error))
             record = self._record_terminal(ticket, keeper, result)
             if record is not None:
@@ -507,6 +533,60 @@ class Supervisor:
                     run.shutdown = True
         self._wake.set()  # the ticker's next wake-up must account for this lease
         run.thread.start()
+        if run.watch is not None:
+            self._helper(functools.partial(self._watch_ready, run, run.watch))
+
+    # -- readiness (docs/design.md §15) ------------------------------------------------------------
+
+    def _watch_ready(self, run: _Run, watch: ReadinessWatch) -> None:
+        """The run's probes, until they all held (the ``ready`` fact), the ready timeout
+        passed (the tree is stopped; the owner thread records ``ready_timeout``) or it ended."""
+
+        def on_ready(probes: list[str]) -> None:
+            try:
+                self._registry.record_ready(run.process_id, self._registry.now_ms(), probes=probes)
+            except InvalidTransition:
+                return  # it ended first: never ready
+            except Exception as error:  # a store outage: the run goes on, unready on record
+                log.warning("process %r: readiness not recorded: %s", run.process_id, error)
+            with run.lock:
+                run.ready, run.ready_at = True, time.monotonic()
+            run.settled.set()
+
+        def on_timeout(missing: list[str]) -> None:
+            limit = watch.spec.timeout_s
+            with run.lock:
+                if run.ended:
+                    return
+                run.ready_timeout = (
+                    f"not ready within {limit:g} s: {', '.join(missing)} did not hold"
+                )
+            log.info("process %r: %s; stopping its tree", run.process_id, run.ready_timeout)
+            policy = request_policy(TerminalReason.terminated, self._stop_policy)
+            run.child.stop(policy, escalate=True)
+
+        watch.watch(lambda: not run.ended, on_ready, on_timeout)
+
+    def wait_ready(
+        self, handle: ProcessHandle | str, timeout: float | None = None
+    ) -> ProcessRecord:
+        """The record once the process is ready (``ready_at_ms`` set) or has ended without
+        becoming ready (then its terminal record, ``ready_at_ms`` null): a caller starting a
+        service waits here instead of guessing with a sleep. A process started without
+        readiness probes counts as ready once it runs.
+
+        Raises:
+            NotFound: ``handle`` was not started by this supervisor.
+            TimeoutError: neither happened within ``timeout`` seconds.
+        """
+        run = self._find(handle)
+        if run.watch is None:
+            return self._registry.get(run.process_id)
+        if not run.settled.wait(timeout):
+            raise TimeoutError(f"process {run.process_id!r} not ready after {timeout} s")
+        if run.ready:
+            return self._registry.get(run.process_id)
+        return self._terminal_record(run, None)
 
     # -- the one completion path ------------------------------------------------------------------
 
@@ -527,6 +607,7 @@ class Supervisor:
                 self._active.pop(run.handle, None)
                 self._lock.notify_all()
             run.done.set()
+            run.settled.set()
             self._wake.set()
 
     def _finish(self, run: _Run, returncode: int, failure: str | None) -> None:
@@ -534,10 +615,17 @@ class Supervisor:
             run.ended = True
             run.returncode = returncode
             requested, shutdown, lost = tuple(run.requested), run.shutdown, run.lease_lost
+            ready_timeout = run.ready_timeout
         if lost:
             _output_of(run.ticket)  # closes the capture; the new holder records the terminal
             return
-        result = outcome(returncode, requested=requested, shutdown=shutdown, failure=failure)
+        result = outcome(
+            returncode,
+            requested=requested,
+            shutdown=shutdown,
+            failure=failure,
+            ready_timeout=ready_timeout,
+        )
         result = dataclasses.replace(result, survivors=tuple(run.child.survivors))
         run.record = self._record_terminal(run.ticket, run.keeper, result)
         if run.record is not None:
@@ -1068,6 +1156,41 @@ def _output_of(ticket: _Ticket) -> tuple[OutputSummary, dict[str, str]]:
     if ticket.capture is None:
         return no_capture(this_host_id())
     return ticket.capture.finish()
+
+
+def _checked_request(argv: Sequence[str], **options: Any) -> _StartRequest:
+    """``start``'s arguments checked and normalised, before anything is written."""
+    capture, restart = bool(options["capture"]), options["restart"]
+    if restart is not None and not isinstance(restart, RestartPolicy):
+        raise TypeError(f"restart must be a procledger.RestartPolicy, not {restart!r}")
+    return _StartRequest(
+        args=checked_argv(argv),
+        process_id=options["process_id"],
+        cwd=options["cwd"],
+        env=options["env"],
+        stdin=_checked_stdin(options["stdin"]),
+        stdout=options["stdout"],
+        background=options["background"],
+        disposition=RecoveryDisposition(options["disposition"]),
+        session_id=_uuid_or_none(options["session_id"]),
+        loop_id=_uuid_or_none(options["loop_id"]),
+        capture=capture,
+        output_limit=_checked_limit(options["output_limit"]),
+        ready=_checked_ready(options["ready"], capture),
+        restart=restart,
+        attempt=None if restart is None else 1,
+    )
+
+
+def _checked_ready(ready: object, capture: bool) -> Readiness | None:
+    """``start``'s ``ready``: a ``Readiness`` (an output probe needs the output captured)."""
+    if ready is None:
+        return None
+    if not isinstance(ready, Readiness):
+        raise TypeError(f"ready must be a procledger.Readiness, not {ready!r}")
+    if ready.output is not None and not capture:
+        raise ValueError("an output readiness probe needs the output captured (capture=True)")
+    return ready
 
 
 def _checked_limit(limit: object) -> int:
