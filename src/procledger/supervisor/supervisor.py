@@ -25,6 +25,7 @@ lease in the same transaction). Each lifecycle write carries an id derived from 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, final
 
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.adapters.output_files import output_root
@@ -64,8 +65,13 @@ from procledger.domain.registration import (
     SessionScope,
     env_ref_for,
 )
-from procledger.domain.service import Readiness, RestartPolicy
-from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
+from procledger.domain.service import Readiness, RestartPolicy, backoff_delay, plan_restart
+from procledger.domain.vocabulary import (
+    ProcessState,
+    ProcessStatus,
+    RecoveryDisposition,
+    TerminalReason,
+)
 from procledger.projections.filters import ProcessListFilter
 from procledger.supervisor import handles as handle_table
 from procledger.supervisor import orphans, os_seam
@@ -93,6 +99,7 @@ from procledger.supervisor.execution import (
 )
 from procledger.supervisor.modes import StopMode
 from procledger.supervisor.readiness import ReadinessWatch
+from procledger.supervisor.services import BackoffEnd, Service, attempt_id, backoff_wait
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -183,6 +190,14 @@ class _Ticket:
     capture: Capture | None = None
 
 
+class _Prepared(NamedTuple):
+    """A process registered, leased and stamped, not yet spawned."""
+
+    ticket: _Ticket
+    keeper: LeaseKeeper
+    workdir: str
+
+
 class _Run:
     """One supervised process from spawn to terminal; shared by its owner thread, the ticker
     and stoppers. ``lock`` guards the fields that decide the terminal."""
@@ -213,6 +228,7 @@ class _Run:
         self.settled = threading.Event()  # ready, or ended: what ``wait_ready`` waits for
         self.spawned_at = time.monotonic()
         self.ready_at: float | None = None
+        self.service: Service | None = None
 
     @property
     def renewing(self) -> bool:
@@ -277,6 +293,7 @@ class Supervisor:
         self._ticker: threading.Thread | None = None
         self._wake = threading.Event()
         self._helpers: list[threading.Thread] = []
+        self._services: dict[str, Service] = {}
 
     @property
     def owner(self) -> LeaseOwner:
@@ -339,6 +356,8 @@ class Supervisor:
             restart=restart,
         )  # fmt: skip
         with self._start_slot(), _stdin_source(request.stdin) as source:
+            if request.restart is not None:
+                return self._start_service(request, request.restart, source)
             return self._start(request, source)
 
     @contextmanager
@@ -357,6 +376,11 @@ class Supervisor:
 
     def _start(self, request: _StartRequest, source: int | None) -> ProcessHandle:
         """The durable writes in the module docstring's order, then the spawn."""
+        run = self._launch(request, self._prepare(request), source)
+        return ProcessHandle(run.handle, run.process_id)
+
+    def _prepare(self, request: _StartRequest) -> _Prepared:
+        """Register, claim and stamp the first start: everything durable before the spawn."""
         registration, workdir = self._registration(request)
         record = self._registry.register(registration)  # `starting` is durable before the spawn
         refusal = start_refusal(record)
@@ -373,12 +397,17 @@ class Supervisor:
             record.registration_hash,
             self._capture_for(request, record.id),
         )
+        return _Prepared(ticket, keeper, workdir)
+
+    def _launch(self, request: _StartRequest, prepared: _Prepared, source: int | None) -> _Run:
+        """Spawn a prepared process and hand it to its owner thread."""
+        ticket, keeper, workdir = prepared
         watch = None if request.ready is None else ReadinessWatch(request.ready, workdir)
         child = self._spawn(request, workdir, ticket, keeper, source, watch=watch)
         run = _Run(ticket, keeper, child)
         run.watch = watch
         self._go_live(run, request.background)
-        return ProcessHandle(ticket.handle, ticket.process_id)
+        return run
 
     def _registration(self, request: _StartRequest) -> tuple[ProcessRegistration, str]:
         """The registration, and the absolute directory the child runs in.
@@ -552,6 +581,8 @@ class Supervisor:
             with run.lock:
                 run.ready, run.ready_at = True, time.monotonic()
             run.settled.set()
+            if run.service is not None:
+                run.service.wake.set()
 
         def on_timeout(missing: list[str]) -> None:
             limit = watch.spec.timeout_s
@@ -579,6 +610,9 @@ class Supervisor:
             NotFound: ``handle`` was not started by this supervisor.
             TimeoutError: neither happened within ``timeout`` seconds.
         """
+        service = self._service(handle)
+        if service is not None:
+            return self._service_ready(service, timeout)
         run = self._find(handle)
         if run.watch is None:
             return self._registry.get(run.process_id)
@@ -587,6 +621,186 @@ class Supervisor:
         if run.ready:
             return self._registry.get(run.process_id)
         return self._terminal_record(run, None)
+
+    # -- services: restarts (docs/design.md §15) --------------------------------------------------
+
+    def _service(self, handle: ProcessHandle | str) -> Service | None:
+        key = handle.handle if isinstance(handle, ProcessHandle) else handle
+        with self._lock:
+            return self._services.get(key) if isinstance(key, str) else None
+
+    def _start_service(
+        self, request: _StartRequest, policy: RestartPolicy, source: int | None
+    ) -> ProcessHandle:
+        """The first attempt, as any start; then the service thread that restarts it."""
+        run = self._launch(request, self._prepare(request), source)
+        service = Service(run.handle, run.process_id, policy, request)
+        service.current, run.service = run, service
+        with self._lock:
+            self._services[service.handle] = service
+        self._helper(functools.partial(self._serve, service), name="procledger-service")
+        return ProcessHandle(run.handle, run.process_id)
+
+    def _serve(self, service: Service) -> None:
+        """The service thread: attempt after attempt until the policy, a stop or the budget
+        says no more."""
+        try:
+            self._serve_attempts(service)
+        except BaseException as error:  # a store failure: no further attempt starts
+            service.error = error
+            log.warning("service %r: no further attempt: %s", service.first_id, error)
+        finally:
+            service.done.set()
+            service.wake.set()
+
+    def _serve_attempts(self, service: Service) -> None:
+        restarts: tuple[float, ...] = ()
+        while True:
+            run = service.current
+            run.done.wait()
+            if run.error is not None:
+                raise run.error
+            service.record = run.record or self._registry.get(run.process_id)
+            ended_at = self._ended_at(service.record)
+            service.wake.set()
+            if run.record is None:  # the lease was lost: its new holder decides
+                return
+            plan = self._plan_after(service, run, service.record, restarts)
+            if plan.action == "give_up":
+                service.record = self._registry.record_crash_loop(
+                    run.process_id, restarts=len(plan.restarts), window_s=service.policy.window_s
+                )
+                self._say(f"procledger: service {service.first_id!r} gave up (crash_loop)")
+                return
+            if plan.action == "stop":
+                return
+            restarts = plan.restarts
+            delay = backoff_delay(service.policy, plan.number, service.rng.random())
+            if not self._restart(service, ended_at + delay):
+                return
+
+    def _ended_at(self, record: ProcessRecord) -> float:
+        """When ``record`` ended on the monotonic clock: the backoff counts from the recorded
+        end, so the writes and notifications after it do not lengthen it."""
+        now = time.monotonic()
+        if record.finished_at_ms is None:
+            return now
+        return now - max(0, self._registry.now_ms() - record.finished_at_ms) / 1000
+
+    def _plan_after(
+        self, service: Service, run: _Run, record: ProcessRecord, restarts: tuple[float, ...]
+    ) -> Any:
+        """What follows ``run``'s end: never a restart after a stop, a lost lease or a
+        shutdown; healthy time counts from readiness when probed, else from the spawn."""
+        with run.lock:
+            stopped = bool(run.requested) or run.shutdown or run.lease_lost
+            since = run.ready_at if run.watch is not None else run.spawned_at
+        now = time.monotonic()
+        return plan_restart(
+            service.policy,
+            failed=record.status is ProcessStatus.failed,
+            stopped=stopped or service.cancelled.is_set() or bool(record.stop_requested),
+            restarts=restarts,
+            now=now,
+            healthy_s=0.0 if since is None else now - since,
+        )
+
+    def _restart(self, service: Service, start_at: float) -> bool:
+        """The next attempt: registered and leased now (``starting``), spawned at ``start_at``
+        (monotonic) unless the service is stopped meanwhile. False: no attempt runs."""
+        number = len(service.attempts) + 1
+        request = dataclasses.replace(
+            service.template,
+            process_id=attempt_id(service.first_id, number),
+            attempt_of=service.first_id,
+            attempt=number,
+        )
+        prepared = self._prepare(request)
+        service.attempts.append(prepared.ticket.process_id)
+        ended = self._backoff(service, prepared, start_at - time.monotonic())
+        if ended is BackoffEnd.lost:
+            return False
+        if ended is BackoffEnd.go:
+            with contextlib.suppress(SupervisorClosed), self._start_slot(), service.lock:
+                if not service.cancelled.is_set():
+                    with _stdin_source(request.stdin) as source:
+                        run = self._launch(request, prepared, source)
+                    run.service, service.current = service, run
+                    return True
+        service.record = self._cancel_pending(prepared, shutdown=self._closed)
+        return False
+
+    def _backoff(self, service: Service, prepared: _Prepared, delay_s: float) -> BackoffEnd:
+        """Wait out the backoff, keeping the pending attempt's lease and watching for stops."""
+        keeper, pid = prepared.keeper, prepared.ticket.process_id
+
+        def stop_requested() -> bool:
+            try:
+                return bool(self._registry.get(pid).stop_requested)
+            except Exception as error:  # a store outage: look again later
+                log.info("process %r: reading its stop requests failed: %s", pid, error)
+                return False
+
+        def renew_due(now: float) -> float | None:
+            if keeper.is_due(now) and keeper.renew(now) is Renewal.lost:
+                return None
+            return keeper.due_at
+
+        return backoff_wait(
+            delay_s, cancelled=service.cancelled, stop_requested=stop_requested, renew_due=renew_due
+        )
+
+    def _cancel_pending(self, prepared: _Prepared, *, shutdown: bool) -> ProcessRecord | None:
+        """End an attempt that never ran: ``terminated`` (a stop; ``killed`` if one asked
+        for it) or, during a shutdown, ``terminated``/``runner_shutdown``."""
+        ticket, keeper = prepared.ticket, prepared.keeper
+        if shutdown:
+            result = Outcome(ProcessState.terminated, TerminalReason.runner_shutdown)
+        else:
+            requested = self._registry.get(ticket.process_id).stop_requested
+            if not requested:
+                reason = TerminalReason.terminated
+                self._registry.request_stop(
+                    ticket.process_id, reason, event_id=ticket.ids.stop[reason]
+                )
+            killed = TerminalReason.killed in requested
+            state = ProcessState.killed if killed else ProcessState.terminated
+            result = Outcome(state, TerminalReason(state.value))
+        record = self._record_terminal(ticket, keeper, result)
+        if record is not None:
+            self._publish(ticket.ids.command_id, ticket.handle, ticket.notify_to, record)
+        return record
+
+    def _stop_service(
+        self, service: Service, mode: StopMode, grace_s: float | None
+    ) -> ProcessRecord:
+        """Cancel further restarts, then stop the current attempt (if it still runs)."""
+        with service.lock:
+            service.cancelled.set()
+            run = service.current
+        record = self._stop_run(run, mode, grace_s)
+        if mode is StopMode.interrupt and not record.is_terminal:
+            return record
+        service.done.wait()
+        return service.record if service.record is not None else record
+
+    def _service_ready(self, service: Service, timeout: float | None) -> ProcessRecord:
+        """``wait_ready`` of a service: its newest attempt ready, or the service done."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            service.wake.clear()
+            run = service.current
+            with run.lock:
+                ready = run.ready or (run.watch is None and not run.ended)
+            if ready:
+                return self._registry.get(run.process_id)
+            if service.done.is_set():
+                assert service.record is not None
+                return service.record
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"service {service.first_id!r} not ready after {timeout} s")
+            service.wake.wait(0.05 if remaining is None else min(remaining, 0.05))
 
     # -- the one completion path ------------------------------------------------------------------
 
@@ -763,7 +977,18 @@ class Supervisor:
             NotFound: ``handle`` was not started by this supervisor.
             TimeoutError: the process still runs after ``timeout`` seconds.
             StoreError: the terminal could not be written (re-raised from the owner thread).
+
+        For a service (``restart``) this waits until no attempt will start again and returns
+        the newest attempt's record.
         """
+        service = self._service(handle)
+        if service is not None:
+            if not service.done.wait(timeout):
+                raise TimeoutError(f"service {service.first_id!r} still running after {timeout} s")
+            if service.error is not None:
+                raise service.error
+            assert service.record is not None
+            return service.record
         run = self._find(handle)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not run.done.wait(timeout):
@@ -789,7 +1014,8 @@ class Supervisor:
         Raises:
             NotFound: ``handle`` was not started by this supervisor.
         """
-        run = self._find(handle)
+        service = self._service(handle)
+        run = self._find(handle) if service is None else service.current
         with run.lock:
             return run.returncode
 
@@ -809,9 +1035,16 @@ class Supervisor:
         Raises:
             NotFound: ``handle`` was not started by this supervisor.
             ValueError: ``mode`` is not a stop mode.
+
+        A service's stop stops its current attempt and cancels every further restart, also
+        during a backoff wait (the attempt waiting to start ends ``terminated``).
         """
-        run = self._find(handle)
-        stop_mode = StopMode(mode)
+        service = self._service(handle)
+        if service is not None:
+            return self._stop_service(service, StopMode(mode), grace_s)
+        return self._stop_run(self._find(handle), StopMode(mode), grace_s)
+
+    def _stop_run(self, run: _Run, stop_mode: StopMode, grace_s: float | None) -> ProcessRecord:
         grace = self._stop_policy.grace_s if grace_s is None else grace_s
         policy, escalate = mode_policy(stop_mode, grace)
         if not self._request(run, stop_mode.reason):
@@ -849,6 +1082,11 @@ class Supervisor:
             NotFound: ``handle`` was not started by this supervisor.
             ValueError: ``reason`` is not ``interrupted``, ``terminated`` or ``killed``.
         """
+        service = self._service(handle)
+        if service is not None:
+            with service.lock:
+                service.cancelled.set()
+                handle = service.current.handle
         run = self._find(handle)
         stop_reason = TerminalReason(reason)
         if stop_reason not in run.ids.stop:
@@ -861,8 +1099,8 @@ class Supervisor:
         if self._request(run, reason, durable=durable):
             run.child.stop(request_policy(reason, self._stop_policy), escalate=True)
 
-    def _helper(self, target: Callable[[], object]) -> None:
-        thread = threading.Thread(target=target, name="procledger-stopper", daemon=True)
+    def _helper(self, target: Callable[[], object], name: str = "procledger-stopper") -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
         with self._lock:
             self._helpers = [t for t in self._helpers if t.is_alive()]
             self._helpers.append(thread)
@@ -1080,6 +1318,8 @@ class Supervisor:
         the shutdown; returns those runs."""
         with self._lock:
             self._closed = True
+            for service in self._services.values():
+                service.cancelled.set()
             while self._starting:
                 self._lock.wait()
             runs = list(self._active.values())
