@@ -15,6 +15,7 @@ from procledger.domain.registration import (
     ProcessInput,
     SessionScope,
 )
+from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import (
     ProcessState,
     ProcessStatus,
@@ -152,6 +153,9 @@ class ProcessRecord(Frozen):
     attempt_of: str | None = None
     #: ``crash_loop`` on the last attempt of a service its supervisor gave up; else null.
     gave_up: str | None = None
+    #: The readiness probes and restart policy it was registered with, or null.
+    readiness: Readiness | None = None
+    restart: RestartPolicy | None = None
     change_seq: int
 
     @property

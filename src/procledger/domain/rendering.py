@@ -150,6 +150,16 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     optional_registered_field("attempt"),
     optional_registered_field("attempt_of"),
     same_field("gave_up", lambda process: process.gave_up),
+    RecordField(
+        "readiness",
+        lambda process: process.registration_json.get("readiness"),
+        lambda process: process.registration.readiness,
+    ),
+    RecordField(
+        "restart",
+        lambda process: process.registration_json.get("restart"),
+        lambda process: process.registration.restart,
+    ),
 )
 
 if (*(field.name for field in RECORD_FIELDS), "change_seq") != tuple(ProcessRecord.model_fields):

@@ -33,6 +33,8 @@ __all__ = [
     "check_regex",
     "parse_duration",
     "plan_restart",
+    "readiness_options",
+    "restart_options",
 ]
 
 BACKOFF_FACTOR: Final = 2.0
@@ -152,13 +154,13 @@ class RestartPolicy(Frozen):
         return self
 
     @classmethod
-    def parse(cls, mode: str) -> RestartMode:
+    def parse(cls, mode: str, *, option: str = "--restart") -> RestartMode:
         """``never``, ``on-failure`` (or ``on_failure``) or ``always``; else ``OptionError``."""
         try:
             return RestartMode(mode.strip().replace("_", "-"))
         except ValueError:
             raise OptionError(
-                "restart", f"{mode!r} is not a restart policy (never, on-failure, always)"
+                option, f"{mode!r} is not a restart policy (never, on-failure, always)"
             ) from None
 
 
@@ -209,3 +211,85 @@ def plan_restart(
     if len(recent) >= policy.max_restarts:
         return RestartPlan("give_up", restarts=restarts)
     return RestartPlan("restart", number=len(restarts) + 1, restarts=(*restarts, now))
+
+
+def _flag_int(text: str | int, option: str) -> int:
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    elif isinstance(text, str) and text.strip().isdigit():
+        value = int(text.strip())
+    else:
+        raise OptionError(option, f"{text!r} is not a whole number of 0 or more")
+    if value < 0:
+        raise OptionError(option, f"{value} is negative")
+    return value
+
+
+def readiness_options(
+    *,
+    port: str | int | None = None,
+    output: str | None = None,
+    file: str | None = None,
+    notify: bool = False,
+    timeout: str | float | None = None,
+) -> Readiness | None:
+    """``run``'s ``--ready-*`` flags as a ``Readiness`` (``None`` without a probe); every
+    refusal an ``OptionError`` naming the flag."""
+    checked_port = None if port is None else check_port(port, option="--ready-port")
+    if output is not None:
+        check_regex(output, option="--ready-output")
+    if file is not None and not file.strip():
+        raise OptionError("--ready-file", "the path is empty")
+    seconds = None if timeout is None else parse_duration(timeout, option="--ready-timeout")
+    if checked_port is None and output is None and file is None and not notify:
+        if seconds is not None:
+            raise OptionError("--ready-timeout", "needs a probe (--ready-port, --ready-output, "
+                              "--ready-file or --ready-notify)")  # fmt: skip
+        return None
+    if seconds == 0:
+        raise OptionError("--ready-timeout", "must be more than 0")
+    return Readiness(port=checked_port, output=output, file=file, notify=notify, timeout_s=seconds)
+
+
+def restart_options(
+    *,
+    restart: str | None = None,
+    max_restarts: str | int | None = None,
+    window: str | float | None = None,
+    backoff_initial: str | float | None = None,
+    backoff_max: str | float | None = None,
+    reset_after: str | float | None = None,
+) -> RestartPolicy | None:
+    """``run``'s ``--restart`` and its companions as a ``RestartPolicy`` (``None`` without
+    ``--restart`` or with ``never``); a companion without ``--restart`` is refused."""
+    given = {
+        "--max-restarts": max_restarts,
+        "--restart-window": window,
+        "--backoff-initial": backoff_initial,
+        "--backoff-max": backoff_max,
+        "--reset-after": reset_after,
+    }
+    if restart is None:
+        for flag, value in given.items():
+            if value is not None:
+                raise OptionError(flag, "needs --restart on-failure or --restart always")
+        return None
+    mode = RestartPolicy.parse(restart)
+    fields: dict[str, object] = {"mode": mode}
+    if max_restarts is not None:
+        fields["max_restarts"] = _flag_int(max_restarts, "--max-restarts")
+    names = {"--restart-window": "window_s", "--backoff-initial": "backoff_initial_s"}
+    names |= {"--backoff-max": "backoff_max_s", "--reset-after": "reset_after_s"}
+    for flag, name in names.items():
+        value = given[flag]
+        if value is not None:
+            fields[name] = parse_duration(value, option=flag)
+    if fields.get("window_s") == 0 or fields.get("reset_after_s") == 0:
+        flag = "--restart-window" if fields.get("window_s") == 0 else "--reset-after"
+        raise OptionError(flag, "must be more than 0")
+    if mode is RestartMode.never:
+        return None
+    try:
+        return RestartPolicy.model_validate(fields)
+    except ValueError as error:
+        raise OptionError("--backoff-max", "must be at least --backoff-initial") from error

@@ -24,15 +24,10 @@ from typing import Any, Final
 from procledger.domain.records import ProcessRecord
 from procledger.domain.service import RestartPolicy
 
-__all__ = ["BackoffEnd", "Service", "attempt_id", "backoff_wait"]
+__all__ = ["BackoffEnd", "Service", "backoff_wait"]
 
 STOP_POLL_S: Final = 0.5
 """How often a backoff wait looks for a stop request recorded elsewhere."""
-
-
-def attempt_id(first_id: str, attempt: int) -> str:
-    """The process id of a service's ``attempt``-th attempt (the first keeps its own)."""
-    return first_id if attempt == 1 else f"{first_id}.{attempt}"
 
 
 class Service:

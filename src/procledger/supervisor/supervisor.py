@@ -45,6 +45,7 @@ from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.adapters.output_files import output_root
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
+from procledger.domain.attempts import attempt_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
     InvalidTransition,
@@ -99,7 +100,7 @@ from procledger.supervisor.execution import (
 )
 from procledger.supervisor.modes import StopMode
 from procledger.supervisor.readiness import ReadinessWatch
-from procledger.supervisor.services import BackoffEnd, Service, attempt_id, backoff_wait
+from procledger.supervisor.services import BackoffEnd, Service, backoff_wait
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -670,7 +671,10 @@ class Supervisor:
                 service.record = self._registry.record_crash_loop(
                     run.process_id, restarts=len(plan.restarts), window_s=service.policy.window_s
                 )
-                self._say(f"procledger: service {service.first_id!r} gave up (crash_loop)")
+                tried = len(service.attempts)
+                self._say(
+                    f"service {service.first_id!r} gave up after {tried} attempts (crash_loop)"
+                )
                 return
             if plan.action == "stop":
                 return
