@@ -28,13 +28,15 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Final
 
+from procledger.domain.errors import ExecutionError, InvalidTransition
 from procledger.domain.service import Readiness
 from procledger.supervisor.execution import Consumer
 
-__all__ = ["NOTIFY_SOCKET", "ReadinessWatch"]
+__all__ = ["NOTIFY_SOCKET", "NotReadyInTime", "ReadinessWatch", "StopOnTimeout", "watching"]
 
 NOTIFY_SOCKET: Final = "NOTIFY_SOCKET"
 """The variable sd_notify reads the socket's path from."""
@@ -176,3 +178,58 @@ def _connects(host: str, port: int) -> bool:
         return False
     connection.close()
     return True
+
+
+class NotReadyInTime(ExecutionError):
+    """A run's readiness probes did not all hold within its ready timeout; its tree was
+    stopped. Recorded ``failed``/``ready_timeout`` with this message (docs/design.md §15.2)."""
+
+
+class StopOnTimeout:
+    """A ``cancel`` for ``run_streaming`` set by the caller's own ``cancel`` or by a ready
+    timeout (``why`` then says what did not hold)."""
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self._cancel = cancel
+        self.why: str | None = None
+
+    def is_set(self) -> bool:
+        return self.why is not None or self._cancel.is_set()
+
+
+@contextmanager
+def watching(
+    watch: ReadinessWatch | None,
+    record_ready: Callable[[list[str]], object],
+    stop: StopOnTimeout,
+) -> Iterator[None]:
+    """Watch ``watch`` on a thread of its own while the ``with`` body runs the child: when
+    all probes held, ``record_ready(probes)`` (a run that ended first is never ready); past the
+    ready timeout, ``stop.why`` is set, which stops the run (a recovery re-run)."""
+    if watch is None:
+        yield
+        return
+    finished = threading.Event()
+
+    def on_ready(probes: list[str]) -> None:
+        try:
+            record_ready(probes)
+        except InvalidTransition:
+            return
+
+    def on_timeout(missing: list[str]) -> None:
+        limit = watch.spec.timeout_s or 0.0
+        stop.why = f"not ready within {limit:g} s: {', '.join(missing)} did not hold"
+
+    thread = threading.Thread(
+        target=watch.watch,
+        args=(lambda: not finished.is_set(), on_ready, on_timeout),
+        name="procledger-readiness",
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        thread.join()
