@@ -66,7 +66,13 @@ from procledger.domain.registration import (
     SessionScope,
     env_ref_for,
 )
-from procledger.domain.service import Readiness, RestartPolicy, backoff_delay, plan_restart
+from procledger.domain.service import (
+    Readiness,
+    RestartPlan,
+    RestartPolicy,
+    backoff_delay,
+    plan_restart,
+)
 from procledger.domain.vocabulary import (
     ProcessState,
     ProcessStatus,
@@ -693,7 +699,7 @@ class Supervisor:
 
     def _plan_after(
         self, service: Service, run: _Run, record: ProcessRecord, restarts: tuple[float, ...]
-    ) -> Any:
+    ) -> RestartPlan:
         """What follows ``run``'s end: never a restart after a stop, a lost lease or a
         shutdown; healthy time counts from readiness when probed, else from the spawn."""
         with run.lock:
