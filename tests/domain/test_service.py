@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from procledger import InvalidTransition, OptionError
+from procledger import InvalidTransition, OptionError, ProcessRecord
 from procledger.domain.process import Process
 from procledger.domain.registration import Originator, ProcessInput, ProcessRegistration
 from procledger.domain.rendering import render_record
@@ -198,3 +198,44 @@ def test_ready_and_crash_loop_facts_on_the_aggregate() -> None:
     assert (record.ready_at_ms, record.attempt, record.attempt_of, record.gave_up) == (
         4, 1, None, "crash_loop"
     )  # fmt: skip
+
+
+STEPS = st.lists(st.sampled_from(["start", "ready", "end", "crash_loop"]), max_size=8)
+
+
+@given(STEPS)
+def test_ready_and_crash_loop_follow_their_rules_in_any_order(steps: list[str]) -> None:
+    """``ready`` only once and only while running; ``crash_loop`` only once and only after the
+    terminal; the record's two forms agree whatever the order."""
+    from procledger.domain.rendering import record_document
+
+    process = Process.register(_registration(readiness=Readiness(notify=True), attempt=1), at_ms=1)
+    now = 1
+    for step in steps:
+        now += 1
+        state = process.state
+        try:
+            if step == "start":
+                process.record_started(now, at_ms=now, event_id=None)
+            elif step == "ready":
+                process.record_ready(now, ["notify"], at_ms=now)
+            elif step == "end":
+                process.complete(
+                    "exited", "exited", exit_code=1, diagnostic=None, value=None,
+                    event_id=None, authority=None, at_ms=now,
+                )  # fmt: skip
+            else:
+                process.record_crash_loop(5, 60, at_ms=now)
+        except InvalidTransition:
+            if step == "ready":
+                assert state.value != "running"
+            if step == "crash_loop":
+                assert not state.is_terminal
+    record = render_record(process, 7)
+    assert ProcessRecord.model_validate(record_document(process, 7)) == record
+    if record.ready_at_ms is not None:
+        ready_events = [e for e in process.collect_events() if isinstance(e, Process.Ready)]
+        assert len(ready_events) == 1
+    assert record.gave_up in (None, "crash_loop")
+    if record.gave_up is not None:
+        assert record.is_terminal
