@@ -6,6 +6,7 @@ its recorded pid (``procs``: both killed by exact pid at teardown).
 
 from __future__ import annotations
 
+import itertools
 import socket
 import sys
 from pathlib import Path
@@ -158,19 +159,27 @@ def test_stop_during_the_backoff_cancels_the_service(ledger: str, procs: Process
     assert len(run_cli("ps", "--all", "--attempts", url=ledger).stdout.splitlines()) == 3
 
 
-def test_a_crash_loop_in_the_foreground(ledger: str) -> None:
+@pytest.mark.slow
+def test_the_issues_crash_loop_in_the_foreground(ledger: str) -> None:
+    """Initial backoff 0.2 s, max 1.6 s, 5 restarts per minute: attempts 0.2, 0.4, 0.8, 1.6,
+    1.6 s apart (±15%), the sixth failure a crash_loop, and `show` lists six attempts."""
     ran = run_cli(
-        "run", "--restart", "on-failure", "--backoff-initial", "0.05s", "--backoff-max", "0.1s",
-        "--max-restarts", "2", "--", "sh", "-c", "exit 3", url=ledger,
+        "run", "--restart", "on-failure", "--backoff-initial", "0.2s", "--backoff-max", "1.6s",
+        "--max-restarts", "5", "--restart-window", "1m", "--", "sh", "-c", "exit 3", url=ledger,
     )  # fmt: skip
     assert ran.returncode == 3, ran.stderr
     assert "crash_loop" in ran.stderr
     (row,) = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)["records"]
-    assert (row["attempt"], row["gave_up"]) == (3, "crash_loop")
+    assert (row["attempt"], row["gave_up"]) == (6, "crash_loop")
     document = shown(ledger, row["id"])
-    assert [(a["attempt"], a["exit_code"]) for a in document["attempts"]] == [
-        (1, 3), (2, 3), (3, 3)
-    ]  # fmt: skip
+    attempts = document["attempts"]
+    assert [(a["attempt"], a["exit_code"]) for a in attempts] == [(n, 3) for n in range(1, 7)]
+    gaps = [
+        (after["started_at_ms"] - before["finished_at_ms"]) / 1000
+        for before, after in itertools.pairwise(attempts)
+    ]
+    for gap, planned in zip(gaps, [0.2, 0.4, 0.8, 1.6, 1.6], strict=True):
+        assert planned * 0.85 <= gap <= planned * 1.15, gaps
     assert [e["kind"] for e in document["events"]][-1] == "crash_loop"
     text = run_cli("show", row["id"], url=ledger).stdout
-    assert text.count("exit 3") >= 3
+    assert text.count("exit 3") >= 6
