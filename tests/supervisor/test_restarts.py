@@ -63,6 +63,7 @@ def attempts(registry: ProcessRegistry, first: str) -> list[ProcessRecord]:
             return found
 
 
+@pytest.mark.slow
 def test_an_always_failing_child_backs_off_then_crash_loops(
     registry: ProcessRegistry, supervisor: Supervisor
 ) -> None:
