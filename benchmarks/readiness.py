@@ -24,7 +24,7 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
-from _common import sqlite_ledger
+from _common import postgres_ledger, sqlite_ledger
 from procledger import LeaseOwner, ProcessRegistry, Readiness, open_registry
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.supervisor import Supervisor
@@ -96,11 +96,16 @@ def percentile(values: list[float], fraction: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--url", help="a store URL (default: a throwaway SQLite file)")
+    parser.add_argument(
+        "--url", help="a PostgreSQL server (a throwaway schema in it; default: a SQLite file)"
+    )
     args = parser.parse_args(argv)
     ours, theirs = [], []
     with ExitStack() as stack:
-        url = args.url or stack.enter_context(sqlite_ledger())
+        if args.url and args.url.startswith(("postgresql:", "postgres:")):
+            url = stack.enter_context(postgres_ledger(args.url))  # a throwaway schema
+        else:
+            url = args.url or stack.enter_context(sqlite_ledger())
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ready-bench-")))
         registry = open_registry(url)
         stack.callback(registry.close)
