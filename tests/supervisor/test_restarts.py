@@ -166,3 +166,19 @@ def _exists(registry: ProcessRegistry, pid: str) -> bool:
     except NotFound:
         return False
     return True
+
+
+def test_a_shutdown_during_the_backoff_ends_the_pending_attempt(
+    registry: ProcessRegistry, supervisor: Supervisor
+) -> None:
+    policy = RestartPolicy(mode=RestartMode.always, backoff_initial_s=30, backoff_max_s=30)
+    handle = supervisor.start(["sh", "-c", "exit 1"], restart=policy)
+    second = f"{handle.process_id}.2"
+    wait_until(lambda: _exists(registry, second), 30, "the second attempt to be registered")
+    supervisor.shutdown(grace_s=1.0)
+    record = registry.get(second)
+    assert (record.state, record.reason) == (
+        ProcessState.terminated,
+        TerminalReason.runner_shutdown,
+    )
+    assert not _exists(registry, f"{handle.process_id}.3")
