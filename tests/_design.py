@@ -16,6 +16,7 @@ DESIGN_ROWS: list[tuple[str, str, str | None]] = [
     ("stop_requested", "running", "killed"),
     ("completed", "exited", "exited"),
     ("completed", "failed", "failed"),
+    ("completed", "failed", "ready_timeout"),
     ("completed", "timed_out", "timed_out"),
     ("completed", "interrupted", "interrupted"),
     ("completed", "terminated", "terminated"),

@@ -38,7 +38,7 @@ def test_table_prints_exactly_the_rows_of_the_design() -> None:
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     rows = markdown_rows(result.stdout)
-    assert len(rows) == len(set(rows)) == 23
+    assert len(rows) == len(set(rows)) == 24
     assert sorted(rows) == sorted(EXPECTED_MARKDOWN_ROWS)
     assert result.stdout == render_markdown()
 

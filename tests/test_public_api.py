@@ -18,6 +18,7 @@ VOCABULARY = [
 REGISTRATION_AND_RECORDS = [
     "ProcessRegistration", "ProcessInput", "Originator", "SessionScope", "EventType",
     "HandleDescriptor", "ProcessRecord", "ProcessEvent", "ExternalRef", "WaitState", "OsFacts",
+    "Readiness", "RestartMode", "RestartPolicy",
 ]  # fmt: skip
 LEASES = ["LeaseOwner", "Lease", "Acquired", "Busy", "LeaseTimings", "CompletionAuthority"]
 REGISTRY = ["ProcessRegistry", "open_registry"]
@@ -42,7 +43,7 @@ ERRORS = [
     "AuthorityRejected", "ProcessLifecycleValidationError", "OwnerMismatch", "LoopNotFound",
     "UnsupportedLoop", "DeliveryStopped", "IdempotencyCollision", "FilterError", "SpawnError",
     "StdinError", "Interrupted", "SupervisorClosed", "StoreError", "StoreURLError",
-    "StoreUnavailable", "StoreCorrupt", "WriteConflict", "CipherError",
+    "StoreUnavailable", "StoreCorrupt", "WriteConflict", "CipherError", "OptionError",
 ]  # fmt: skip
 
 EXPECTED = [
@@ -59,7 +60,7 @@ EXPECTED = [
 
 
 def test_the_expected_list_has_no_duplicates() -> None:
-    assert len(EXPECTED) == len(set(EXPECTED)) == 82
+    assert len(EXPECTED) == len(set(EXPECTED)) == 86
 
 
 def test_all_is_exactly_the_names_of_the_design() -> None:

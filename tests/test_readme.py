@@ -45,6 +45,7 @@ def test_readme_sections_come_in_order() -> None:
         "Quickstart",
         "CLI tour",
         "Logs",
+        "Readiness, waits and restarts",
         "Web view",
         "The lifecycle table",
         "Library",

@@ -18,6 +18,7 @@ from procledger.domain.errors import (
     LeaseLost,
     LoopNotFound,
     NotFound,
+    OptionError,
     OutputUnavailable,
     OwnerMismatch,
     ProcessLifecycleValidationError,
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
         ProcessRegistration,
         SessionScope,
     )
+    from procledger.domain.service import Readiness, RestartMode, RestartPolicy
     from procledger.notifications import Delivery, LoopInbox, NotificationDisposition, Notifier
     from procledger.projections import (
         ChangeCursor,
@@ -120,6 +122,9 @@ _LAZY: dict[str, str] = {
     "ProcessRecord": "procledger.domain.records",
     "WaitState": "procledger.domain.records",
     "OsFacts": "procledger.domain.records",
+    "Readiness": "procledger.domain.service",
+    "RestartMode": "procledger.domain.service",
+    "RestartPolicy": "procledger.domain.service",
     "ProcessScan": "procledger.projections.records",
     "FeedPage": "procledger.projections.feed",
     "RebuildReport": "procledger.projections.reports",
@@ -199,6 +204,9 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     "SessionScope",
     "WaitState",
     "OsFacts",
+    "Readiness",
+    "RestartMode",
+    "RestartPolicy",
     # leases
     "Acquired",
     "Busy",
@@ -251,6 +259,7 @@ __all__ = [  # noqa: RUF022  (grouped as in docs/design.md §10, not sorted)
     "LeaseLost",
     "LoopNotFound",
     "NotFound",
+    "OptionError",
     "OutputUnavailable",
     "OwnerMismatch",
     "ProcessLifecycleValidationError",

@@ -34,6 +34,7 @@ successor's must notice on its own that the work is no longer its to report.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -59,6 +60,7 @@ from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
     AuthorityRejected,
     ExecutionError,
+    Interrupted,
     InvalidTransition,
     LeaseLost,
     NotFound,
@@ -86,6 +88,12 @@ from procledger.supervisor.capture import (
     no_capture,
 )
 from procledger.supervisor.execution import StopPolicy, run_streaming
+from procledger.supervisor.readiness import (
+    NotReadyInTime,
+    ReadinessWatch,
+    StopOnTimeout,
+    watching,
+)
 
 if TYPE_CHECKING:
     from procledger.adapters.sql.store import Tx
@@ -227,6 +235,13 @@ def _still_runnable(record: ProcessRecord) -> bool:
     )
 
 
+def _failure_reason(error: Exception) -> TerminalReason:
+    """``ready_timeout`` for a re-run stopped past its ready timeout, else ``failed``."""
+    if isinstance(error, NotReadyInTime):
+        return TerminalReason.ready_timeout
+    return TerminalReason.failed
+
+
 def diagnostic_of(error: BaseException) -> str:
     """``"<Type>: <message>"`` as a record can hold it (``clip_diagnostic``)."""
     return clip_diagnostic(f"{type(error).__name__}: {error}".rstrip(": "))
@@ -288,21 +303,33 @@ class DefaultRunner:
             return None
 
     def _command(self, record: ProcessRecord, cancel: threading.Event) -> RunResult:
+        """Run a command input as the Supervisor would -- its output captured and, when it
+        declared readiness probes, watched: ``ready`` recorded, or stopped past its ready
+        timeout (``NotReadyInTime``, recorded ``failed``/``ready_timeout``; §15.2)."""
         argv = list(record.input.argv or ())
         env = self._environment(record)
         capture = self._capture_for(record.id)
         stdout, stderr = capture.sinks() if capture is not None else (_discard, _discard)
+        watch = _watch_for(record)
+        if watch is not None:
+            stdout, stderr = watch.sink(0, stdout), watch.sink(1, stderr)
+            env = watch.child_env(dict(os.environ if env is None else env))
+        stop = StopOnTimeout(cancel)
+        registry = self.registry
+        ready = lambda probes: registry.record_ready(record.id, registry.now_ms(), probes=probes)  # noqa: E731
         try:
-            ran = run_streaming(
-                argv,
-                stdout,
-                cwd=record.input.cwd,
-                env=env,
-                stop=self.stop,
-                cancel=cancel,
-                stderr=stderr,
-            )
+            with watching(watch, ready, stop):
+                ran = run_streaming(
+                    argv, stdout, cwd=record.input.cwd, env=env, stop=self.stop, cancel=stop,
+                    stderr=stderr,
+                )  # fmt: skip
+        except Interrupted:
+            if stop.why is None:
+                raise
+            raise NotReadyInTime(f"process {record.id!r}: {stop.why}") from None
         finally:
+            if watch is not None:
+                watch.close()
             summary, tails = no_capture(this_host_id()) if capture is None else capture.finish()
         if ran.returncode < 0:
             name = signal.Signals(-ran.returncode).name
@@ -322,6 +349,13 @@ class DefaultRunner:
         except OSError as error:
             log.warning("process %r: output not captured: %s", process_id, error)
         return Capture(folder, self.output_limit, this_host_id(), None, quiet=True)
+
+
+def _watch_for(record: ProcessRecord) -> ReadinessWatch | None:
+    """The re-run's readiness probes, as its registration declared them (§15.4)."""
+    if record.readiness is None:
+        return None
+    return ReadinessWatch(record.readiness, record.input.cwd or os.getcwd())
 
 
 def _discard(chunk: bytes) -> None:
@@ -827,7 +861,7 @@ class RecoveryWorker:
             self.registry.record_completed(
                 process_id,
                 ProcessState.failed,
-                TerminalReason.failed,
+                _failure_reason(error),
                 diagnostic=diagnostic_of(error),
                 lease=lease,
             )

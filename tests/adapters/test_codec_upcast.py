@@ -272,7 +272,7 @@ def stored_event_classes() -> set[type[Any]]:
 
 def test_every_stored_event_class_declares_its_version() -> None:
     classes = stored_event_classes()
-    assert len(classes) == 20
+    assert len(classes) == 22
     undeclared = [cls.__qualname__ for cls in classes if "class_version" not in vars(cls)]
     assert undeclared == []
     versions = {cls.__qualname__: vars(cls)["class_version"] for cls in classes}
@@ -374,6 +374,7 @@ def test_every_event_class_round_trips() -> None:
     every_fact(process, {"k": [1]})
     process.record_started(1, at_ms=2, event_id=None, os=FACTS)
     process.record_backgrounded(3, at_ms=4, event_id=None, os=FACTS)
+    process.record_ready(4, ["port:80"], at_ms=4)
     process.request_stop("terminated", at_ms=5, event_id=None)
     events = process.collect_events()
     terminals = {
@@ -391,6 +392,7 @@ def test_every_event_class_round_trips() -> None:
         other = registered(f"cover-{name}")
         other.record_started(1, at_ms=2, event_id=None)
         terminal(other)
+        other.record_crash_loop(5, 60.0, at_ms=10)
         events += other.collect_events()
     session = Session.open("s", at_ms=1)
     session.grant("cover", None, at_ms=2)

@@ -18,6 +18,7 @@ from _shared import CLI, child_env, run_cli
 
 COMMANDS = [
     "run",
+    "wait",
     "ps",
     "show",
     "logs",

@@ -40,7 +40,8 @@ RECORD_KEYS = {
     "survivors", "diagnostic",
     "value", "status", "stop_requested", "backgrounded", "created_at_ms", "updated_at_ms",
     "started_at_ms", "finished_at_ms", "os_pid", "os", "first_started", "abandon_request",
-    "abandon_evidence", "wait", "external_ref", "output", "change_seq",
+    "abandon_evidence", "wait", "external_ref", "output", "ready_at_ms", "attempt", "attempt_of",
+    "gave_up", "readiness", "restart", "change_seq",
 }  # fmt: skip
 
 OWNER = LeaseOwner(owner_id="worker-1", incarnation_id="inc-1")

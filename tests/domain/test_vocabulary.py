@@ -33,7 +33,7 @@ C = ProcessStatus
         (
             TerminalReason,
             "exited failed timed_out interrupted terminated killed signaled "
-            "runner_shutdown output_limit lost_on_restore owner_drain owner_dead "
+            "runner_shutdown output_limit ready_timeout lost_on_restore owner_drain owner_dead "
             "abandon_requested",
         ),
         (LifecycleKind, "started backgrounded stop_requested completed lost abandoned"),
@@ -67,6 +67,7 @@ COARSE_CASES = [
     (S.exited, R.exited, 255, C.failed),
     (S.exited, R.exited, -9, C.failed),
     (S.failed, R.failed, None, C.failed),
+    (S.failed, R.ready_timeout, None, C.failed),
     (S.timed_out, R.timed_out, None, C.failed),
     (S.signaled, R.signaled, None, C.failed),
     (S.terminated, R.output_limit, None, C.failed),
@@ -97,5 +98,5 @@ def test_coarse_status_cases_cover_every_live_state_and_terminal_row() -> None:
     covered = {(state, reason) for state, reason, _, _ in COARSE_CASES}
     assert {state for state, _ in covered if not state.is_terminal} == {S.starting, S.running}
     terminal_rows = {(row.state, row.reason) for row in lifecycle_table() if row.state.is_terminal}
-    assert len(terminal_rows) == 15
+    assert len(terminal_rows) == 16
     assert {pair for pair in covered if pair[0].is_terminal} == terminal_rows

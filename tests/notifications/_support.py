@@ -16,6 +16,7 @@ NOTIFICATION_PAIRS = frozenset(
     {
         ("exited", "exited"),
         ("failed", "failed"),
+        ("failed", "ready_timeout"),
         ("timed_out", "timed_out"),
         ("interrupted", "interrupted"),
         ("terminated", "terminated"),

@@ -1387,6 +1387,7 @@ class RegistryConformance(StoreCase):
         now = clock.advance(3)
         main.record_started(11, at_ms=now, event_id=str(uuid.uuid4()))
         main.record_backgrounded(12, at_ms=now, event_id=None)
+        main.record_ready(12, ["port:80", "output:ü"], at_ms=now)
         main.request_stop("interrupted", at_ms=now, event_id=str(uuid.uuid4()))
         main.record_first_started(local_owner("w", pid=3), 13, at_ms=now)
         main.request_abandon("ops ✓", "why: ü", at_ms=now)
@@ -1419,6 +1420,7 @@ class RegistryConformance(StoreCase):
                 {"stdout": "aGk=", "stderr": ""},
             ),
         )
+        main.record_crash_loop(5, 60.0, at_ms=now)
         save(main)
         lost = fresh("enc-lost")
         lost.lose(diagnostic="ü lost", event_id=None, authority=KEY, at_ms=now)

@@ -31,6 +31,7 @@ from procledger.application.sessions import delete_session
 from procledger.application.unit_of_work import Ledger, Loaded
 from procledger.application.verify import VerifyReport, verify_ledger
 from procledger.application.waiting import ChangeSignal
+from procledger.domain.attempts import attempt_id, first_attempt_id, restart_may_follow
 from procledger.domain.errors import (
     AuthorityRejected,
     LeaseLost,
@@ -455,6 +456,35 @@ class ProcessRegistry:
             process_id, lambda p, now: p.record_first_started(owner, at_ms, at_ms=now)
         )
 
+    def record_ready(
+        self, process_id: str, ready_at_ms: int, *, probes: Sequence[str] = ()
+    ) -> ProcessRecord:
+        """Tell that the running process became ready (its readiness probes, named in
+        ``probes``, all held at ``ready_at_ms``), so waiters and the feed learn it from the
+        log (docs/design.md §15). Told once: a later report returns the record unchanged.
+
+        Raises:
+            InvalidTransition: the process is not running (``AlreadyTerminal``: it ended).
+        """
+        return self._ledger.write(
+            process_id, lambda p, now: p.record_ready(ready_at_ms, probes, at_ms=now)
+        )
+
+    def record_crash_loop(
+        self, process_id: str, *, restarts: int, window_s: float
+    ) -> ProcessRecord:
+        """Record on a service's last (ended) attempt that its supervisor gave it up: the
+        restart budget was spent, so nothing will start it again and a reader need not wait
+        (the record says ``gave_up: "crash_loop"``). Once; a repeat is a no-op.
+
+        Raises:
+            InvalidTransition: the attempt has not ended yet.
+        """
+        return self._ledger.write(
+            process_id,
+            lambda p, now: p.record_crash_loop(restarts, window_s, at_ms=now),
+        )
+
     def request_abandon(
         self, process_id: str, requested_by: str, *, reason: str | None = None
     ) -> ProcessRecord:
@@ -514,6 +544,87 @@ class ProcessRegistry:
             return record if record.state.is_terminal else None
 
         return self._changes.wait_for(find, timeout, f"the terminal of process {process_id!r}")
+
+    def newest_attempt(self, process_id: str) -> ProcessRecord:
+        """The newest attempt of the service ``process_id`` belongs to (the record itself for
+        a process that is not a service): what ``stop`` and ``wait`` act on, since a
+        service's earlier attempts have ended (docs/design.md §15).
+
+        Raises:
+            NotFound: no such process.
+        """
+        record = self.get(process_id)
+        if record.attempt is None:
+            return record
+        first, number = first_attempt_id(record), record.attempt
+        while True:
+            try:
+                later = self.get(attempt_id(first, number + 1))
+            except NotFound:
+                return record
+            if later.attempt_of != first:
+                return record
+            record, number = later, number + 1
+
+    def attempts(self, process_id: str) -> list[ProcessRecord]:
+        """Every attempt of the service ``process_id`` belongs to, first to newest (just the
+        record for a process that is not a service): what ``show`` lists (docs/design.md §15).
+
+        Raises:
+            NotFound: no such process.
+        """
+        record = self.get(process_id)
+        if record.attempt is None:
+            return [record]
+        first = first_attempt_id(record)
+        found = [record if record.id == first else self.get(first)]
+        while True:
+            try:
+                later = self.get(attempt_id(first, len(found) + 1))
+            except NotFound:
+                return found
+            if later.attempt_of != first:
+                return found
+            found.append(later)
+
+    def await_ready(self, process_id: str, *, timeout: float | None = None) -> ProcessRecord:
+        """The record once the process is ready (``ready_at_ms`` set; without probes: once it
+        runs) or has ended without becoming ready -- for a service, once its newest attempt
+        is, or no attempt will follow. Lets a caller start dependents without guessing.
+
+        Raises:
+            TimeoutError: neither within ``timeout`` seconds.
+            NotFound: no such process.
+        """
+
+        def find() -> ProcessRecord | None:
+            record = self.newest_attempt(process_id)
+            if record.ready_at_ms is not None:
+                return record
+            if record.readiness is None and record.state is ProcessState.running:
+                return record
+            if record.is_terminal and not restart_may_follow(record):
+                return record
+            return None
+
+        return self._changes.wait_for(find, timeout, f"process {process_id!r} to be ready")
+
+    def await_end(self, process_id: str, *, timeout: float | None = None) -> ProcessRecord:
+        """The terminal record once the process has ended -- for a service, its newest
+        attempt once no attempt will follow (its policy, a stop or a ``crash_loop``).
+
+        Raises:
+            TimeoutError: not within ``timeout`` seconds.
+            NotFound: no such process.
+        """
+
+        def find() -> ProcessRecord | None:
+            record = self.newest_attempt(process_id)
+            if record.is_terminal and not restart_may_follow(record):
+                return record
+            return None
+
+        return self._changes.wait_for(find, timeout, f"process {process_id!r} to end")
 
     # -- leases ---------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``maintenance``: ``table``, ``rebuild``.
 - ``recovery``: ``sweep``, ``worker``.
 - ``running``: ``run``, in the foreground or detached.
+- ``waiting``: ``wait`` (readiness or the end of a process or service).
 - ``inspection``: ``ps``, ``show``, ``feed``.
 - ``logs``: ``logs`` (captured output), ``prune`` (retention).
 - ``control``: ``stop``, ``abandon``, ``restore``.
@@ -37,6 +38,7 @@ from procledger.cli import (
     running,
     serve,
     verify,
+    waiting,
 )
 from procledger.cli._app import CliState, Command, app, main
 
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 # The order of registration is the order of `procledger --help`: the order a person uses them.
 command = partial(app.command, cls=Command)
 command(context_settings=running.RUN_CONTEXT_SETTINGS, cls=running.RunCommand)(running.run)
+command()(waiting.wait)
 command()(inspection.ps)
 command()(inspection.show)
 command(short_help="Print a process's captured output.")(logs.logs)

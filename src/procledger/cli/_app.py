@@ -284,6 +284,19 @@ def parse_grace(value: str) -> float:
     return seconds
 
 
+@contextmanager
+def option_errors() -> Iterator[None]:
+    """An ``OptionError`` (a bad duration, port, regex or policy) as a usage error: one line
+    naming the flag, exit 2, nothing recorded."""
+    from procledger import OptionError
+
+    try:
+        yield
+    except OptionError as error:
+        message = str(error).removeprefix(f"{error.option}: ")
+        raise typer.BadParameter(message, param_hint=error.option) from None
+
+
 def dump(model: Any) -> Any:
     """A pydantic model as JSON-ready data: ids, enums and timestamps as the ledger stores them."""
     return model.model_dump(mode="json")

@@ -87,7 +87,8 @@ def stop(
 def _unended(registry: ProcessRegistry, process_id: str, as_json: bool) -> ProcessRecord | None:
     """The record the id (or id prefix) names, or ``None`` after saying it already ended
     (stopping or abandoning an ended process is no error: there is nothing left to do)."""
-    record = registry.get(resolve_id(registry, process_id))
+    # A service's earlier attempts have ended: its newest is the one to act on (§15).
+    record = registry.newest_attempt(resolve_id(registry, process_id))
     if record.state.is_terminal:
         _said(record, f"process {record.id} already ended: {record.state.value}", as_json)
         return None

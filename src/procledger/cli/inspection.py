@@ -23,7 +23,7 @@ from procledger.cli._format import command_text, local_time, outcome, write_tabl
 from procledger.domain.wording import duration_ms
 
 if TYPE_CHECKING:
-    from procledger import ProcessEvent, ProcessRecord, ProcessRegistry
+    from procledger import ProcessEvent, ProcessListFilter, ProcessRecord, ProcessRegistry
 
 _FEED_PAGE = 500
 _FEED_POLL_S = 0.25
@@ -101,6 +101,9 @@ def ps(
     limit: Annotated[
         int | None, typer.Option("--limit", min=0, metavar="N", help="Only the N newest.")
     ] = None,
+    attempts: Annotated[
+        bool, typer.Option("--attempts", help="Every attempt of a service, not only its newest.")
+    ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help='{"records": [...], "damaged": [ids]}.')
     ] = False,
@@ -116,23 +119,43 @@ def ps(
         show_all=show_all, states=state or [], status=status, label=label, since=since
     )
     selection = ProcessListFilter.decode(keys)
-    pushed = limit if not wanted else None  # states are not a column: kept after reading
     with open_ledger(cli_state(ctx).url, create=False) as registry:
-        records, damaged = registry.scan_processes(
-            selection, limit=pushed, newest_first=pushed is not None
+        records, damaged = _listing(
+            registry, selection, wanted=wanted, limit=limit, attempts=attempts
         )
-    if pushed is not None:
-        records.reverse()  # read from the newest back; listed oldest first
-    if wanted:
-        records = [record for record in records if record.state in wanted]
-    if limit is not None and pushed is None:
-        records = records[len(records) - limit :] if limit else []
     if as_json:
         write_json({"records": [dump(record) for record in records], "damaged": damaged})
         return
     if damaged:
         warn(f"{len(damaged)} damaged record(s) not listed: {', '.join(damaged)} (see verify)")
     _print_processes(records, everything=keys["status"] != "running" or bool(wanted))
+
+
+def _listing(
+    registry: ProcessRegistry,
+    selection: ProcessListFilter,
+    *,
+    wanted: set[ProcessState],
+    limit: int | None,
+    attempts: bool,
+) -> tuple[list[ProcessRecord], list[str]]:
+    """What `ps` lists, oldest first, and the damaged ids. The newest ``limit`` are read alone
+    (one page through an index) unless states must be kept after reading (they are no column)
+    or a service's attempts among them collapse into one row."""
+    if limit is not None and not wanted:
+        records, damaged = registry.scan_processes(selection, limit=limit, newest_first=True)
+        if attempts or all(record.attempt is None for record in records):
+            return records[::-1], damaged
+    records, damaged = registry.scan_processes(selection)
+    if wanted:
+        records = [record for record in records if record.state in wanted]
+    if not attempts:
+        from procledger.domain.attempts import newest_per_service
+
+        records = newest_per_service(records)
+    if limit is not None:
+        records = records[len(records) - limit :] if limit else []
+    return records, damaged
 
 
 def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:
@@ -145,13 +168,21 @@ def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:
             record.id,
             record.state.value,
             record.status.value,
-            outcome(record),
+            outcome(record) + _attempt_note(record),
             local_time(record.updated_at_ms),
             command_text(record),
         )
         for record in records
     ]
     write_table(("ID", "STATE", "STATUS", "OUTCOME", "UPDATED", "COMMAND"), rows)
+
+
+def _attempt_note(record: ProcessRecord) -> str:
+    """A service's row says which attempt it shows, and whether it was given up."""
+    if record.attempt is None:
+        return ""
+    gave_up = f", gave up ({record.gave_up})" if record.gave_up else ""
+    return f" · attempt {record.attempt}{gave_up}"
 
 
 def show(ctx: typer.Context, process_id: _IdArgument, *, as_json: JsonOption = False) -> None:
@@ -162,13 +193,27 @@ def show(ctx: typer.Context, process_id: _IdArgument, *, as_json: JsonOption = F
         found = resolve_id(registry, process_id)
         record = registry.get(found)
         events = registry.events(found)
+        attempts = registry.attempts(found) if record.attempt is not None else []
     if as_json:
-        write_json({"record": dump(record), "events": [dump(e) for e in events]})
+        document = {"record": dump(record), "events": [dump(e) for e in events]}
+        write_json(document | ({"attempts": [dump(a) for a in attempts]} if attempts else {}))
         return
     _print_summary(record)
     sys.stdout.write("\n")
+    if attempts:
+        _print_attempts(attempts)
     rows = [(str(e.sequence), local_time(e.occurred_at_ms), e.kind, _details(e)) for e in events]
     write_table(("SEQ", "AT", "KIND", "DETAILS"), rows)
+
+
+def _print_attempts(attempts: list[ProcessRecord]) -> None:
+    """Every attempt of the service, with its exit code or signal (docs/design.md §15)."""
+    rows = [
+        (str(a.attempt or 1), a.id, a.state.value, outcome(a), local_time(a.updated_at_ms))
+        for a in attempts
+    ]
+    write_table(("ATTEMPT", "ID", "STATE", "OUTCOME", "UPDATED"), rows)
+    sys.stdout.write("\n")
 
 
 def _print_summary(record: ProcessRecord) -> None:
@@ -194,8 +239,27 @@ def _print_summary(record: ProcessRecord) -> None:
         rows.append(("diagnostic", " ".join(record.diagnostic.split())))
     if record.output is not None:
         rows.append(("output", _output_line(record)))
+    rows += _service_lines(record)
     width = max(len(name) for name, _ in rows)
     sys.stdout.write("".join(f"{name.ljust(width)}  {value}\n" for name, value in rows))
+
+
+def _service_lines(record: ProcessRecord) -> list[tuple[str, str]]:
+    """`show`'s readiness and restart lines (docs/design.md §15)."""
+    rows: list[tuple[str, str]] = []
+    if record.readiness is not None:
+        ready = "not ready" if record.ready_at_ms is None else local_time(record.ready_at_ms)
+        rows.append(("ready", f"{ready} (probes: {', '.join(record.readiness.probes)})"))
+    if record.attempt is not None:
+        of = f" of {record.attempt_of}" if record.attempt_of else ""
+        rows.append(("attempt", f"{record.attempt}{of}"))
+    if record.restart is not None:
+        policy = record.restart
+        rows.append(("restart", f"{policy.mode.value}, at most {policy.max_restarts} per "
+                                f"{policy.window_s:g} s"))  # fmt: skip
+    if record.gave_up:
+        rows.append(("gave up", record.gave_up))
+    return rows
 
 
 def _output_line(record: ProcessRecord) -> str:

@@ -35,6 +35,7 @@ from procledger.cli._app import (
     is_utf8,
     one_line,
     open_ledger,
+    option_errors,
     parse_grace,
     write_json,
 )
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
         ProcessHandle,
         ProcessRecord,
         ProcessRegistry,
+        Readiness,
+        RestartPolicy,
         StopPolicy,
         Supervisor,
     )
@@ -141,6 +144,138 @@ def parse_size(text: str) -> int:
     return int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
 
 
+_Text = Annotated[str | None, typer.Option(show_default=False)]
+_ReadyPortOption = Annotated[
+    str | None,
+    typer.Option("--ready-port", metavar="PORT", help="Ready once a TCP connect to it succeeds."),
+]
+_ReadyOutputOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ready-output", metavar="REGEX", help="Ready once a line of stdout or stderr matches."
+    ),
+]
+_ReadyFileOption = Annotated[
+    str | None, typer.Option("--ready-file", metavar="PATH", help="Ready once the path exists.")
+]
+_ReadyNotifyOption = Annotated[
+    bool,
+    typer.Option(
+        "--ready-notify", help="Ready once it sends READY=1 to $NOTIFY_SOCKET (sd_notify)."
+    ),
+]
+_ReadyTimeoutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ready-timeout",
+        metavar="DURATION",
+        help="Not ready in time (0.2s, 60s, 5m, 1h): stop the tree, end failed/ready_timeout.",
+    ),
+]
+_WaitReadyOption = Annotated[
+    bool,
+    typer.Option(
+        "--wait-ready", help="With --background: return once it is ready (exit 1 if it ends)."
+    ),
+]
+_RestartOption = Annotated[
+    str | None,
+    typer.Option(
+        "--restart",
+        metavar="never|on-failure|always",
+        help="Start it again, as a new attempt, when it ends (on-failure: when it failed).",
+    ),
+]
+_MaxRestartsOption = Annotated[
+    str | None,
+    typer.Option("--max-restarts", metavar="N", help="At most N restarts per --restart-window "
+                 "(then a crash_loop).  [default: 5]", show_default=False),
+]  # fmt: skip
+_DurationHelp = {
+    "--restart-window": "The window --max-restarts counts in.  [default: 60s]",
+    "--backoff-initial": "Wait before the first restart, doubling each time.  [default: 0.2s]",
+    "--backoff-max": "The longest wait between attempts.  [default: 30s]",
+    "--reset-after": "Running (and ready) this long clears the restart count.",
+}
+_RestartWindowOption = Annotated[
+    str | None,
+    typer.Option("--restart-window", metavar="DURATION", help=_DurationHelp["--restart-window"]),
+]
+_BackoffInitialOption = Annotated[
+    str | None,
+    typer.Option("--backoff-initial", metavar="DURATION", help=_DurationHelp["--backoff-initial"]),
+]
+_BackoffMaxOption = Annotated[
+    str | None,
+    typer.Option("--backoff-max", metavar="DURATION", help=_DurationHelp["--backoff-max"]),
+]
+_ResetAfterOption = Annotated[
+    str | None,
+    typer.Option("--reset-after", metavar="DURATION", help=_DurationHelp["--reset-after"]),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class _Service:
+    """`run`'s readiness and restart flags: parsed (``domain/service.py``), and as written,
+    to hand on to a detached `procledger`."""
+
+    ready: Readiness | None = None
+    restart: RestartPolicy | None = None
+    argv: tuple[str, ...] = ()
+
+    def options(self) -> list[str]:
+        return list(self.argv)
+
+
+def service_flags(flags: dict[str, Any]) -> _Service:
+    """The ``--ready-*`` and restart flags (by their names) checked before anything is
+    recorded; a bad one is a usage error naming it (exit 2)."""
+    from procledger.domain.service import readiness_options, restart_options
+
+    with option_errors():
+        ready = readiness_options(
+            port=flags["--ready-port"],
+            output=flags["--ready-output"],
+            file=flags["--ready-file"],
+            notify=bool(flags["--ready-notify"]),
+            timeout=flags["--ready-timeout"],
+        )
+        restart = restart_options(
+            restart=flags["--restart"],
+            max_restarts=flags["--max-restarts"],
+            window=flags["--restart-window"],
+            backoff_initial=flags["--backoff-initial"],
+            backoff_max=flags["--backoff-max"],
+            reset_after=flags["--reset-after"],
+        )
+    argv: list[str] = ["--ready-notify"] if flags["--ready-notify"] else []
+    for flag, value in flags.items():
+        if isinstance(value, str):
+            argv += [flag, value]
+    return _Service(ready, restart, tuple(argv))
+
+
+_SERVICE_PARAMETERS = (
+    "ready_port", "ready_output", "ready_file", "ready_notify", "ready_timeout", "restart",
+    "max_restarts", "restart_window", "backoff_initial", "backoff_max", "reset_after",
+)  # fmt: skip
+
+
+def _checked_service(params: dict[str, Any]) -> _Service:
+    """`run`'s service flags from its parsed parameters, with the rules that tie them to
+    other flags; a usage error (exit 2) names the flag."""
+    service = service_flags(
+        {f"--{name.replace('_', '-')}": params[name] for name in _SERVICE_PARAMETERS}
+    )
+    if params["wait_ready"] and not params["background"]:
+        raise typer.BadParameter("only with --background", param_hint="--wait-ready")
+    if service.ready is not None and service.ready.output is not None and params["no_capture"]:
+        message = "needs the output captured (drop --no-capture)"
+        raise typer.BadParameter(message, param_hint="--ready-output")
+    return service
+
+
 # How a `run --background` talks to the detached `procledger` it starts; not for people.
 _DetachedFdOption = Annotated[int | None, typer.Option("--detached-fd", hidden=True)]
 _ProcessIdOption = Annotated[str | None, typer.Option("--process-id", hidden=True)]
@@ -157,6 +292,18 @@ def run(
     as_json: _JsonOption = False,
     no_capture: _NoCaptureOption = False,
     output_limit: _OutputLimitOption = "64MiB",
+    ready_port: _ReadyPortOption = None,
+    ready_output: _ReadyOutputOption = None,
+    ready_file: _ReadyFileOption = None,
+    ready_notify: _ReadyNotifyOption = False,
+    ready_timeout: _ReadyTimeoutOption = None,
+    wait_ready: _WaitReadyOption = False,
+    restart: _RestartOption = None,
+    max_restarts: _MaxRestartsOption = None,
+    restart_window: _RestartWindowOption = None,
+    backoff_initial: _BackoffInitialOption = None,
+    backoff_max: _BackoffMaxOption = None,
+    reset_after: _ResetAfterOption = None,
     detached_fd: _DetachedFdOption = None,
     process_id: _ProcessIdOption = None,
 ) -> None:
@@ -166,22 +313,35 @@ def run(
     the terminal). The first Ctrl-C stops its whole tree (SIGINT, then --stop-signal, then
     SIGKILL, --grace apart); a second kills it at once. Exits with the command's code; 130
     if it was stopped on request; 128+N if signal N ended it; 127 if the command was not
-    found, 126 if it could not be executed."""
+    found, 126 if it could not be executed.
+
+    --ready-* probes (all must hold) record when it is ready; --restart starts it again as new
+    attempts of one service, with backoff, until --max-restarts per --restart-window."""
+    _dispatch(ctx, command, ctx.params)
+
+
+def _dispatch(ctx: typer.Context, command: list[str], params: dict[str, Any]) -> None:
+    """`run` with its flags checked (usage errors before anything is recorded): in the
+    foreground, detached, or as the detached side itself."""
     from procledger import StopPolicy
 
-    grace_s = parse_grace(grace)
-    policy = StopPolicy((signal.SIGINT, _parse_signal(stop_signal)), grace_s)
-    source = _parse_stdin(stdin, background)
+    service = _checked_service(params)
+    grace_s = parse_grace(params["grace"])
+    policy = StopPolicy((signal.SIGINT, _parse_signal(params["stop_signal"])), grace_s)
+    source = _parse_stdin(params["stdin"], params["background"])
     checked_command(command)
-    keep = _Keep(not no_capture, parse_size(output_limit))
-    if detached_fd is not None and process_id is not None:
-        _detached_main(
-            ctx, command, policy, stdin=source, fd=detached_fd, process_id=process_id, keep=keep
+    keep = _Keep(not params["no_capture"], parse_size(params["output_limit"]), service)
+    fd, process_id = params["detached_fd"], params["process_id"]
+    if fd is not None and process_id is not None:
+        _detached_main(ctx, command, policy, stdin=source, fd=fd, process_id=process_id, keep=keep)
+    if params["background"]:
+        signal_name = params["stop_signal"]
+        detached = _run_detached(
+            ctx, command, grace=grace_s, stop_signal=signal_name, stdin=source, keep=keep
         )
-    if background:
-        _run_detached(ctx, command, grace=grace_s, stop_signal=stop_signal, stdin=source, keep=keep)
+        (_wait_ready if params["wait_ready"] else _print_started)(ctx, detached)
         return
-    _run_foreground(ctx, command, policy, stdin=source, as_json=as_json, keep=keep)
+    _run_foreground(ctx, command, policy, stdin=source, as_json=params["as_json"], keep=keep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,9 +350,11 @@ class _Keep:
 
     capture: bool = True
     limit: int = 64 * 1024 * 1024
+    service: _Service = _Service()
 
     def options(self) -> list[str]:
-        return ["--output-limit", str(self.limit), *([] if self.capture else ["--no-capture"])]
+        capture = [] if self.capture else ["--no-capture"]
+        return ["--output-limit", str(self.limit), *capture, *self.service.options()]
 
 
 def _run_foreground(
@@ -412,6 +574,8 @@ def _supervise(
             loop_id=loop_id,
             capture=keep.capture,
             output_limit=keep.limit,
+            ready=keep.service.ready,
+            restart=keep.service.restart,
         )
         if started is not None:
             started(handle)
@@ -448,10 +612,9 @@ def _run_detached(
     stop_signal: str,
     stdin: StdinSource,
     keep: _Keep,
-) -> None:
+) -> str:
     """`run --background`: a detached `procledger` (own session, no terminal) supervises the
-    command; this one waits until it is recorded `backgrounded`, prints its id and returns 0
-    (--json: its record)."""
+    command; this one waits until it is recorded `backgrounded` and returns its id."""
     from procledger.supervisor.handles import new_process_id
 
     url = cli_state(ctx).url
@@ -470,11 +633,31 @@ def _run_detached(
     if not answer.startswith("ok"):
         error = BackgroundStartError(answer or "the detached supervisor exited without a word")
         fail(cli_state(ctx), error, _detached_exit_code(answer))
+    return process_id
+
+
+def _print_started(ctx: typer.Context, process_id: str) -> None:
+    """The id of the process a detached `procledger` runs (--json: its record)."""
     if ctx.params.get("as_json"):
-        with open_ledger(url) as registry:
+        with open_ledger(cli_state(ctx).url) as registry:
             write_json(dump(registry.get(process_id)))
     else:
         sys.stdout.write(f"{process_id}\n")
+
+
+def _wait_ready(ctx: typer.Context, process_id: str) -> None:
+    """`run --background --wait-ready`: return once it is ready (printing its id, or with
+    --json the record); if it ended first, say how and exit 1 (docs/design.md §15)."""
+    with open_ledger(cli_state(ctx).url) as registry:
+        record = registry.await_ready(process_id)
+    if record.is_terminal and record.ready_at_ms is None:
+        error = NotReady(f"process {record.id} ended before it was ready: {ending(record)}")
+        fail(cli_state(ctx), error)
+    _print_started(ctx, process_id)
+
+
+class NotReady(ProcledgerError):
+    """A process (or every attempt of a service) ended before it was ready."""
 
 
 def _detached_exit_code(answer: str) -> int:

@@ -12,7 +12,11 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from procledger.domain.errors import StoreCorrupt
-from procledger.domain.registration import ProcessRegistration, registration_hash_of
+from procledger.domain.registration import (
+    OPTIONAL_REGISTRATION_KEYS,
+    ProcessRegistration,
+    registration_hash_of,
+)
 
 V = TypeVar("V")
 
@@ -40,7 +44,7 @@ class RegistrationCache(Generic[V]):
 
 REGISTRATIONS: RegistrationCache[ProcessRegistration] = RegistrationCache()
 
-_REGISTRATION_KEYS = frozenset(ProcessRegistration.model_fields)
+_REGISTRATION_KEYS = frozenset(ProcessRegistration.model_fields) - OPTIONAL_REGISTRATION_KEYS
 
 
 def checked_registration_document(document: dict[str, Any]) -> dict[str, Any]:

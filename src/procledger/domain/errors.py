@@ -7,6 +7,7 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     ├── ProcessLifecycleValidationError   (.field; never a ValueError: pydantic must not wrap it)
     ├── RegistrationError                 (.field)
     ├── FilterError                       (.key; also ValueError)
+    ├── OptionError                       (.option; also ValueError: a bad duration, port, regex)
     ├── InvalidTransition                 (.from_state, .kind, .to_state)
     │   └── AlreadyTerminal
     ├── ReplayConflict
@@ -69,6 +70,17 @@ class FilterError(ProcledgerError, ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"filter key {key!r}: {message}")
         self.key = key
+
+
+class OptionError(ProcledgerError, ValueError):
+    """A readiness, wait or restart option that cannot mean anything: a negative or malformed
+    duration, a port out of range, a regex that does not compile (docs/design.md §15).
+    ``option`` names it (``--ready-port``, ``backoff_initial_s``...); refused before anything is
+    recorded."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
 
 
 class InvalidTransition(ProcledgerError):

@@ -94,7 +94,7 @@ REASONS: ReasonMap = MappingProxyType(
         (_K.stop_requested, _S.starting): (_R.interrupted, _R.terminated, _R.killed),
         (_K.stop_requested, _S.running): (_R.interrupted, _R.terminated, _R.killed),
         (_K.completed, _S.exited): (_R.exited,),
-        (_K.completed, _S.failed): (_R.failed,),
+        (_K.completed, _S.failed): (_R.failed, _R.ready_timeout),
         (_K.completed, _S.timed_out): (_R.timed_out,),
         (_K.completed, _S.interrupted): (_R.interrupted,),
         (_K.completed, _S.terminated): (_R.terminated, _R.runner_shutdown, _R.output_limit),

@@ -420,6 +420,31 @@ class Process(Aggregate):
         def evolve(self, process: Process) -> None:
             process.wake_target_cleared = True
 
+    class Ready(Event):
+        """The readiness probes all held at ``ready_at_ms`` (the supervisor's observation);
+        ``probes`` names them (docs/design.md §15). Not a lifecycle move: the state stays."""
+
+        TOPIC = "procledger:Process.Ready"
+        class_version = 1
+        ready_at_ms: int
+        probes: list[str]
+
+        def evolve(self, process: Process) -> None:
+            process.ready_at_ms = self.ready_at_ms
+
+    class CrashLoop(Event):
+        """The supervisor gave the service up after this (ended) attempt: ``restarts``
+        restarts within ``window_s`` spent its budget, so no further attempt starts."""
+
+        TOPIC = "procledger:Process.CrashLoop"
+        class_version = 1
+        attempt: int
+        restarts: int
+        window_s: float
+
+        def evolve(self, process: Process) -> None:
+            process.gave_up = "crash_loop"
+
     class OutputTruncated(Event):
         """Bytes ``[start, end)`` of ``stream`` were dropped past the output limit, the oldest
         first (docs/design.md §14)."""
@@ -485,6 +510,8 @@ class Process(Aggregate):
         self.output_json: dict[str, Any] | None = None
         self._output: OutputSummary | None = None
         self.output_tails: dict[str, str] = {}
+        self.ready_at_ms: int | None = None
+        self.gave_up: str | None = None
         self.terminal_event: Process.Terminal | None = None
         self.event_ids: dict[str, str] = {}
         self.replay_keys: dict[str, tuple[str, int]] = {}
@@ -875,6 +902,33 @@ class Process(Aggregate):
             replay_key=replay_key,
         )
         return self.version
+
+    def record_ready(self, ready_at_ms: int, probes: Sequence[str], *, at_ms: int) -> bool:
+        """Readiness is told once, while the process runs (the first report wins)."""
+        if self.ready_at_ms is not None:
+            return False
+        self._refuse_if_terminal("ready")
+        if self.state is not ProcessState.running:
+            raise InvalidTransition(
+                self.state.value, "ready", self.state.value, process_id=self.process_id
+            )
+        self._emit(self.Ready, at_ms, ready_at_ms=ready_at_ms, probes=list(probes))
+        return True
+
+    def record_crash_loop(self, restarts: int, window_s: float, *, at_ms: int) -> bool:
+        """The verdict on an ended attempt of a service: given up. Only after its terminal
+        (the attempt's own lifecycle is complete; this says nothing follows it); once."""
+        if self.gave_up is not None:
+            return False
+        if not self.state.is_terminal:
+            raise InvalidTransition(
+                self.state.value, "crash_loop", self.state.value, process_id=self.process_id
+            )
+        attempt = self.registration.attempt or 1
+        self._emit(
+            self.CrashLoop, at_ms, attempt=attempt, restarts=restarts, window_s=float(window_s)
+        )
+        return True
 
     def record_first_started(
         self, owner: LeaseOwner, first_started_at_ms: int, *, at_ms: int

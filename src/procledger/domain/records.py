@@ -15,6 +15,7 @@ from procledger.domain.registration import (
     ProcessInput,
     SessionScope,
 )
+from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import (
     ProcessState,
     ProcessStatus,
@@ -144,6 +145,17 @@ class ProcessRecord(Frozen):
     #: The run's output summary (docs/design.md §14); null while it runs, for work that was
     #: not supervised here and for records written before 0.3.0.
     output: OutputSummary | None = None
+    # docs/design.md §15; null for records written before 0.4.0 and for plain processes.
+    #: When the readiness probes all held (the supervisor's clock), or null.
+    ready_at_ms: int | None = None
+    #: A service's attempt number (1 for its first), and the first attempt's id (later ones).
+    attempt: int | None = None
+    attempt_of: str | None = None
+    #: ``crash_loop`` on the last attempt of a service its supervisor gave up; else null.
+    gave_up: str | None = None
+    #: The readiness probes and restart policy it was registered with, or null.
+    readiness: Readiness | None = None
+    restart: RestartPolicy | None = None
     change_seq: int
 
     @property

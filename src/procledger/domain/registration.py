@@ -13,9 +13,17 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from procledger.domain.model import Frozen, Tagged, canonical_json
+from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import RecoveryDisposition
 
 MAX_PROCESS_ID_CHARS = 256
@@ -193,6 +201,31 @@ class ProcessRegistration(Frozen):
     event_types: list[EventType] = Field(default_factory=list)
     descriptor: HandleDescriptor | None = None
     definition: JsonValue = None
+    # A service's declarations (docs/design.md §15). Left out of the JSON form when null, so
+    # a registration without them hashes exactly as it did before they existed.
+    readiness: Readiness | None = None
+    restart: RestartPolicy | None = None
+    attempt_of: str | None = None
+    attempt: int | None = Field(default=None, ge=1)
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_service_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        full: dict[str, Any] = handler(self)
+        return {
+            key: value
+            for key, value in full.items()
+            if value is not None or key not in OPTIONAL_REGISTRATION_KEYS
+        }
+
+    @model_validator(mode="after")
+    def _attempt_link(self) -> ProcessRegistration:
+        if self.attempt_of is not None:
+            check_process_id(self.attempt_of)
+            if self.attempt is None or self.attempt < 2:
+                raise ValueError("attempt: a later attempt (attempt_of set) is numbered 2 or more")
+        elif self.attempt not in (None, 1):
+            raise ValueError("attempt: only a later attempt (attempt_of set) is numbered past 1")
+        return self
 
     @field_validator("id")
     @classmethod
@@ -228,6 +261,10 @@ class ProcessRegistration(Frozen):
 
     def declares(self, event_type: str) -> bool:
         return any(declared.name == event_type for declared in self.event_types)
+
+
+OPTIONAL_REGISTRATION_KEYS = frozenset({"readiness", "restart", "attempt_of", "attempt"})
+"""Registration keys a stored document may lack (registrations made before they existed)."""
 
 
 def registration_hash_of(document: Mapping[str, Any]) -> str:

@@ -64,6 +64,12 @@ def registered_field(name: str) -> RecordField:
     )
 
 
+def optional_registered_field(name: str) -> RecordField:
+    """A registration field older registrations lack (docs/design.md §15): null for them."""
+    get: Getter = lambda process: process.registration_json.get(name)  # noqa: E731
+    return RecordField(name, get, get)
+
+
 # Built once per registration: a registry reuses an aggregate across its writes, and a
 # rebuild renders many aggregates of few registrations.
 _IDENTITIES: RegistrationCache[tuple[dict[str, Any], Identity]] = RegistrationCache()
@@ -140,6 +146,20 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     model_field("wait", lambda process: process.wait),
     model_field("external_ref", lambda process: process.external_ref),
     RecordField("output", lambda process: process.output_json, lambda process: process.output),
+    same_field("ready_at_ms", lambda process: process.ready_at_ms),
+    optional_registered_field("attempt"),
+    optional_registered_field("attempt_of"),
+    same_field("gave_up", lambda process: process.gave_up),
+    RecordField(
+        "readiness",
+        lambda process: process.registration_json.get("readiness"),
+        lambda process: process.registration.readiness,
+    ),
+    RecordField(
+        "restart",
+        lambda process: process.registration_json.get("restart"),
+        lambda process: process.registration.restart,
+    ),
 )
 
 if (*(field.name for field in RECORD_FIELDS), "change_seq") != tuple(ProcessRecord.model_fields):
@@ -182,6 +202,8 @@ _EVENT_KINDS: dict[type[Process.Event], str] = {
     Process.OutputTruncated: "output_truncated",
     Process.OutputStopped: "output_stopped",
     Process.OutputCaptured: "output_captured",
+    Process.Ready: "ready",
+    Process.CrashLoop: "crash_loop",
 }
 
 _BOOKKEEPING = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})

@@ -34,6 +34,7 @@ class TerminalReason(StrEnum):
     signaled = "signaled"
     runner_shutdown = "runner_shutdown"
     output_limit = "output_limit"
+    ready_timeout = "ready_timeout"
     lost_on_restore = "lost_on_restore"
     owner_drain = "owner_drain"
     owner_dead = "owner_dead"

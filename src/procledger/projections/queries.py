@@ -28,6 +28,8 @@ from procledger.projections.records import (
 from procledger.projections.sessions import read_handle, read_handle_sessions, read_handles
 
 PREFIX_CANDIDATES = 5
+SERVICE_ATTEMPTS = 10_000
+"""A prefix resolves to a service whose attempts number at most this many."""
 """How many ids an ambiguous prefix lists (enough to choose from, short enough for a line)."""
 
 FilterLike = ProcessListFilter | Mapping[str, Any] | None
@@ -82,8 +84,30 @@ class ReadModels:
         if not found:
             raise NotFound(f"process {prefix!r} not found (no id starts with it)")
         if len(found) > 1:
-            raise AmbiguousProcessId(prefix, found[:PREFIX_CANDIDATES])
+            service = self._one_service(prefix, found[0])
+            if service is None:
+                raise AmbiguousProcessId(prefix, found[:PREFIX_CANDIDATES])
+            return service
         return found[0]
+
+    def _one_service(self, prefix: str, first: str) -> str | None:
+        """``first`` when every id starting with ``prefix`` is an attempt of the service
+        ``first`` is the first attempt of (``<first>.<n>``, docs/design.md §15.4): a prefix of a
+        service names the service, not one of its attempts."""
+        try:
+            if self.record(first).attempt != 1:
+                return None
+        except NotFound:
+            return None
+        found = self.store.attempt(
+            lambda tx: record_rows.ids_from(tx, prefix, SERVICE_ATTEMPTS + 1)
+        )
+        if len(found) > SERVICE_ATTEMPTS:
+            return None
+        later = f"{first}."
+        if all(i == first or (i.startswith(later) and i[len(later) :].isdigit()) for i in found):
+            return first
+        return None
 
     def handle(self, session_id: str, process_id: str) -> HandleSummary:
         return self.store.attempt(lambda tx: read_handle(tx, session_id, process_id))

@@ -93,11 +93,15 @@ def outcome(
     requested: tuple[TerminalReason, ...] = (),
     shutdown: bool = False,
     failure: str | None = None,
+    ready_timeout: str | None = None,
 ) -> Outcome:
     """The terminal of a child that ended with ``returncode`` (negative: killed by a signal).
 
     - ``failure`` (the output consumer or a read failed, and the tree was stopped for it) →
       ``failed`` with that diagnostic.
+    - ``ready_timeout`` (the readiness probes did not all hold in time, and the tree was
+      stopped for it), unless a stop was requested or a shutdown runs → ``failed`` with reason
+      ``ready_timeout`` and that diagnostic, however the child then ended (docs/design.md §15).
     - Exit code 0, or any exit code nobody asked to stop → ``exited`` with the code.
     - A signal nobody here sent (no stop requested, no shutdown: a crash, an OOM kill, a
       SIGPIPE) → ``signaled`` with reason ``signaled`` and the signal number.
@@ -112,6 +116,12 @@ def outcome(
     if failure is not None:
         return Outcome(
             ProcessState.failed, TerminalReason.failed, diagnostic=clip_diagnostic(failure)
+        )
+    if ready_timeout is not None and not requested and not shutdown:
+        return Outcome(
+            ProcessState.failed,
+            TerminalReason.ready_timeout,
+            diagnostic=clip_diagnostic(ready_timeout),
         )
     if returncode == 0 or (returncode > 0 and not requested and not shutdown):
         return Outcome(ProcessState.exited, TerminalReason.exited, exit_code=returncode)

@@ -26,6 +26,7 @@ a run without notification. Each lifecycle write carries an id derived from the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -39,12 +40,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, final
 
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.adapters.output_files import output_root
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
+from procledger.domain.attempts import attempt_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
     InvalidTransition,
@@ -65,7 +67,19 @@ from procledger.domain.registration import (
     SessionScope,
     env_ref_for,
 )
-from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
+from procledger.domain.service import (
+    Readiness,
+    RestartPlan,
+    RestartPolicy,
+    backoff_delay,
+    plan_restart,
+)
+from procledger.domain.vocabulary import (
+    ProcessState,
+    ProcessStatus,
+    RecoveryDisposition,
+    TerminalReason,
+)
 from procledger.projections.filters import ProcessListFilter
 from procledger.supervisor import handles as handle_table
 from procledger.supervisor import orphans, os_seam
@@ -92,6 +106,8 @@ from procledger.supervisor.execution import (
     checked_argv,
 )
 from procledger.supervisor.modes import StopMode
+from procledger.supervisor.readiness import ReadinessWatch
+from procledger.supervisor.services import BackoffEnd, Service, backoff_wait
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -156,6 +172,10 @@ class _StartRequest:
     loop_id: uuid.UUID | None
     capture: bool = True
     output_limit: int = DEFAULT_OUTPUT_LIMIT
+    ready: Readiness | None = None
+    restart: RestartPolicy | None = None
+    attempt_of: str | None = None
+    attempt: int | None = None
 
     @property
     def notify_to(self) -> _NotifyTo | None:
@@ -176,6 +196,14 @@ class _Ticket:
     notify_to: _NotifyTo | None
     registration_hash: str
     capture: Capture | None = None
+
+
+class _Prepared(NamedTuple):
+    """A process registered, leased and stamped, not yet spawned."""
+
+    ticket: _Ticket
+    keeper: LeaseKeeper
+    workdir: str
 
 
 class _Run:
@@ -202,6 +230,13 @@ class _Run:
         self.record: ProcessRecord | None = None
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
+        self.watch: ReadinessWatch | None = None
+        self.ready_timeout: str | None = None  # why the probes failed; the tree was stopped
+        self.ready = False
+        self.settled = threading.Event()  # ready, or ended: what ``wait_ready`` waits for
+        self.spawned_at = time.monotonic()
+        self.ready_at: float | None = None
+        self.service: Service | None = None
 
     @property
     def renewing(self) -> bool:
@@ -266,6 +301,7 @@ class Supervisor:
         self._ticker: threading.Thread | None = None
         self._wake = threading.Event()
         self._helpers: list[threading.Thread] = []
+        self._services: dict[str, Service] = {}
 
     @property
     def owner(self) -> LeaseOwner:
@@ -296,6 +332,8 @@ class Supervisor:
         loop_id: _SessionId | None = None,
         capture: bool = True,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        ready: Readiness | None = None,
+        restart: RestartPolicy | None = None,
     ) -> ProcessHandle:
         """Run ``argv`` under this supervisor; returns once the child runs and that is recorded.
         ``starting`` is durable before the spawn; a retried start never runs a program twice.
@@ -307,6 +345,10 @@ class Supervisor:
             disposition: what recovery may do if this supervisor dies (§3.6; env: §6.2).
             session_id, loop_id: where the completion notification goes (both, or none sent).
             capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
+            ready: readiness probes (§15): the ``ready`` fact once all hold; past its
+                ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
+            restart: start the command again as new attempts when it ends (§15); the handle
+                then names the service (``wait`` and ``stop`` act on its current attempt).
 
         Raises:
             TypeError, ValueError, OSError (a ``stdin`` file): nothing was written.
@@ -315,21 +357,15 @@ class Supervisor:
             LeaseLost: another live owner holds ``process_id``.
             SpawnError: the program could not be started; ``failed`` is recorded first.
         """
-        request = _StartRequest(
-            args=checked_argv(argv),
-            process_id=process_id,
-            cwd=cwd,
-            env=env,
-            stdin=_checked_stdin(stdin),
-            stdout=stdout,
-            background=background,
-            disposition=RecoveryDisposition(disposition),
-            session_id=_uuid_or_none(session_id),
-            loop_id=_uuid_or_none(loop_id),
-            capture=bool(capture),
-            output_limit=_checked_limit(output_limit),
-        )
+        request = _checked_request(
+            argv, process_id=process_id, cwd=cwd, env=env, stdin=stdin, stdout=stdout,
+            background=background, disposition=disposition, session_id=session_id,
+            loop_id=loop_id, capture=capture, output_limit=output_limit, ready=ready,
+            restart=restart,
+        )  # fmt: skip
         with self._start_slot(), _stdin_source(request.stdin) as source:
+            if request.restart is not None:
+                return self._start_service(request, request.restart, source)
             return self._start(request, source)
 
     @contextmanager
@@ -348,6 +384,11 @@ class Supervisor:
 
     def _start(self, request: _StartRequest, source: int | None) -> ProcessHandle:
         """The durable writes in the module docstring's order, then the spawn."""
+        run = self._launch(request, self._prepare(request), source)
+        return ProcessHandle(run.handle, run.process_id)
+
+    def _prepare(self, request: _StartRequest) -> _Prepared:
+        """Register, claim and stamp the first start: everything durable before the spawn."""
         registration, workdir = self._registration(request)
         record, keeper = self._register(registration)  # `starting` is durable before the spawn
         ids = event_ids(record.id, record.registration_hash)
@@ -359,9 +400,17 @@ class Supervisor:
             record.registration_hash,
             self._capture_for(request, record.id),
         )
-        run = _Run(ticket, keeper, self._spawn(request, workdir, ticket, keeper, source))
+        return _Prepared(ticket, keeper, workdir)
+
+    def _launch(self, request: _StartRequest, prepared: _Prepared, source: int | None) -> _Run:
+        """Spawn a prepared process and hand it to its owner thread."""
+        ticket, keeper, workdir = prepared
+        watch = None if request.ready is None else ReadinessWatch(request.ready, workdir)
+        child = self._spawn(request, workdir, ticket, keeper, source, watch=watch)
+        run = _Run(ticket, keeper, child)
+        run.watch = watch
         self._go_live(run, request.background)
-        return ProcessHandle(ticket.handle, ticket.process_id)
+        return run
 
     def _registration(self, request: _StartRequest) -> tuple[ProcessRegistration, str]:
         """The registration, and the absolute directory the child runs in.
@@ -390,6 +439,10 @@ class Supervisor:
             originator=Originator.host(),
             wake_target=scope,
             env_ref=env_ref,
+            readiness=request.ready,
+            restart=request.restart,
+            attempt_of=request.attempt_of,
+            attempt=request.attempt,
         )
         return registration, workdir
 
@@ -455,16 +508,23 @@ class Supervisor:
         ticket: _Ticket,
         keeper: LeaseKeeper,
         source: int | None,
+        *,
+        watch: ReadinessWatch | None = None,
     ) -> OwnedChild:
         """The child; if it cannot start, ``failed`` is recorded (and notified) first."""
         stdout, stderr = (
             ticket.capture.sinks() if ticket.capture is not None else (request.stdout, None)
         )
+        env = request.env
+        if watch is not None:
+            if stdout is not None and stderr is not None:
+                stdout, stderr = watch.sink(0, stdout), watch.sink(1, stderr)
+            env = watch.child_env(dict(os.environ if env is None else env))
         try:
             return OwnedChild.spawn(
                 request.args,
                 cwd=workdir,
-                env=request.env,
+                env=env,
                 stdin=request.stdin if isinstance(request.stdin, bytes) else None,
                 stdout=stdout,
                 stderr=stderr,
@@ -473,6 +533,8 @@ class Supervisor:
                 marker=ticket.ids.run_marker,
             )
         except SpawnError as error:
+            if watch is not None:
+                watch.close()
             result = spawn_failure(str(error))
             record = self._record_terminal(ticket, keeper, result)
             if record is not None:
@@ -517,6 +579,248 @@ class Supervisor:
                     run.shutdown = True
         self._wake.set()  # the ticker's next wake-up must account for this lease
         run.thread.start()
+        if run.watch is not None:
+            self._helper(functools.partial(self._watch_ready, run, run.watch))
+
+    # -- readiness (docs/design.md §15) ------------------------------------------------------------
+
+    def _watch_ready(self, run: _Run, watch: ReadinessWatch) -> None:
+        """The run's probes, until they all held (the ``ready`` fact), the ready timeout
+        passed (the tree is stopped; the owner thread records ``ready_timeout``) or it ended."""
+
+        def on_ready(probes: list[str]) -> None:
+            try:
+                self._registry.record_ready(run.process_id, self._registry.now_ms(), probes=probes)
+            except InvalidTransition:
+                return  # it ended first: never ready
+            except Exception as error:  # a store outage: the run goes on, unready on record
+                log.warning("process %r: readiness not recorded: %s", run.process_id, error)
+            with run.lock:
+                run.ready, run.ready_at = True, time.monotonic()
+            run.settled.set()
+            if run.service is not None:
+                run.service.wake.set()
+
+        def on_timeout(missing: list[str]) -> None:
+            limit = watch.spec.timeout_s
+            with run.lock:
+                if run.ended:
+                    return
+                run.ready_timeout = (
+                    f"not ready within {limit:g} s: {', '.join(missing)} did not hold"
+                )
+            log.info("process %r: %s; stopping its tree", run.process_id, run.ready_timeout)
+            policy = request_policy(TerminalReason.terminated, self._stop_policy)
+            run.child.stop(policy, escalate=True)
+
+        watch.watch(lambda: not run.ended, on_ready, on_timeout)
+
+    def wait_ready(
+        self, handle: ProcessHandle | str, timeout: float | None = None
+    ) -> ProcessRecord:
+        """The record once the process is ready (``ready_at_ms`` set) or has ended without
+        becoming ready (then its terminal record, ``ready_at_ms`` null): a caller starting a
+        service waits here instead of guessing with a sleep. A process started without
+        readiness probes counts as ready once it runs.
+
+        Raises:
+            NotFound: ``handle`` was not started by this supervisor.
+            TimeoutError: neither happened within ``timeout`` seconds.
+        """
+        service = self._service(handle)
+        if service is not None:
+            return self._service_ready(service, timeout)
+        run = self._find(handle)
+        if run.watch is None:
+            return self._registry.get(run.process_id)
+        if not run.settled.wait(timeout):
+            raise TimeoutError(f"process {run.process_id!r} not ready after {timeout} s")
+        if run.ready:
+            return self._registry.get(run.process_id)
+        return self._terminal_record(run, None)
+
+    # -- services: restarts (docs/design.md §15) --------------------------------------------------
+
+    def _service(self, handle: ProcessHandle | str) -> Service | None:
+        key = handle.handle if isinstance(handle, ProcessHandle) else handle
+        with self._lock:
+            return self._services.get(key) if isinstance(key, str) else None
+
+    def _start_service(
+        self, request: _StartRequest, policy: RestartPolicy, source: int | None
+    ) -> ProcessHandle:
+        """The first attempt, as any start; then the service thread that restarts it."""
+        run = self._launch(request, self._prepare(request), source)
+        service = Service(run.handle, run.process_id, policy, request)
+        service.current, run.service = run, service
+        with self._lock:
+            self._services[service.handle] = service
+        self._helper(functools.partial(self._serve, service), name="procledger-service")
+        return ProcessHandle(run.handle, run.process_id)
+
+    def _serve(self, service: Service) -> None:
+        """The service thread: attempt after attempt until the policy, a stop or the budget
+        says no more."""
+        try:
+            self._serve_attempts(service)
+        except BaseException as error:  # a store failure: no further attempt starts
+            service.error = error
+            log.warning("service %r: no further attempt: %s", service.first_id, error)
+        finally:
+            service.done.set()
+            service.wake.set()
+
+    def _serve_attempts(self, service: Service) -> None:
+        restarts: tuple[float, ...] = ()
+        while True:
+            run = service.current
+            run.done.wait()
+            if run.error is not None:
+                raise run.error
+            service.record = run.record or self._registry.get(run.process_id)
+            ended_at = self._ended_at(service.record)
+            service.wake.set()
+            if run.record is None:  # the lease was lost: its new holder decides
+                return
+            plan = self._plan_after(service, run, service.record, restarts)
+            if plan.action == "give_up":
+                service.record = self._registry.record_crash_loop(
+                    run.process_id, restarts=len(plan.restarts), window_s=service.policy.window_s
+                )
+                tried = len(service.attempts)
+                self._say(
+                    f"service {service.first_id!r} gave up after {tried} attempts (crash_loop)"
+                )
+                return
+            if plan.action == "stop":
+                return
+            restarts = plan.restarts
+            delay = backoff_delay(service.policy, plan.number, service.rng.random())
+            if not self._restart(service, ended_at + delay):
+                return
+
+    def _ended_at(self, record: ProcessRecord) -> float:
+        """When ``record`` ended on the monotonic clock: the backoff counts from the recorded
+        end, so the writes and notifications after it do not lengthen it."""
+        now = time.monotonic()
+        if record.finished_at_ms is None:
+            return now
+        return now - max(0, self._registry.now_ms() - record.finished_at_ms) / 1000
+
+    def _plan_after(
+        self, service: Service, run: _Run, record: ProcessRecord, restarts: tuple[float, ...]
+    ) -> RestartPlan:
+        """What follows ``run``'s end: never a restart after a stop, a lost lease or a
+        shutdown; healthy time counts from readiness when probed, else from the spawn."""
+        with run.lock:
+            stopped = bool(run.requested) or run.shutdown or run.lease_lost
+            since = run.ready_at if run.watch is not None else run.spawned_at
+        now = time.monotonic()
+        return plan_restart(
+            service.policy,
+            failed=record.status is ProcessStatus.failed,
+            stopped=stopped or service.cancelled.is_set() or bool(record.stop_requested),
+            restarts=restarts,
+            now=now,
+            healthy_s=0.0 if since is None else now - since,
+        )
+
+    def _restart(self, service: Service, start_at: float) -> bool:
+        """The next attempt: registered and leased now (``starting``), spawned at ``start_at``
+        (monotonic) unless the service is stopped meanwhile. False: no attempt runs."""
+        number = len(service.attempts) + 1
+        request = dataclasses.replace(
+            service.template,
+            process_id=attempt_id(service.first_id, number),
+            attempt_of=service.first_id,
+            attempt=number,
+        )
+        prepared = self._prepare(request)
+        service.attempts.append(prepared.ticket.process_id)
+        ended = self._backoff(service, prepared, start_at - time.monotonic())
+        if ended is BackoffEnd.lost:
+            return False
+        if ended is BackoffEnd.go:
+            with contextlib.suppress(SupervisorClosed), self._start_slot(), service.lock:
+                if not service.cancelled.is_set():
+                    with _stdin_source(request.stdin) as source:
+                        run = self._launch(request, prepared, source)
+                    run.service, service.current = service, run
+                    return True
+        service.record = self._cancel_pending(prepared, shutdown=self._closed)
+        return False
+
+    def _backoff(self, service: Service, prepared: _Prepared, delay_s: float) -> BackoffEnd:
+        """Wait out the backoff, keeping the pending attempt's lease and watching for stops."""
+        keeper, pid = prepared.keeper, prepared.ticket.process_id
+
+        def stop_requested() -> bool:
+            try:
+                return bool(self._registry.get(pid).stop_requested)
+            except Exception as error:  # a store outage: look again later
+                log.info("process %r: reading its stop requests failed: %s", pid, error)
+                return False
+
+        def renew_due(now: float) -> float | None:
+            if keeper.is_due(now) and keeper.renew(now) is Renewal.lost:
+                return None
+            return keeper.due_at
+
+        return backoff_wait(
+            delay_s, cancelled=service.cancelled, stop_requested=stop_requested, renew_due=renew_due
+        )
+
+    def _cancel_pending(self, prepared: _Prepared, *, shutdown: bool) -> ProcessRecord | None:
+        """End an attempt that never ran: ``terminated`` (a stop; ``killed`` if one asked
+        for it) or, during a shutdown, ``terminated``/``runner_shutdown``."""
+        ticket, keeper = prepared.ticket, prepared.keeper
+        if shutdown:
+            result = Outcome(ProcessState.terminated, TerminalReason.runner_shutdown)
+        else:
+            requested = self._registry.get(ticket.process_id).stop_requested
+            if not requested:
+                reason = TerminalReason.terminated
+                self._registry.request_stop(
+                    ticket.process_id, reason, event_id=ticket.ids.stop[reason]
+                )
+            killed = TerminalReason.killed in requested
+            state = ProcessState.killed if killed else ProcessState.terminated
+            result = Outcome(state, TerminalReason(state.value))
+        record = self._record_terminal(ticket, keeper, result)
+        if record is not None:
+            self._publish(ticket.ids.command_id, ticket.handle, ticket.notify_to, record)
+        return record
+
+    def _stop_service(
+        self, service: Service, mode: StopMode, grace_s: float | None
+    ) -> ProcessRecord:
+        """Cancel further restarts, then stop the current attempt (if it still runs)."""
+        with service.lock:
+            service.cancelled.set()
+            run = service.current
+        record = self._stop_run(run, mode, grace_s)
+        if mode is StopMode.interrupt and not record.is_terminal:
+            return record
+        service.done.wait()
+        return service.record if service.record is not None else record
+
+    def _service_ready(self, service: Service, timeout: float | None) -> ProcessRecord:
+        """``wait_ready`` of a service: its newest attempt ready, or the service done."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            service.wake.clear()
+            run = service.current
+            with run.lock:
+                ready = run.ready or (run.watch is None and not run.ended)
+            if ready:
+                return self._registry.get(run.process_id)
+            if service.done.is_set():
+                assert service.record is not None
+                return service.record
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"service {service.first_id!r} not ready after {timeout} s")
+            service.wake.wait(0.05 if remaining is None else min(remaining, 0.05))
 
     # -- the one completion path ------------------------------------------------------------------
 
@@ -537,6 +841,7 @@ class Supervisor:
                 self._active.pop(run.handle, None)
                 self._lock.notify_all()
             run.done.set()
+            run.settled.set()
             self._wake.set()
 
     def _finish(self, run: _Run, returncode: int, failure: str | None) -> None:
@@ -544,10 +849,17 @@ class Supervisor:
             run.ended = True
             run.returncode = returncode
             requested, shutdown, lost = tuple(run.requested), run.shutdown, run.lease_lost
+            ready_timeout = run.ready_timeout
         if lost:
             _output_of(run.ticket)  # closes the capture; the new holder records the terminal
             return
-        result = outcome(returncode, requested=requested, shutdown=shutdown, failure=failure)
+        result = outcome(
+            returncode,
+            requested=requested,
+            shutdown=shutdown,
+            failure=failure,
+            ready_timeout=ready_timeout,
+        )
         result = dataclasses.replace(result, survivors=tuple(run.child.survivors))
         run.record = self._record_terminal(run.ticket, run.keeper, result)
         if run.record is not None:
@@ -685,7 +997,18 @@ class Supervisor:
             NotFound: ``handle`` was not started by this supervisor.
             TimeoutError: the process still runs after ``timeout`` seconds.
             StoreError: the terminal could not be written (re-raised from the owner thread).
+
+        For a service (``restart``) this waits until no attempt will start again and returns
+        the newest attempt's record.
         """
+        service = self._service(handle)
+        if service is not None:
+            if not service.done.wait(timeout):
+                raise TimeoutError(f"service {service.first_id!r} still running after {timeout} s")
+            if service.error is not None:
+                raise service.error
+            assert service.record is not None
+            return service.record
         run = self._find(handle)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not run.done.wait(timeout):
@@ -711,7 +1034,8 @@ class Supervisor:
         Raises:
             NotFound: ``handle`` was not started by this supervisor.
         """
-        run = self._find(handle)
+        service = self._service(handle)
+        run = self._find(handle) if service is None else service.current
         with run.lock:
             return run.returncode
 
@@ -731,9 +1055,16 @@ class Supervisor:
         Raises:
             NotFound: ``handle`` was not started by this supervisor.
             ValueError: ``mode`` is not a stop mode.
+
+        A service's stop stops its current attempt and cancels every further restart, also
+        during a backoff wait (the attempt waiting to start ends ``terminated``).
         """
-        run = self._find(handle)
-        stop_mode = StopMode(mode)
+        service = self._service(handle)
+        if service is not None:
+            return self._stop_service(service, StopMode(mode), grace_s)
+        return self._stop_run(self._find(handle), StopMode(mode), grace_s)
+
+    def _stop_run(self, run: _Run, stop_mode: StopMode, grace_s: float | None) -> ProcessRecord:
         grace = self._stop_policy.grace_s if grace_s is None else grace_s
         policy, escalate = mode_policy(stop_mode, grace)
         if not self._request(run, stop_mode.reason):
@@ -771,6 +1102,11 @@ class Supervisor:
             NotFound: ``handle`` was not started by this supervisor.
             ValueError: ``reason`` is not ``interrupted``, ``terminated`` or ``killed``.
         """
+        service = self._service(handle)
+        if service is not None:
+            with service.lock:
+                service.cancelled.set()
+                handle = service.current.handle
         run = self._find(handle)
         stop_reason = TerminalReason(reason)
         if stop_reason not in run.ids.stop:
@@ -783,8 +1119,8 @@ class Supervisor:
         if self._request(run, reason, durable=durable):
             run.child.stop(request_policy(reason, self._stop_policy), escalate=True)
 
-    def _helper(self, target: Callable[[], object]) -> None:
-        thread = threading.Thread(target=target, name="procledger-stopper", daemon=True)
+    def _helper(self, target: Callable[[], object], name: str = "procledger-stopper") -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
         with self._lock:
             self._helpers = [t for t in self._helpers if t.is_alive()]
             self._helpers.append(thread)
@@ -1002,6 +1338,8 @@ class Supervisor:
         the shutdown; returns those runs."""
         with self._lock:
             self._closed = True
+            for service in self._services.values():
+                service.cancelled.set()
             while self._starting:
                 self._lock.wait()
             runs = list(self._active.values())
@@ -1078,6 +1416,41 @@ def _output_of(ticket: _Ticket) -> tuple[OutputSummary, dict[str, str]]:
     if ticket.capture is None:
         return no_capture(this_host_id())
     return ticket.capture.finish()
+
+
+def _checked_request(argv: Sequence[str], **options: Any) -> _StartRequest:
+    """``start``'s arguments checked and normalised, before anything is written."""
+    capture, restart = bool(options["capture"]), options["restart"]
+    if restart is not None and not isinstance(restart, RestartPolicy):
+        raise TypeError(f"restart must be a procledger.RestartPolicy, not {restart!r}")
+    return _StartRequest(
+        args=checked_argv(argv),
+        process_id=options["process_id"],
+        cwd=options["cwd"],
+        env=options["env"],
+        stdin=_checked_stdin(options["stdin"]),
+        stdout=options["stdout"],
+        background=options["background"],
+        disposition=RecoveryDisposition(options["disposition"]),
+        session_id=_uuid_or_none(options["session_id"]),
+        loop_id=_uuid_or_none(options["loop_id"]),
+        capture=capture,
+        output_limit=_checked_limit(options["output_limit"]),
+        ready=_checked_ready(options["ready"], capture),
+        restart=restart,
+        attempt=None if restart is None else 1,
+    )
+
+
+def _checked_ready(ready: object, capture: bool) -> Readiness | None:
+    """``start``'s ``ready``: a ``Readiness`` (an output probe needs the output captured)."""
+    if ready is None:
+        return None
+    if not isinstance(ready, Readiness):
+        raise TypeError(f"ready must be a procledger.Readiness, not {ready!r}")
+    if ready.output is not None and not capture:
+        raise ValueError("an output readiness probe needs the output captured (capture=True)")
+    return ready
 
 
 def _checked_limit(limit: object) -> int:
