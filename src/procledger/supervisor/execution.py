@@ -47,6 +47,7 @@ from procledger.domain.errors import Interrupted, StdinError
 from procledger.supervisor import os_seam
 
 __all__ = [
+    "Borrower",
     "Cancel",
     "CapturedOutput",
     "Consumer",
@@ -69,6 +70,17 @@ process stuck in uninterruptible sleep must not hang its owner)."""
 
 Consumer = Callable[[bytes], None]
 """Receives raw output chunks as they arrive, on the owner's thread."""
+
+
+class Borrower:
+    """A consumer that only borrows each chunk: it is handed a ``memoryview`` of a buffer the
+    pump reuses for the next read, valid until it returns. Output capture is one (it writes
+    the chunk to a file and lets go), so a fast child costs no allocation per chunk; any other
+    consumer gets ``bytes`` of its own, as before."""
+
+    def __call__(self, chunk: bytes | memoryview) -> None:
+        raise NotImplementedError
+
 
 Input = bytes | str | None
 
@@ -223,6 +235,11 @@ def _encoded(stdin: Input) -> bytes | None:
     raise TypeError(f"stdin must be bytes, str or None, not {type(stdin).__name__}")
 
 
+_FIRST_BUFFER: Final = 64 * 1024
+"""The pump's first read buffer: enough for a chatty child; a fast one grows it to
+``READ_CHUNK``."""
+
+
 class _Pump:
     """The child's pipes and exit descriptor in one selector, driven by the owner's thread.
 
@@ -251,6 +268,7 @@ class _Pump:
                 self._selector.register(pipe, selectors.EVENT_READ, reader)
                 self._outputs[pipe] = sink
         self._stdin = child.stdin
+        self._buffer = bytearray(_FIRST_BUFFER)  # grown to READ_CHUNK once a read fills it
         self._pending = memoryview(data or b"")
         if self._stdin is not None and data:
             self._selector.register(self._stdin, selectors.EVENT_WRITE, self._write)
@@ -300,8 +318,10 @@ class _Pump:
 
     def _read(self, pipe: IO[bytes]) -> bool:
         """Read once; True if bytes came (there may be more)."""
+        sink = self._outputs[pipe]
+        borrower = sink if isinstance(sink, Borrower) else None
         try:
-            chunk = os_seam.read_available(pipe)
+            chunk = self._read_into(pipe) if borrower else os_seam.read_available(pipe)
         except OSError:
             self._close_output(pipe)
             raise
@@ -309,9 +329,23 @@ class _Pump:
             if chunk is not None:  # EOF: every holder of the write end has closed it
                 self._close_output(pipe)
             return False
-        if not self._muted:
-            self._outputs[pipe](chunk)
+        if self._muted:
+            pass
+        elif borrower is not None:
+            borrower(chunk)
+        else:
+            sink(bytes(chunk))  # already bytes: no copy
         return True
+
+    def _read_into(self, pipe: IO[bytes]) -> memoryview | None:
+        """Read into the reused buffer: a view of what came (empty at EOF), None if nothing."""
+        count = os_seam.read_into(pipe, self._buffer)
+        if count is None:
+            return None
+        view = memoryview(self._buffer)[:count]
+        if count == len(self._buffer) < os_seam.READ_CHUNK:  # a fast writer: read more at once
+            self._buffer = bytearray(os_seam.READ_CHUNK)
+        return view
 
     def _write(self) -> None:
         assert self._stdin is not None  # registered only while open

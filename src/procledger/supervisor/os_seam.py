@@ -156,6 +156,16 @@ def read_available(pipe: IO[bytes]) -> bytes | None:
         return None
 
 
+def read_into(pipe: IO[bytes], buffer: bytearray) -> int | None:
+    """Read what the pipe holds now into ``buffer`` (at most its size): the byte count, 0 at
+    EOF, ``None`` if empty. A buffer reused across reads costs no allocation and no fresh
+    pages per chunk, which ``os.read`` of a megabyte does (an mmap, its page faults, munmap)."""
+    try:
+        return os.readv(pipe.fileno(), [buffer])
+    except BlockingIOError:
+        return None
+
+
 def write_available(pipe: IO[bytes], data: memoryview) -> int:
     """Write as much of ``data`` as the pipe takes now; ``BrokenPipeError`` if nobody reads."""
     try:
