@@ -6,6 +6,9 @@
   noisy machine moves single figures by 2×, so ``--rounds`` rounds each run both (which goes
   first alternates), after an unmeasured ``sync`` so no run pays for the previous one's
   writeback; the figures are the medians and the range of the per-round ratios.
+- The same child under ``Supervisor.start`` in this process, from ``start`` to ``wait`` (our
+  stdout on /dev/null meanwhile): the capture itself, without the CLI's ~0.4 s of Python
+  start-up (imports; see benchmarks/startup.py), which alone is 0.4× of a 1 GiB shell run.
 - ``follow_output`` latency from the child's write to the reader: p95 (target < 200 ms).
 - `procledger run -- true` with capture on beside ``--no-capture``: medians (target ≤ 1.1×).
 
@@ -62,6 +65,47 @@ def bulk(gib: float, rounds: int, url: str, folder: Path, env: dict[str, str]) -
         f"({min(captured):.2f}-{max(captured):.2f}); ratio of medians {a / b:.2f}x, per round "
         f"{ratios[0]:.2f}-{ratios[-1]:.2f}x (median {statistics.median(ratios):.2f}x; "
         f"target <= 1.5x); supervisor peak RSS {rss / 1024:.0f} MB (target <= 100 MB)"
+    )
+
+
+def library_bulk(gib: float, rounds: int, url: str, folder: Path, env: dict[str, str]) -> None:
+    from procledger import LeaseOwner, open_registry
+    from procledger.supervisor.supervisor import Supervisor
+
+    size = int(gib * 1024**3)
+    shell_argv = ["sh", "-c", f"head -c {size} /dev/zero > {folder}/plain.out"]
+    shell: list[float] = []
+    captured: list[float] = []
+    registry = open_registry(url)
+    saved = os.dup(1)
+    with Supervisor(registry, owner=LeaseOwner.local_process("bench")) as supervisor:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # the live copy goes where `run > /dev/null` sends it
+        try:
+            for round_ in range(rounds):
+                for which in (0, 1) if round_ % 2 == 0 else (1, 0):
+                    _clean(folder)
+                    if not which:
+                        shell.append(timed(shell_argv, env)[0])
+                        continue
+                    start = time.perf_counter()
+                    handle = supervisor.start(
+                        ["sh", "-c", f"head -c {size} /dev/zero"], output_limit=size + 1024
+                    )
+                    supervisor.wait(handle)
+                    captured.append(time.perf_counter() - start)
+        finally:
+            os.dup2(saved, 1)
+            os.close(null)
+            os.close(saved)
+    registry.close()
+    _clean(folder)
+    ratios = sorted(c / s for c, s in zip(captured, shell, strict=True))
+    a, b = statistics.median(captured), statistics.median(shell)
+    print(
+        f"{gib:g} GiB, Supervisor.start in-process, {rounds} rounds: shell median {b:.2f} s, "
+        f"captured median {a:.2f} s ({min(captured):.2f}-{max(captured):.2f}); ratio of "
+        f"medians {a / b:.2f}x, per round {ratios[0]:.2f}-{ratios[-1]:.2f}x"
     )
 
 
@@ -135,6 +179,7 @@ def main() -> None:
         os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
         url = f"sqlite:///{folder}/ledger.db"
         bulk(args.gib, args.rounds, url, folder, env)
+        library_bulk(args.gib, args.rounds, url, folder, env)
         follow_latency(url, 100)
         true_runs(url, args.runs, env)
     threading.enumerate()

@@ -12,14 +12,17 @@ import pytest
 
 from _shared import Processes, run_cli, wait_until
 from procledger import (
+    Lease,
     LeaseTimings,
+    OutputUnavailable,
+    ProcessRecord,
     ProcessRegistry,
     ProcessState,
     TerminalReason,
     open_registry,
 )
 from procledger.application.output import read_output, stored_tail
-from procledger.recovery import DefaultRunner, RecoveryWorker, default_stop_policy
+from procledger.recovery import DefaultRunner, RecoveryWorker, RunResult, default_stop_policy
 
 from ._support import kinds, opaque_owner, register
 
@@ -141,3 +144,26 @@ def test_an_owner_bound_run_stopped_with_its_worker_records_its_output(
     assert output is not None
     assert (output.stdout.written, output.stdout.kept) == (8, 8)
     assert stored_tail(registry, "bound") == {"stdout": b"working\n", "stderr": b""}
+
+
+def test_engine_work_has_no_output_and_logs_says_so_in_one_line(
+    registry: ProcessRegistry, shared_url: str
+) -> None:
+    register(registry, "in-python", "rerunnable", engine="compute")
+
+    def compute(record: ProcessRecord, lease: Lease, cancel: threading.Event) -> RunResult:
+        return RunResult(value=42)
+
+    report = RecoveryWorker(registry, opaque_owner("worker"), engines={"compute": compute}).sweep()
+
+    assert report.ran == ["in-python"]
+    record = registry.get("in-python")
+    assert (record.state, record.value, record.output) == (ProcessState.exited, 42, None)
+    with pytest.raises(OutputUnavailable, match="engine work"):
+        read_output(registry, "in-python")
+    logs = run_cli("logs", "in-pyth", url=shared_url)
+    assert logs.returncode == 1
+    assert logs.stdout == ""
+    assert len(logs.stderr.splitlines()) == 1
+    assert "in-python" in logs.stderr
+    assert "engine work (kind 'compute')" in logs.stderr
