@@ -110,9 +110,18 @@ def test_a_small_cap_keeps_at_most_cap_plus_one_segment_and_records_the_drop(
 
 
 @pytest.mark.slow
-def test_200_mb_under_the_default_cap_keeps_at_most_cap_plus_one_segment(ledger: str) -> None:
-    cap, segment, n = 64 * 1024 * 1024, 8 * 1024 * 1024, 200 * MB
-    ran = cli("run", "--", "sh", "-c", f"yes | head -c {n}", url=ledger)  # stdout not asserted
+def test_5_gib_under_the_default_cap_keeps_at_most_cap_plus_one_segment(ledger: str) -> None:
+    cap, segment, n = 64 * 1024 * 1024, 8 * 1024 * 1024, 5 * 1024**3
+    env = child_env()
+    env.pop("PROCLEDGER_URL", None)
+    ran = subprocess.run(  # the live copy goes to /dev/null: 5 GiB must not reach this process
+        [*CLI, "--url", ledger, "run", "--", "sh", "-c", f"yes | head -c {n}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stderr[-500:]
     process_id = only_id(ledger)
     shown = record_of(ledger, process_id)
@@ -125,7 +134,11 @@ def test_200_mb_under_the_default_cap_keeps_at_most_cap_plus_one_segment(ledger:
     assert stdout["written"] == n
     assert stdout["kept"] == on_disk
     assert stdout["dropped"] == n - on_disk
-    assert "output_truncated" in [event["kind"] for event in shown["events"]]  # type: ignore[attr-defined]
+    truncated = [event for event in shown["events"] if event["kind"] == "output_truncated"]  # type: ignore[attr-defined]
+    assert len(truncated) == 1
+    assert (truncated[0]["payload"]["start"], truncated[0]["payload"]["end"]) == (0, n - on_disk)
+    tail = cli("logs", process_id, "--tail", "2", url=ledger).stdout
+    assert tail == b"y\ny\n"
 
 
 PRINTER = """
@@ -166,6 +179,10 @@ def test_kill_9_of_the_supervisor_leaves_the_exact_prefix(
         supervisor.kill()
         supervisor.wait()
         assert cli("logs", process_id, url=ledger).stdout == expected
+        restored = run_cli("restore", url=ledger)  # stops the orphaned child, records its end
+        assert restored.returncode == 0, restored.stderr
+        assert record_of(ledger, process_id)["record"]["state"] == "lost_on_restore"  # type: ignore[index]
+        assert cli("logs", process_id, url=ledger).stdout == expected  # restore keeps it
     finally:
         end_process(supervisor)
 

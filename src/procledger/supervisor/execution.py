@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 import os
 import selectors
 import signal
@@ -237,7 +238,8 @@ def _encoded(stdin: Input) -> bytes | None:
 
 _FIRST_BUFFER: Final = 64 * 1024
 """The pump's first read buffer: enough for a chatty child; a fast one grows it to
-``READ_CHUNK``."""
+the largest pipe size (``os_seam.PIPE_SIZES``), mapped so that only the pages reads have
+filled take memory (a 1 MiB pipe uses a quarter of a 4 MiB buffer)."""
 
 
 class _Pump:
@@ -268,7 +270,7 @@ class _Pump:
                 self._selector.register(pipe, selectors.EVENT_READ, reader)
                 self._outputs[pipe] = sink
         self._stdin = child.stdin
-        self._buffer = bytearray(_FIRST_BUFFER)  # grown to READ_CHUNK once a read fills it
+        self._buffer: bytearray | mmap.mmap = bytearray(_FIRST_BUFFER)  # grown once filled
         self._pending = memoryview(data or b"")
         if self._stdin is not None and data:
             self._selector.register(self._stdin, selectors.EVENT_WRITE, self._write)
@@ -343,8 +345,8 @@ class _Pump:
         if count is None:
             return None
         view = memoryview(self._buffer)[:count]
-        if count == len(self._buffer) < os_seam.READ_CHUNK:  # a fast writer: read more at once
-            self._buffer = bytearray(os_seam.READ_CHUNK)
+        if count == len(self._buffer) < os_seam.PIPE_SIZES[0]:  # a fast writer: take a pipeful
+            self._buffer = mmap.mmap(-1, os_seam.PIPE_SIZES[0])  # pages come as reads fill them
         return view
 
     def _write(self) -> None:
