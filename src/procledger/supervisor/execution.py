@@ -238,8 +238,8 @@ def _encoded(stdin: Input) -> bytes | None:
 
 _FIRST_BUFFER: Final = 64 * 1024
 """The pump's first read buffer: enough for a chatty child; a fast one grows it to
-the largest pipe size (``os_seam.PIPE_SIZES``), mapped so that only the pages reads have
-filled take memory (a 1 MiB pipe uses a quarter of a 4 MiB buffer)."""
+a pipeful (``os_seam.READ_CHUNK``), mapped so that only the pages reads have filled take
+memory."""
 
 
 class _Pump:
@@ -345,8 +345,8 @@ class _Pump:
         if count is None:
             return None
         view = memoryview(self._buffer)[:count]
-        if count == len(self._buffer) < os_seam.PIPE_SIZES[0]:  # a fast writer: take a pipeful
-            self._buffer = mmap.mmap(-1, os_seam.PIPE_SIZES[0])  # pages come as reads fill them
+        if count == len(self._buffer) < os_seam.READ_CHUNK:  # a fast writer: take a pipeful
+            self._buffer = mmap.mmap(-1, os_seam.READ_CHUNK)  # pages come as reads fill them
         return view
 
     def _write(self) -> None:

@@ -41,10 +41,7 @@ if TYPE_CHECKING:
     import psutil
 
 READ_CHUNK: Final = 1 << 20
-"""Bytes asked of a pipe per ``os.read`` (``read_available``)."""
-
-PIPE_SIZES: Final = (4 << 20, 1 << 20)
-"""The sizes output pipes are widened to, the first the kernel allows (see ``_widen``)."""
+"""Bytes asked of a pipe per read, and the size output pipes are widened to (see ``_widen``)."""
 
 StrPath = str | os.PathLike[str]
 
@@ -95,22 +92,15 @@ def spawn(
 
 
 def _widen(fd: int) -> None:
-    """Give an output pipe room for a burst (Linux; elsewhere a no-op): a fast writer then
-    fills it while the loop handles the last chunk, so the loop reads in large pieces rather
-    than a page at a time, and child and supervisor hand the CPU to each other once per
-    pipeful. On a busy machine each hand-over waits for a time slice: a 1 GiB writer measured
-    3.8 s through a 1 MiB pipe, 1.5 s through a 4 MiB one (a shell redirect: 2.0 s). Past
-    /proc/sys/fs/pipe-max-size (1 MiB by default) the kernel allows only CAP_SYS_RESOURCE, so
-    an unprivileged process gets the next size; one refused every size keeps 64 KiB."""
+    """Give an output pipe room for ``READ_CHUNK`` bytes (Linux; elsewhere a no-op): a fast
+    writer then fills it while the loop handles the last chunk, so the loop reads in large
+    pieces rather than a page at a time. Past /proc/sys/fs/pipe-max-size (1 MiB by default)
+    only CAP_SYS_RESOURCE may go, which even root lacks in a container, so more is not asked;
+    a refused pipe keeps its size."""
     set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if set_size is None:
-        return
-    for size in PIPE_SIZES:
-        try:
-            fcntl.fcntl(fd, set_size, size)
-        except OSError:
-            continue
-        return
+    if set_size is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, set_size, READ_CHUNK)
 
 
 def _spawn_error(argv: Sequence[str], cwd: StrPath | None, exc: Exception) -> SpawnError:
