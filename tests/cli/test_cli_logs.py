@@ -258,6 +258,24 @@ def test_unknown_pruned_and_uncaptured_are_one_line_errors(ledger: str) -> None:
     assert uncaptured in pruned.stderr
 
 
+def test_an_output_limit_of_0_keeps_nothing_not_even_the_tail(ledger: str) -> None:
+    ran = cli("run", "--output-limit", "0", "--", "sh", "-c", "echo hi; echo oh >&2", url=ledger)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, b"hi\n", b"oh\n")  # still streamed
+    process_id = only_id(ledger)
+    shown = record_of(ledger, process_id)
+    output = shown["record"]["output"]  # type: ignore[index]
+    assert (output["limit"], output["folder"]) == (0, None)
+    assert output["stdout"] == {"written": 3, "kept": 0, "dropped": 3}
+    assert output["stderr"] == {"written": 3, "kept": 0, "dropped": 3}
+    captured = [e for e in shown["events"] if e["kind"] == "output_captured"]  # type: ignore[attr-defined]
+    assert captured[0]["payload"]["tails"] == {"stdout": "", "stderr": ""}
+    logs = run_cli("logs", process_id, url=ledger)
+    assert (logs.returncode, logs.stdout) == (1, "")
+    assert len(logs.stderr.splitlines()) == 1
+    assert process_id in logs.stderr
+    assert "output limit 0" in logs.stderr
+
+
 def test_prune_removes_the_output_folder(ledger: str) -> None:
     assert cli("run", "--", "echo", "hi", url=ledger).returncode == 0
     process_id = only_id(ledger)
@@ -292,6 +310,10 @@ def test_a_full_disk_stops_capture_and_the_child_finishes(ledger: str, tmp_path:
         assert output["stopped"]
         assert "ENOSPC" in output["stopped"]
         assert output["stdout"]["written"] == 5_000_000
+        events = record_of(ledger, only_id(ledger))["events"]
+        stopped = [e for e in events if e["kind"] == "output_stopped"]  # type: ignore[attr-defined]
+        assert len(stopped) == 1
+        assert "ENOSPC" in stopped[0]["payload"]["reason"]
     finally:
         subprocess.run(["umount", str(state)], check=True)
 

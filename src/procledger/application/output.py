@@ -89,11 +89,12 @@ def _reader(
             f"the output of process {record.id!r} is on host {host} ({where})",
             stored_tail(registry, record.id),
         )
+    if summary is not None and not summary.limit:  # not even a tail was kept
+        raise OutputUnavailable(f"process {record.id!r} ran with output limit 0: nothing kept")
     folder = output_folder(registry, record, root)
     if folder is None or not folder.is_dir():
-        what = "kept nothing (output limit 0)" if summary and not summary.limit else "is gone"
         raise OutputUnavailable(
-            f"the output of process {record.id!r} {what}", stored_tail(registry, record.id)
+            f"the output of process {record.id!r} is gone", stored_tail(registry, record.id)
         )
     return record, OutputReader(folder)
 

@@ -270,7 +270,7 @@ class _Pump:
                 self._selector.register(pipe, selectors.EVENT_READ, reader)
                 self._outputs[pipe] = sink
         self._stdin = child.stdin
-        self._buffer: bytearray | mmap.mmap = bytearray(_FIRST_BUFFER)  # grown once filled
+        self._buffer: bytearray | mmap.mmap | None = None  # made at the first borrowed read
         self._pending = memoryview(data or b"")
         if self._stdin is not None and data:
             self._selector.register(self._stdin, selectors.EVENT_WRITE, self._write)
@@ -323,7 +323,7 @@ class _Pump:
         sink = self._outputs[pipe]
         borrower = sink if isinstance(sink, Borrower) else None
         try:
-            chunk = self._read_into(pipe) if borrower else os_seam.read_available(pipe)
+            chunk = self._read_into(pipe) if borrower is not None else os_seam.read_available(pipe)
         except OSError:
             self._close_output(pipe)
             raise
@@ -331,16 +331,17 @@ class _Pump:
             if chunk is not None:  # EOF: every holder of the write end has closed it
                 self._close_output(pipe)
             return False
-        if self._muted:
-            pass
-        elif borrower is not None:
-            borrower(chunk)
-        else:
-            sink(bytes(chunk))  # already bytes: no copy
+        if not self._muted:
+            if borrower is not None:
+                borrower(chunk)
+            else:
+                sink(bytes(chunk))  # already bytes: no copy
         return True
 
     def _read_into(self, pipe: IO[bytes]) -> memoryview | None:
         """Read into the reused buffer: a view of what came (empty at EOF), None if nothing."""
+        if self._buffer is None:
+            self._buffer = bytearray(_FIRST_BUFFER)
         count = os_seam.read_into(pipe, self._buffer)
         if count is None:
             return None
