@@ -220,6 +220,56 @@ def test_logs_follow_prints_lines_as_they_come_and_exits_0_at_the_end(
         end_process(follower)
 
 
+# Writes a line to stdout, then one to stderr, three times, each only once the file named after
+# the line before it exists: the test creates it after seeing that line captured, so the
+# arrival order is the order of the writes.
+ORDERED = """
+import os, sys, time
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+for i in range(3):
+    for stream, name in ((sys.stdout, "out"), (sys.stderr, "err")):
+        stream.write(f"{name} {i}\\n")
+        stream.flush()
+        while not os.path.exists(os.path.join(sys.argv[2], f"{name}{i}")):
+            time.sleep(0.005)
+"""
+
+
+def test_merged_logs_keep_the_order_in_which_the_streams_were_written(
+    ledger: str, procs: Processes, tmp_path: Path
+) -> None:
+    from procledger import open_registry
+    from procledger.application.output import read_output
+
+    pidfile = procs.pidfile("ordered")
+    argv = ["run", "--background", "--", sys.executable, "-c", ORDERED, str(pidfile)]
+    started = run_cli(*argv, str(tmp_path), url=ledger)
+    assert started.returncode == 0, started.stderr
+    procs.await_pid(pidfile)
+    process_id = started.stdout.strip()
+    registry = open_registry(ledger)
+    try:
+        expected = b""
+        for i in range(3):
+            for name in ("out", "err"):
+                expected += f"{name} {i}\n".encode()
+                wait_until(
+                    lambda want=expected: (
+                        b"".join(c.data for c in read_output(registry, process_id)) == want
+                    ),
+                    60,
+                )
+                (tmp_path / f"{name}{i}").write_text("")
+        wait_until(lambda: registry.get(process_id).is_terminal, 60, "the run to end")
+    finally:
+        registry.close()
+    assert cli("logs", process_id, url=ledger).stdout == expected
+    read = run_cli("logs", process_id, "--json", url=ledger)
+    streams = [json.loads(line)["stream"] for line in read.stdout.splitlines()]
+    assert streams == ["stdout", "stderr"] * 3
+
+
 def test_json_chunks_name_stream_offset_and_encoding(ledger: str) -> None:
     script = (
         "import sys; sys.stdout.buffer.write(b'ok\\n'); sys.stdout.flush(); "
