@@ -122,7 +122,7 @@ class RunResult(Frozen):
     tails: dict[str, str] = Field(default_factory=dict)
 
 
-OutputFacts = tuple[OutputSummary | None, dict[str, str]]
+_OutputFacts = tuple[OutputSummary | None, dict[str, str]]
 """A run's output summary (None: not captured here) and base64 tails, for its terminal."""
 
 
@@ -250,7 +250,7 @@ def diagnostic_of(error: BaseException) -> str:
     return clip_diagnostic(f"{type(error).__name__}: {error}".rstrip(": "))
 
 
-def _output_facts(error: BaseException | None) -> OutputFacts:
+def _output_facts(error: BaseException | None) -> _OutputFacts:
     """The output facts a failure carries (none but a ``RunFailed``'s)."""
     if isinstance(error, RunFailed):
         return error.output, error.tails
@@ -805,7 +805,9 @@ class RecoveryWorker:
                 except ProcessLifecycleValidationError as invalid:
                     error = invalid  # e.g. a value the record cannot hold
             assert error is not None
-            output, tails = _output_facts(error)
+            output, tails = (
+                (result.output, result.tails) if result is not None else _output_facts(error)
+            )
             self.registry.record_completed(
                 process_id,
                 ProcessState.failed,
@@ -835,7 +837,7 @@ class RecoveryWorker:
         )
 
     def _stand_down(
-        self, record: ProcessRecord, lease: Lease, tally: _Tally, facts: OutputFacts
+        self, record: ProcessRecord, lease: Lease, tally: _Tally, facts: _OutputFacts
     ) -> None:
         """The worker was stopped mid-run and its runner gave up: hand rerunnable work back at
         once (nothing ends, so no output facts: the next attempt's output replaces what this
