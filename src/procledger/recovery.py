@@ -65,6 +65,7 @@ from procledger.domain.errors import (
     LeaseLost,
     NotFound,
     ProcessLifecycleValidationError,
+    SpawnError,
 )
 from procledger.domain.leases import (
     Acquired,
@@ -105,6 +106,7 @@ __all__ = [
     "Engine",
     "Plan",
     "RecoveryWorker",
+    "RunFailed",
     "RunResult",
     "Runner",
     "SweepReport",
@@ -129,6 +131,27 @@ class RunResult(Frozen):
     value: JsonValue = None
     output: OutputSummary | None = None
     tails: dict[str, str] = Field(default_factory=dict)
+
+
+_OutputFacts = tuple[OutputSummary | None, dict[str, str]]
+"""A run's output summary (None: not captured here) and base64 tails, for its terminal."""
+
+
+@final
+class RunFailed(ExecutionError):
+    """A runner's failure that comes with the output its run captured (docs/design.md §14):
+    the attempt is recorded as the failure of ``cause`` -- the same diagnostic, the same
+    stand-down when the worker stops -- and its terminal carries ``output`` and ``tails``, as a
+    run that exited would. The default runner raises it for every failure after the command
+    started: a signal death nobody asked for, an interruption, a read failure."""
+
+    def __init__(
+        self, cause: Exception, output: OutputSummary | None, tails: dict[str, str]
+    ) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.output = output
+        self.tails = tails
 
 
 @final
@@ -237,14 +260,26 @@ def _still_runnable(record: ProcessRecord) -> bool:
 
 def _failure_reason(error: Exception) -> TerminalReason:
     """``ready_timeout`` for a re-run stopped past its ready timeout, else ``failed``."""
+    if isinstance(error, RunFailed):
+        error = error.cause
     if isinstance(error, NotReadyInTime):
         return TerminalReason.ready_timeout
     return TerminalReason.failed
 
 
 def diagnostic_of(error: BaseException) -> str:
-    """``"<Type>: <message>"`` as a record can hold it (``clip_diagnostic``)."""
+    """``"<Type>: <message>"`` as a record can hold it (``clip_diagnostic``); a ``RunFailed``
+    is described by its cause."""
+    if isinstance(error, RunFailed):
+        error = error.cause
     return clip_diagnostic(f"{type(error).__name__}: {error}".rstrip(": "))
+
+
+def _output_facts(error: BaseException | None) -> _OutputFacts:
+    """The output facts a failure carries (none but a ``RunFailed``'s)."""
+    if isinstance(error, RunFailed):
+        return error.output, error.tails
+    return None, {}
 
 
 # -- the default runner ---------------------------------------------------------------------------
@@ -255,7 +290,9 @@ class DefaultRunner:
     output captured as the Supervisor captures it, docs/design.md §14, but not passed on) and
     ``engine`` inputs with the engine registered for their kind. An unknown engine, a command
     killed by a signal nobody asked for, or ``external`` input raises, so the attempt is
-    recorded ``completed/failed``.
+    recorded ``completed/failed``; a command that ran raises ``RunFailed``, so that terminal
+    (or an owner_bound run's ``runner_shutdown`` when the worker stops) still carries the
+    output it captured. Engines have no stdout of their own: nothing is captured for them.
 
     ``output_dir``: the output root (``<state dir>/output`` when omitted); ``output_limit``:
     bytes kept per process (0: none); ``capture`` false: keep nothing."""
@@ -323,17 +360,22 @@ class DefaultRunner:
                     argv, stdout, cwd=record.input.cwd, env=env, stop=self.stop, cancel=stop,
                     stderr=stderr,
                 )  # fmt: skip
-        except Interrupted:
-            if stop.why is None:
-                raise
-            raise NotReadyInTime(f"process {record.id!r}: {stop.why}") from None
+        except SpawnError:
+            _finished(capture, watch)
+            raise  # nothing ran, so nothing was written
+        except Interrupted as error:
+            cause: Exception = error
+            if stop.why is not None:
+                cause = NotReadyInTime(f"process {record.id!r}: {stop.why}")
+            raise RunFailed(cause, *_finished(capture, watch)) from None
+        except Exception as error:
+            raise RunFailed(error, *_finished(capture, watch)) from error
         finally:
-            if watch is not None:
-                watch.close()
-            summary, tails = no_capture(this_host_id()) if capture is None else capture.finish()
+            summary, tails = _finished(capture, watch)  # closes the files on every way out
         if ran.returncode < 0:
             name = signal.Signals(-ran.returncode).name
-            raise ExecutionError(f"process {record.id!r}: {argv[0]!r} was killed by {name}")
+            killed = ExecutionError(f"process {record.id!r}: {argv[0]!r} was killed by {name}")
+            raise RunFailed(killed, summary, tails)
         return RunResult(exit_code=ran.returncode, output=summary, tails=tails)
 
     def _capture_for(self, process_id: str) -> Capture | None:
@@ -360,6 +402,15 @@ def _watch_for(record: ProcessRecord) -> ReadinessWatch | None:
 
 def _discard(chunk: bytes) -> None:
     """Output of a run without capture: dropped."""
+
+
+def _finished(
+    capture: Capture | None, watch: ReadinessWatch | None
+) -> tuple[OutputSummary, dict[str, str]]:
+    """The run's output facts, its files and probes closed (again: both are idempotent)."""
+    if watch is not None:
+        watch.close()
+    return no_capture(this_host_id()) if capture is None else capture.finish()
 
 
 def default_stop_policy(timings: LeaseTimings) -> StopPolicy:
@@ -841,7 +892,7 @@ class RecoveryWorker:
         if renewal.lost or keeper.is_lapsed(time.monotonic()):
             tally.lost.append(record.id)  # fenced off: the new holder owns it; write nothing
         elif error is not None and cancel.is_set():
-            self._stand_down(record, keeper.lease, tally)
+            self._stand_down(record, keeper.lease, tally, _output_facts(error))
         else:
             self._record_outcome(keeper.lease, result, error, tally)
 
@@ -858,12 +909,17 @@ class RecoveryWorker:
                 except ProcessLifecycleValidationError as invalid:
                     error = invalid  # e.g. a value the record cannot hold
             assert error is not None
+            output, tails = (
+                (result.output, result.tails) if result is not None else _output_facts(error)
+            )
             self.registry.record_completed(
                 process_id,
                 ProcessState.failed,
                 _failure_reason(error),
                 diagnostic=diagnostic_of(error),
                 lease=lease,
+                output=output,
+                tails=tails or None,
             )
             tally.failed.append(process_id)
         except LeaseLost:
@@ -884,9 +940,13 @@ class RecoveryWorker:
             tails=result.tails or None,
         )
 
-    def _stand_down(self, record: ProcessRecord, lease: Lease, tally: _Tally) -> None:
+    def _stand_down(
+        self, record: ProcessRecord, lease: Lease, tally: _Tally, facts: _OutputFacts
+    ) -> None:
         """The worker was stopped mid-run and its runner gave up: hand rerunnable work back at
-        once; record owner_bound work as stopped, since nobody may run it again."""
+        once (nothing ends, so no output facts: the next attempt's output replaces what this
+        one kept); record owner_bound work as stopped, with its output, since nobody may run
+        it again."""
         try:
             if record.disposition is RecoveryDisposition.owner_bound:
                 self.registry.record_completed(
@@ -894,6 +954,8 @@ class RecoveryWorker:
                     ProcessState.terminated,
                     TerminalReason.runner_shutdown,
                     lease=lease,
+                    output=facts[0],
+                    tails=facts[1] or None,
                 )
             else:
                 self.registry.release_lease(lease)

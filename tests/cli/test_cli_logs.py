@@ -110,9 +110,18 @@ def test_a_small_cap_keeps_at_most_cap_plus_one_segment_and_records_the_drop(
 
 
 @pytest.mark.slow
-def test_200_mb_under_the_default_cap_keeps_at_most_cap_plus_one_segment(ledger: str) -> None:
-    cap, segment, n = 64 * 1024 * 1024, 8 * 1024 * 1024, 200 * MB
-    ran = cli("run", "--", "sh", "-c", f"yes | head -c {n}", url=ledger)  # stdout not asserted
+def test_5_gib_under_the_default_cap_keeps_at_most_cap_plus_one_segment(ledger: str) -> None:
+    cap, segment, n = 64 * 1024 * 1024, 8 * 1024 * 1024, 5 * 1024**3
+    env = child_env()
+    env.pop("PROCLEDGER_URL", None)
+    ran = subprocess.run(  # the live copy goes to /dev/null: 5 GiB must not reach this process
+        [*CLI, "--url", ledger, "run", "--", "sh", "-c", f"yes | head -c {n}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stderr[-500:]
     process_id = only_id(ledger)
     shown = record_of(ledger, process_id)
@@ -125,7 +134,11 @@ def test_200_mb_under_the_default_cap_keeps_at_most_cap_plus_one_segment(ledger:
     assert stdout["written"] == n
     assert stdout["kept"] == on_disk
     assert stdout["dropped"] == n - on_disk
-    assert "output_truncated" in [event["kind"] for event in shown["events"]]  # type: ignore[attr-defined]
+    truncated = [event for event in shown["events"] if event["kind"] == "output_truncated"]  # type: ignore[attr-defined]
+    assert len(truncated) == 1
+    assert (truncated[0]["payload"]["start"], truncated[0]["payload"]["end"]) == (0, n - on_disk)
+    tail = cli("logs", process_id, "--tail", "2", url=ledger).stdout
+    assert tail == b"y\ny\n"
 
 
 PRINTER = """
@@ -166,6 +179,10 @@ def test_kill_9_of_the_supervisor_leaves_the_exact_prefix(
         supervisor.kill()
         supervisor.wait()
         assert cli("logs", process_id, url=ledger).stdout == expected
+        restored = run_cli("restore", url=ledger)  # stops the orphaned child, records its end
+        assert restored.returncode == 0, restored.stderr
+        assert record_of(ledger, process_id)["record"]["state"] == "lost_on_restore"  # type: ignore[index]
+        assert cli("logs", process_id, url=ledger).stdout == expected  # restore keeps it
     finally:
         end_process(supervisor)
 
@@ -201,6 +218,56 @@ def test_logs_follow_prints_lines_as_they_come_and_exits_0_at_the_end(
         assert follower.wait(timeout=30) == 0
     finally:
         end_process(follower)
+
+
+# Writes a line to stdout, then one to stderr, three times, each only once the file named after
+# the line before it exists: the test creates it after seeing that line captured, so the
+# arrival order is the order of the writes.
+ORDERED = """
+import os, sys, time
+open(sys.argv[1] + ".tmp", "w").write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+for i in range(3):
+    for stream, name in ((sys.stdout, "out"), (sys.stderr, "err")):
+        stream.write(f"{name} {i}\\n")
+        stream.flush()
+        while not os.path.exists(os.path.join(sys.argv[2], f"{name}{i}")):
+            time.sleep(0.005)
+"""
+
+
+def test_merged_logs_keep_the_order_in_which_the_streams_were_written(
+    ledger: str, procs: Processes, tmp_path: Path
+) -> None:
+    from procledger import open_registry
+    from procledger.application.output import read_output
+
+    pidfile = procs.pidfile("ordered")
+    argv = ["run", "--background", "--", sys.executable, "-c", ORDERED, str(pidfile)]
+    started = run_cli(*argv, str(tmp_path), url=ledger)
+    assert started.returncode == 0, started.stderr
+    procs.await_pid(pidfile)
+    process_id = started.stdout.strip()
+    registry = open_registry(ledger)
+    try:
+        expected = b""
+        for i in range(3):
+            for name in ("out", "err"):
+                expected += f"{name} {i}\n".encode()
+                wait_until(
+                    lambda want=expected: (
+                        b"".join(c.data for c in read_output(registry, process_id)) == want
+                    ),
+                    60,
+                )
+                (tmp_path / f"{name}{i}").write_text("")
+        wait_until(lambda: registry.get(process_id).is_terminal, 60, "the run to end")
+    finally:
+        registry.close()
+    assert cli("logs", process_id, url=ledger).stdout == expected
+    read = run_cli("logs", process_id, "--json", url=ledger)
+    streams = [json.loads(line)["stream"] for line in read.stdout.splitlines()]
+    assert streams == ["stdout", "stderr"] * 3
 
 
 def test_json_chunks_name_stream_offset_and_encoding(ledger: str) -> None:
@@ -241,6 +308,24 @@ def test_unknown_pruned_and_uncaptured_are_one_line_errors(ledger: str) -> None:
     assert uncaptured in pruned.stderr
 
 
+def test_an_output_limit_of_0_keeps_nothing_not_even_the_tail(ledger: str) -> None:
+    ran = cli("run", "--output-limit", "0", "--", "sh", "-c", "echo hi; echo oh >&2", url=ledger)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, b"hi\n", b"oh\n")  # still streamed
+    process_id = only_id(ledger)
+    shown = record_of(ledger, process_id)
+    output = shown["record"]["output"]  # type: ignore[index]
+    assert (output["limit"], output["folder"]) == (0, None)
+    assert output["stdout"] == {"written": 3, "kept": 0, "dropped": 3}
+    assert output["stderr"] == {"written": 3, "kept": 0, "dropped": 3}
+    captured = [e for e in shown["events"] if e["kind"] == "output_captured"]  # type: ignore[attr-defined]
+    assert captured[0]["payload"]["tails"] == {"stdout": "", "stderr": ""}
+    logs = run_cli("logs", process_id, url=ledger)
+    assert (logs.returncode, logs.stdout) == (1, "")
+    assert len(logs.stderr.splitlines()) == 1
+    assert process_id in logs.stderr
+    assert "output limit 0" in logs.stderr
+
+
 def test_prune_removes_the_output_folder(ledger: str) -> None:
     assert cli("run", "--", "echo", "hi", url=ledger).returncode == 0
     process_id = only_id(ledger)
@@ -275,6 +360,10 @@ def test_a_full_disk_stops_capture_and_the_child_finishes(ledger: str, tmp_path:
         assert output["stopped"]
         assert "ENOSPC" in output["stopped"]
         assert output["stdout"]["written"] == 5_000_000
+        events = record_of(ledger, only_id(ledger))["events"]
+        stopped = [e for e in events if e["kind"] == "output_stopped"]  # type: ignore[attr-defined]
+        assert len(stopped) == 1
+        assert "ENOSPC" in stopped[0]["payload"]["reason"]
     finally:
         subprocess.run(["umount", str(state)], check=True)
 

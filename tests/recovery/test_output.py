@@ -4,16 +4,27 @@ runner re-runs is captured as the Supervisor captures it, so the library read AP
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from _shared import run_cli
-from procledger import LeaseTimings, ProcessRegistry, ProcessState, open_registry
+from _shared import Processes, run_cli, wait_until
+from procledger import (
+    Lease,
+    LeaseTimings,
+    OutputUnavailable,
+    ProcessRecord,
+    ProcessRegistry,
+    ProcessState,
+    TerminalReason,
+    open_registry,
+)
 from procledger.application.output import read_output, stored_tail
-from procledger.recovery import DefaultRunner, RecoveryWorker, default_stop_policy
+from procledger.recovery import DefaultRunner, RecoveryWorker, RunResult, default_stop_policy
 
-from ._support import opaque_owner, register
+from ._support import kinds, opaque_owner, register
 
 PRINTS = 'for i in 1 2 3; do echo "out $i"; echo "err $i" >&2; done; exit 3'
 """Three lines to each stream, alternating, then exit 3 (a result, recorded ``exited``)."""
@@ -74,3 +85,85 @@ def test_a_rerun_without_capture_keeps_nothing_and_logs_says_so(
     assert logs.returncode != 0
     assert "without capture" in logs.stderr
     assert "hidden" not in logs.stdout
+
+
+KILLED = 'echo "out before"; echo "err before" >&2; kill -KILL $$'
+"""A line to each stream, then the shell kills itself: a signal death nobody asked for."""
+
+
+def test_a_rerun_killed_by_a_signal_still_records_its_output(
+    registry: ProcessRegistry, shared_url: str
+) -> None:
+    register(registry, "killed", "rerunnable", argv=["sh", "-c", KILLED])
+
+    report = RecoveryWorker(registry, opaque_owner("worker")).sweep()
+
+    assert report.failed == ["killed"]
+    record = registry.get("killed")
+    assert record.state is ProcessState.failed
+    assert record.diagnostic is not None
+    assert "SIGKILL" in record.diagnostic
+    output = record.output
+    assert output is not None
+    assert output.capture
+    assert (output.stdout.written, output.stdout.kept, output.stdout.dropped) == (11, 11, 0)
+    assert (output.stderr.written, output.stderr.kept, output.stderr.dropped) == (11, 11, 0)
+    assert stored_tail(registry, "killed") == {"stdout": b"out before\n", "stderr": b"err before\n"}
+    assert kinds(registry, "killed")[-2:] == ["output_captured", "completed"]
+    logs = run_cli("logs", "killed", "--stream", "stderr", url=shared_url)
+    assert (logs.returncode, logs.stdout) == (0, "err before\n"), logs.stderr
+
+
+def test_an_owner_bound_run_stopped_with_its_worker_records_its_output(
+    registry: ProcessRegistry, procs: Processes, tmp_path: Path
+) -> None:
+    pidfile = procs.pidfile("child.pid")
+    script = f'echo $$ > {pidfile}; echo "working"; exec sleep 60'
+    register(registry, "bound", "owner_bound", argv=["sh", "-c", script])
+    timings = LeaseTimings(ttl_ms=3_000, renew_ms=1_000)
+    worker = RecoveryWorker(registry, opaque_owner("worker"), timings=timings)
+
+    def stop_once_it_has_written() -> None:
+        procs.await_pid(pidfile)
+        wait_until(lambda: b"working" in b"".join(c.data for c in read_output(registry, "bound")))
+        worker.stop()
+
+    stopper = threading.Thread(target=stop_once_it_has_written)
+    stopper.start()
+    try:
+        report = worker.sweep()
+    finally:
+        stopper.join(30)
+    assert report.lost == ["bound"]
+    record = registry.get("bound")
+    assert (record.state, record.reason) == (
+        ProcessState.terminated,
+        TerminalReason.runner_shutdown,
+    )
+    output = record.output
+    assert output is not None
+    assert (output.stdout.written, output.stdout.kept) == (8, 8)
+    assert stored_tail(registry, "bound") == {"stdout": b"working\n", "stderr": b""}
+
+
+def test_engine_work_has_no_output_and_logs_says_so_in_one_line(
+    registry: ProcessRegistry, shared_url: str
+) -> None:
+    register(registry, "in-python", "rerunnable", engine="compute")
+
+    def compute(record: ProcessRecord, lease: Lease, cancel: threading.Event) -> RunResult:
+        return RunResult(value=42)
+
+    report = RecoveryWorker(registry, opaque_owner("worker"), engines={"compute": compute}).sweep()
+
+    assert report.ran == ["in-python"]
+    record = registry.get("in-python")
+    assert (record.state, record.value, record.output) == (ProcessState.exited, 42, None)
+    with pytest.raises(OutputUnavailable, match="engine work"):
+        read_output(registry, "in-python")
+    logs = run_cli("logs", "in-pyth", url=shared_url)
+    assert logs.returncode == 1
+    assert logs.stdout == ""
+    assert len(logs.stderr.splitlines()) == 1
+    assert "in-python" in logs.stderr
+    assert "engine work (kind 'compute')" in logs.stderr

@@ -132,8 +132,9 @@ class OutputWriter:
         os.chmod(self.folder, 0o700)
         self._order = os.open(self.folder / _ORDER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def write(self, stream: int, data: bytes) -> None:
-        """Keep ``data`` as the next bytes of ``stream`` (0: stdout, 1: stderr)."""
+    def write(self, stream: int, data: bytes | memoryview) -> None:
+        """Keep ``data`` as the next bytes of ``stream`` (0: stdout, 1: stderr); a view is
+        only borrowed (nothing of it is kept but a copy of the tail)."""
         totals = self.streams[stream]
         offset = totals.written
         totals.written += len(data)

@@ -79,6 +79,8 @@ def _reader(
     stored tail) where there is none to read."""
     record = registry.get(process_id)
     summary = record.output
+    if summary is None and record.input.type != "command":
+        raise OutputUnavailable(_not_a_command(record))
     if summary is not None and not summary.capture:
         raise OutputUnavailable(f"process {record.id!r} was run without capture: no output kept")
     host = summary.host_id if summary is not None else (record.os.host_id if record.os else None)
@@ -88,13 +90,25 @@ def _reader(
             f"the output of process {record.id!r} is on host {host} ({where})",
             stored_tail(registry, record.id),
         )
+    if summary is not None and not summary.limit:  # not even a tail was kept
+        raise OutputUnavailable(f"process {record.id!r} ran with output limit 0: nothing kept")
     folder = output_folder(registry, record, root)
     if folder is None or not folder.is_dir():
-        what = "kept nothing (output limit 0)" if summary and not summary.limit else "is gone"
         raise OutputUnavailable(
-            f"the output of process {record.id!r} {what}", stored_tail(registry, record.id)
+            f"the output of process {record.id!r} is gone", stored_tail(registry, record.id)
         )
     return record, OutputReader(folder)
+
+
+def _not_a_command(record: ProcessRecord) -> str:
+    """Why work that is no OS process of ours has no output: an engine runs as a Python call in
+    its worker (no stdout or stderr of its own), external work never ran here at all."""
+    if record.input.type == "engine":
+        return (
+            f"process {record.id!r} is engine work (kind {record.input.kind!r}), run as a "
+            "Python call: it has no stdout or stderr of its own, so no output is captured"
+        )
+    return f"process {record.id!r} is external work that procledger never ran: no output is kept"
 
 
 def _positions(since_offset: int | tuple[int, int]) -> list[int]:
@@ -133,8 +147,8 @@ def read_output(
 
     Raises:
         NotFound: no such process.
-        OutputUnavailable: run without capture, kept on another host (``.tail`` holds the
-            stored tail), or deleted.
+        OutputUnavailable: run without capture, engine or external work (no output of its
+            own), kept on another host (``.tail`` holds the stored tail), or deleted.
         ValueError: ``stream`` is not ``stdout``/``stderr``, or a negative offset.
     """
     _check_stream(stream)

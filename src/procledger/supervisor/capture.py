@@ -13,12 +13,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Final
 
 from procledger.adapters.output_files import OutputWriter, folder_for
 from procledger.domain.records import OutputSummary, StreamOutput
-from procledger.supervisor.execution import Consumer
+from procledger.supervisor.execution import Borrower, Consumer
 
 __all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "capture_folder", "no_capture"]
 
@@ -40,7 +41,7 @@ class _LiveFd:
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
 
-    def __call__(self, chunk: bytes) -> None:
+    def __call__(self, chunk: bytes | memoryview) -> None:
         view, done = memoryview(chunk), 0
         while self._fd is not None and done < len(view):
             try:
@@ -50,8 +51,37 @@ class _LiveFd:
                 self._fd = None
 
 
-def _discard(chunk: bytes) -> None:
-    """A live sink that passes nothing on."""
+class _Sink(Borrower):
+    """One stream's sink: the chunk kept in the files, then passed on live (the caller's
+    consumer gets bytes of its own; our descriptors take the borrowed view as it is)."""
+
+    def __init__(
+        self, writer: OutputWriter | None, stream: int, live: Consumer | _LiveFd | None
+    ) -> None:
+        self._writer = writer
+        self._stream = stream
+        self._live = live
+
+    def __call__(self, chunk: bytes | memoryview) -> None:
+        if self._writer is not None:
+            self._writer.write(self._stream, chunk)
+        live = self._live
+        if isinstance(live, _LiveFd):
+            live(chunk)
+        elif live is not None:  # the caller's consumer may raise: that fails the run, as always
+            live(chunk if isinstance(chunk, bytes) else bytes(chunk))
+
+
+def _live_fd(fd: int) -> _LiveFd | None:
+    """The live copy to one of our descriptors; None where it would go nowhere (``/dev/null``,
+    as for a background run's detached supervisor): nothing is written there at all."""
+    try:
+        found, null = os.fstat(fd), os.stat(os.devnull)
+    except OSError:
+        return _LiveFd(fd)  # closed or odd: the first write says so, as it always did
+    if stat.S_ISCHR(found.st_mode) and found.st_rdev == null.st_rdev:
+        return None
+    return _LiveFd(fd)
 
 
 class Capture:
@@ -73,10 +103,8 @@ class Capture:
         self.limit = limit
         self._writer = OutputWriter(folder, limit) if folder is not None else None
         self._stopped_early = None if folder is not None else "no output folder"
-        self._live: tuple[Consumer, Consumer] = (
-            (_discard, _discard)
-            if quiet
-            else (live if live is not None else _LiveFd(1), _LiveFd(2))
+        self._live: tuple[Consumer | _LiveFd | None, Consumer | _LiveFd | None] = (
+            (None, None) if quiet else (live if live is not None else _live_fd(1), _live_fd(2))
         )
         self._closed = False
 
@@ -85,18 +113,8 @@ class Capture:
         return None if self._writer is None else self._writer.folder
 
     def sinks(self) -> tuple[Consumer, Consumer]:
-        """The stdout and stderr consumers to give the child's pump."""
-        return (self._sink(0), self._sink(1))
-
-    def _sink(self, stream: int) -> Consumer:
-        writer, live = self._writer, self._live[stream]
-
-        def sink(chunk: bytes) -> None:
-            if writer is not None:
-                writer.write(stream, chunk)
-            live(chunk)  # the caller's consumer may raise: that fails the run, as it always did
-
-        return sink
+        """The stdout and stderr consumers to give the child's pump (``Borrower``s)."""
+        return (_Sink(self._writer, 0, self._live[0]), _Sink(self._writer, 1, self._live[1]))
 
     def finish(self) -> tuple[OutputSummary, dict[str, str]]:
         """Close the files; the summary and the base64 tails for the ledger."""

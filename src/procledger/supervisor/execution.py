@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 import os
 import selectors
 import signal
@@ -47,6 +48,7 @@ from procledger.domain.errors import Interrupted, StdinError
 from procledger.supervisor import os_seam
 
 __all__ = [
+    "Borrower",
     "Cancel",
     "CapturedOutput",
     "Consumer",
@@ -69,6 +71,17 @@ process stuck in uninterruptible sleep must not hang its owner)."""
 
 Consumer = Callable[[bytes], None]
 """Receives raw output chunks as they arrive, on the owner's thread."""
+
+
+class Borrower:
+    """A consumer that only borrows each chunk: it is handed a ``memoryview`` of a buffer the
+    pump reuses for the next read, valid until it returns. Output capture is one (it writes
+    the chunk to a file and lets go), so a fast child costs no allocation per chunk; any other
+    consumer gets ``bytes`` of its own, as before."""
+
+    def __call__(self, chunk: bytes | memoryview) -> None:
+        raise NotImplementedError
+
 
 Input = bytes | str | None
 
@@ -223,6 +236,12 @@ def _encoded(stdin: Input) -> bytes | None:
     raise TypeError(f"stdin must be bytes, str or None, not {type(stdin).__name__}")
 
 
+_FIRST_BUFFER: Final = 64 * 1024
+"""The pump's first read buffer: enough for a chatty child; a fast one grows it to
+a pipeful (``os_seam.READ_CHUNK``), mapped so that only the pages reads have filled take
+memory."""
+
+
 class _Pump:
     """The child's pipes and exit descriptor in one selector, driven by the owner's thread.
 
@@ -251,6 +270,7 @@ class _Pump:
                 self._selector.register(pipe, selectors.EVENT_READ, reader)
                 self._outputs[pipe] = sink
         self._stdin = child.stdin
+        self._buffer: bytearray | mmap.mmap | None = None  # made at the first borrowed read
         self._pending = memoryview(data or b"")
         if self._stdin is not None and data:
             self._selector.register(self._stdin, selectors.EVENT_WRITE, self._write)
@@ -300,8 +320,10 @@ class _Pump:
 
     def _read(self, pipe: IO[bytes]) -> bool:
         """Read once; True if bytes came (there may be more)."""
+        sink = self._outputs[pipe]
+        borrower = sink if isinstance(sink, Borrower) else None
         try:
-            chunk = os_seam.read_available(pipe)
+            chunk = self._read_into(pipe) if borrower is not None else os_seam.read_available(pipe)
         except OSError:
             self._close_output(pipe)
             raise
@@ -310,8 +332,23 @@ class _Pump:
                 self._close_output(pipe)
             return False
         if not self._muted:
-            self._outputs[pipe](chunk)
+            if borrower is not None:
+                borrower(chunk)
+            else:
+                sink(bytes(chunk))  # already bytes: no copy
         return True
+
+    def _read_into(self, pipe: IO[bytes]) -> memoryview | None:
+        """Read into the reused buffer: a view of what came (empty at EOF), None if nothing."""
+        if self._buffer is None:
+            self._buffer = bytearray(_FIRST_BUFFER)
+        count = os_seam.read_into(pipe, self._buffer)
+        if count is None:
+            return None
+        view = memoryview(self._buffer)[:count]
+        if count == len(self._buffer) < os_seam.READ_CHUNK:  # a fast writer: take a pipeful
+            self._buffer = mmap.mmap(-1, os_seam.READ_CHUNK)  # pages come as reads fill them
+        return view
 
     def _write(self) -> None:
         assert self._stdin is not None  # registered only while open

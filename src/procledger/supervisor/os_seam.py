@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import mmap
 import os
 import select
 import selectors
@@ -93,8 +94,9 @@ def spawn(
 def _widen(fd: int) -> None:
     """Give an output pipe room for ``READ_CHUNK`` bytes (Linux; elsewhere a no-op): a fast
     writer then fills it while the loop handles the last chunk, so the loop reads in large
-    pieces rather than a page at a time. An unprivileged process may be refused past
-    /proc/sys/fs/pipe-max-size; the pipe then keeps its size."""
+    pieces rather than a page at a time. Past /proc/sys/fs/pipe-max-size (1 MiB by default)
+    only CAP_SYS_RESOURCE may go, which even root lacks in a container, so more is not asked;
+    a refused pipe keeps its size."""
     set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
     if set_size is not None:
         with contextlib.suppress(OSError):
@@ -152,6 +154,16 @@ def read_available(pipe: IO[bytes]) -> bytes | None:
     """What the pipe holds now (at most ``READ_CHUNK``): ``b""`` at EOF, ``None`` if empty."""
     try:
         return os.read(pipe.fileno(), READ_CHUNK)
+    except BlockingIOError:
+        return None
+
+
+def read_into(pipe: IO[bytes], buffer: bytearray | mmap.mmap) -> int | None:
+    """Read what the pipe holds now into ``buffer`` (at most its size): the byte count, 0 at
+    EOF, ``None`` if empty. A buffer reused across reads costs no allocation and no fresh
+    pages per chunk, which ``os.read`` of a megabyte does (an mmap, its page faults, munmap)."""
+    try:
+        return os.readv(pipe.fileno(), [buffer])
     except BlockingIOError:
         return None
 
