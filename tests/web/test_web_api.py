@@ -197,3 +197,24 @@ def test_output_not_kept_is_said_and_the_stream_ends(server: Server, ledger: str
         assert "event: unavailable" in stream
         assert "without capture" in stream
         assert client.get(f"/api/processes/{process_id}/output").status_code == 404
+
+
+def test_a_service_page_lists_its_attempts(server: Server, ledger: str) -> None:
+    """A command run under a restart policy is a service (docs/design.md §15.4): each attempt's
+    page lists every attempt with how it ended, and the last says why there are no more."""
+    ran = run_cli(
+        "run",
+        "--restart", "always", "--max-restarts", "1", "--backoff-initial", "0.05s",
+        "--", "sh", "-c", "exit 3",
+        url=ledger,
+    )  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    records = orjson.loads(run_cli("ps", "--all", "--attempts", "--json", url=ledger).stdout)
+    first, second = sorted(records["records"], key=lambda r: r["attempt"])
+    with server.client() as client:
+        page = client.get(f"/processes/{first['id']}").text
+    assert 'id="service-attempts"' in page
+    for record in (first, second):
+        assert f'href="/processes/{record["id"]}"' in page
+    assert page.count("exit 3") >= 2
+    assert "crash_loop" in page

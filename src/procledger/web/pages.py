@@ -86,6 +86,7 @@ async def process(request: Request) -> Response:
     await hub.ready.wait()
     head = hub.head  # before the read, as for the list
     found, record, events = await to_thread.run_sync(load, registry, request.path_params["pid"])
+    service = await to_thread.run_sync(registry.attempts, found) if record.attempt else []
     return html(
         request,
         "process.html",
@@ -94,6 +95,7 @@ async def process(request: Request) -> Response:
         summary=summary(record),
         events=[event_row(e) for e in events],
         attempts=attempts(events),
+        service=[service_row(each) for each in service],
         said=SAID.get(request.query_params.get("said", "")),
         stream_url="/stream/changes?" + urlencode({"process": found, "cursor": head}),
     )
@@ -150,9 +152,20 @@ def event_row(event: ProcessEvent) -> dict[str, Any]:
     }
 
 
+def service_row(record: ProcessRecord) -> dict[str, Any]:
+    """One attempt of a service (docs/design.md §15.4), as ``show`` lists it."""
+    return {
+        "number": record.attempt,
+        "id": record.id,
+        "state": record.state.value,
+        "outcome": outcome(record),
+        "gave_up": record.gave_up or "",
+    }
+
+
 def attempts(events: list[ProcessEvent]) -> list[dict[str, Any]]:
     """Each time the process was set running (``started`` or ``backgrounded`` with its child's
-    OS facts): a re-run after recovery is a second attempt."""
+    OS facts): a re-run after recovery is a second run of the same process."""
     owner = ""
     found: list[dict[str, Any]] = []
     for event in events:
