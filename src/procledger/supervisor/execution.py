@@ -268,6 +268,13 @@ class _Pump:
         for key, _ in self._selector.select(timeout):
             key.data()
 
+    def watched(self) -> list[tuple[int, bool]]:
+        """The descriptors ``step`` waits for now, each with whether it waits to write."""
+        return [
+            (key.fd, bool(key.events & selectors.EVENT_WRITE))
+            for key in self._selector.get_map().values()
+        ]
+
     def mute(self) -> None:
         """Stop calling sinks: after a failure nobody will look at the output."""
         self._muted = True
@@ -376,6 +383,7 @@ class OwnedChild:
         self._lock = threading.Lock()  # orders signalling against reaping (pid reuse)
         self._reaped = False
         self._killed = False
+        self._failure: Exception | None = None  # met by ``advance``; ``wait`` handles it
 
     @classmethod
     def spawn(
@@ -454,11 +462,45 @@ class OwnedChild:
     def __exit__(self, *exc_info: object) -> None:
         self._abort(deliver=False)
 
+    @property
+    def exited(self) -> bool:
+        """Whether the child's exit has been observed (it may still be unreaped)."""
+        return self._pump.exited
+
+    def watched(self) -> list[tuple[int, bool]]:
+        """For an owner that waits in an event loop instead of in ``wait``: the descriptors
+        to wait for before the next ``advance``, each with whether it is awaited writable.
+        Once the exit is observed, a stop from another thread cannot be waited for: poll
+        ``advance`` every ``POLL_S`` as well."""
+        if self._reaped or self._failure is not None:
+            return []
+        return self._pump.watched()
+
+    def advance(self) -> bool:
+        """One step of ``wait`` that never blocks: handle what is ready now. True once
+        ``wait`` would no longer wait for the child -- it completed, or a stdin, consumer or
+        read failure happened, which ``wait`` then handles as always (stops the tree,
+        reaps, raises it). The owner then calls ``wait`` (on a thread that may block)."""
+        if self._reaped or self._failure is not None:
+            return True
+        try:
+            if not self._completed():
+                self._pump.step(0)
+        except Exception as failure:
+            self._failure = failure
+            return True
+        return self._completed()
+
+    def _completed(self) -> bool:
+        return self._pump.exited and (not self._pump.busy or self._killed)
+
     def wait(self, cancel: Cancel | None = None) -> int:
         """Drive the child's I/O to completion and reap it; see the class docstring."""
         if self._reaped:
             return self._child.wait()
         try:
+            if self._failure is not None:
+                raise self._failure
             cancelled = self._supervise(cancel)
         except BaseException as failure:
             self._abort(deliver=False)
@@ -480,7 +522,7 @@ class OwnedChild:
         """Pump until completion (False) or until ``cancel`` is seen set (True)."""
         pump = self._pump
         while not _is_set(cancel):
-            if pump.exited and (not pump.busy or self._killed):
+            if self._completed():
                 pump.drain()  # after a stop from elsewhere: what the dead tree left behind
                 return False
             pump.step(_poll_timeout(cancellable=cancel is not None, exited=pump.exited))

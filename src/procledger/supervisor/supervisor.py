@@ -95,7 +95,7 @@ from procledger.supervisor.modes import StopMode
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["ProcessHandle", "StopMode", "Supervisor"]
+__all__ = ["ProcessHandle", "Settle", "StopMode", "Supervisor", "Watch"]
 
 log = logging.getLogger("procledger.supervisor")
 
@@ -116,6 +116,18 @@ pipe the caller feeds; the caller keeps and closes its own copy)."""
 
 Notice = Callable[[str], None]
 """Receives the lines a person should see while an outcome waits for the store."""
+
+Settle = Callable[[], None]
+"""A run's one completion path: wait for the child (``OwnedChild.wait``), record its terminal
+(outbox first, then the write that releases the lease) and publish its notification. It may
+block; call it once, on a thread that may."""
+
+Watch = Callable[[OwnedChild, Settle], None]
+"""Who waits for a started child (docs/design.md §6.2, §17). The default starts one owner
+thread per child that calls ``settle`` at once (``settle`` then blocks in ``OwnedChild.wait``).
+An event loop instead waits for ``child.watched()`` descriptors itself, calls
+``child.advance()`` until it returns True, and only then calls ``settle`` (which no longer
+waits for the child) in a worker thread: one code path records the outcome either way."""
 
 _SessionId = uuid.UUID | str
 _NotifyTo = tuple[uuid.UUID, uuid.UUID]
@@ -229,6 +241,7 @@ class Supervisor:
         notice: Notice | None = None,
         subreaper: bool = False,
         output_dir: Path | None = None,
+        watch: Watch | None = None,
     ) -> None:
         """Supervise as ``owner`` (the identity leases and ``restore`` go by).
 
@@ -247,8 +260,11 @@ class Supervisor:
                 Process-wide: for programs that own their children, like ``procledger run``.
             output_dir: where captured output goes, one folder per process
                 (docs/design.md §14); ``<state dir>/output`` when omitted.
+            watch: who waits for each child (``Watch``): an owner thread per child when
+                omitted; ``procledger.aio`` passes its event loop's.
         """
         self._registry = registry
+        self._watch = watch
         self._output_dir = output_dir
         self._outbox = outbox
         self._notice = notice
@@ -491,9 +507,10 @@ class Supervisor:
             registry.record_started(run.process_id, now, event_id=run.ids.started, os=facts)
 
     def _admit(self, run: _Run) -> None:
-        run.thread = threading.Thread(
-            target=self._own, args=(run,), name=f"procledger-run-{run.process_id}", daemon=True
-        )
+        if self._watch is None:
+            run.thread = threading.Thread(
+                target=self._own, args=(run,), name=f"procledger-run-{run.process_id}", daemon=True
+            )
         with self._lock:
             self._runs[run.handle] = run
             self._active[run.handle] = run
@@ -506,7 +523,11 @@ class Supervisor:
                 with run.lock:
                     run.shutdown = True
         self._wake.set()  # the ticker's next wake-up must account for this lease
-        run.thread.start()
+        if run.thread is not None:
+            run.thread.start()
+        else:
+            assert self._watch is not None
+            self._watch(run.child, functools.partial(self._own, run))
 
     # -- the one completion path ------------------------------------------------------------------
 
