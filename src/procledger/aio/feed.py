@@ -10,7 +10,7 @@ it starts listening before its first read, so a commit is either in a page or wa
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 
@@ -109,7 +109,7 @@ async def follow(
     cursor: ChangeCursor | int | None = None,
     *,
     limit: int = 256,
-) -> AsyncIterator[FeedChange]:
+) -> AsyncGenerator[FeedChange, None]:
     """Every change after ``cursor`` (the start of the feed when omitted), then each new one
     as it is committed, for ever: ``async for change in follow(registry, cursor)``.
 

@@ -10,7 +10,7 @@ that is cancelled while waiting loses nothing; one that fails to mark it gives i
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import anyio
 from anyio import to_thread
@@ -22,7 +22,7 @@ from procledger.notifications.inbox import LoopInbox
 __all__ = ["notifications"]
 
 
-async def notifications(inbox: LoopInbox) -> AsyncIterator[ProcessCompletionNotification]:
+async def notifications(inbox: LoopInbox) -> AsyncGenerator[ProcessCompletionNotification, None]:
     """Each notification of ``inbox`` as it arrives, consumed, for ever (break to stop).
 
     Raises:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -65,7 +65,7 @@ async def output_chunks(
     root: Path | None = None,
     limiter: CapacityLimiter | None = None,
     poll_s: float = POLL_S,
-) -> AsyncIterator[Chunk]:
+) -> AsyncGenerator[Chunk, None]:
     """The output's chunks (both streams in arrival order, or one ``stream``) from
     ``since_offset``; with ``follow``, then new ones until the process has ended.
 

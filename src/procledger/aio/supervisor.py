@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -106,7 +106,7 @@ class AsyncProcessHandle:
         follow: bool = True,
         stream: str | None = None,
         since_offset: int | tuple[int, int] = 0,
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncGenerator[Chunk, None]:
         """Its captured output (docs/design.md §14): what is on disk, then, with ``follow``,
         new bytes as they come until the process has ended. Cancelling the iterating task
         ends the reading, not the child.
