@@ -260,8 +260,7 @@ class Supervisor:
                 Process-wide: for programs that own their children, like ``procledger run``.
             output_dir: where captured output goes, one folder per process
                 (docs/design.md §14); ``<state dir>/output`` when omitted.
-            watch: who waits for each child (``Watch``): an owner thread per child when
-                omitted; ``procledger.aio`` passes its event loop's.
+            watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
         """
         self._registry = registry
         self._watch = watch
@@ -269,10 +268,8 @@ class Supervisor:
         self._outbox = outbox
         self._notice = notice
         self._subreaper = subreaper and _Subreaper.acquire()
-        self._owner = owner
-        self._notifier = notifier
-        self._stop_policy = stop
-        self._timings = timings
+        self._owner, self._notifier = owner, notifier
+        self._stop_policy, self._timings = stop, timings
         self._lock = threading.Condition()
         self._runs: dict[str, _Run] = {}
         self._active: dict[str, _Run] = {}
