@@ -84,7 +84,7 @@ def _caller() -> str:
         if module in {
             "procledger.application.registry",
             "procledger.supervisor.handles",
-        } and not frame.function.startswith("_"):
+        } and not frame.function.startswith(("_", "<")):
             return f"{module.rsplit('.', 1)[-1]}.{frame.function}"
     return "other"
 

@@ -176,13 +176,9 @@ class Leases:
             return FreeProcess(process_id, None, lapsed, None)
         if not wants(record, lapsed):
             return FreeProcess(process_id, record, lapsed, None)
-        lease_rows.ensure_row(tx, process_id)
-        row = lease_rows.lease_row(tx, process_id, lock=True)  # a claim may have won meanwhile
-        if lease_rows.is_held(row, now):
-            return FreeProcess(process_id, record, lapsed, None)
-        lease = _successor(process_id, claimant, row, now, ttl_ms)
-        _write(tx, lease)
-        return FreeProcess(process_id, record, lapsed, lease)
+        return FreeProcess(
+            process_id, record, lapsed, take_if_free(tx, process_id, claimant, now, ttl_ms)
+        )
 
     @staticmethod
     def _next_free(tx: Tx, after: str, now: int) -> tuple[Any, Any]:
@@ -222,6 +218,19 @@ class Leases:
     def release(self, lease: Lease) -> None:
         """Releasing matches the lease's tokens, so a second run is a no-op."""
         self.ledger.store.attempt(lambda tx: release_lease_row(tx, lease), write=True)
+
+
+def take_if_free(tx: Tx, process_id: str, owner: LeaseOwner, now: int, ttl_ms: int) -> Lease | None:
+    """Take the process's lease for ``owner`` inside the write transaction ``tx`` unless
+    someone holds it live (then ``None``): the row is created if missing and locked first, and
+    the new lease gets the next fencing token. The caller has ruled out a terminal process."""
+    lease_rows.ensure_row(tx, process_id)
+    row = lease_rows.lease_row(tx, process_id, lock=True)
+    if lease_rows.is_held(row, now):
+        return None
+    lease = _successor(process_id, owner, row, now, ttl_ms)
+    _write(tx, lease)
+    return lease
 
 
 def _successor(process_id: str, owner: LeaseOwner, row: Any, now: int, ttl_ms: int) -> Lease:

@@ -24,7 +24,7 @@ from procledger.adapters.sql.opening import OpenedStore
 from procledger.application import cipher
 from procledger.application.grants import Grants
 from procledger.application.journal import NotificationJournal
-from procledger.application.leases import FreeProcess, Leases
+from procledger.application.leases import FreeProcess, Leases, check_ttl, take_if_free
 from procledger.application.retention import prune_filter, prune_terminal
 from procledger.application.retry import retry_on_conflict
 from procledger.application.sessions import delete_session
@@ -154,6 +154,47 @@ class ProcessRegistry:
                 registration.id, existing.registration_hash, process.registration_hash
             )
         return existing
+
+    def register_claimed(
+        self, registration: ProcessRegistration, owner: LeaseOwner, ttl_ms: int
+    ) -> tuple[ProcessRecord, Lease | None]:
+        """Register a new process already claimed: in one transaction, the registration,
+        ``owner``'s lease for ``ttl_ms`` and ``owner`` stamped as its first starter -- what
+        ``register``, ``claim_lease`` and ``record_first_started`` write in three (a supervised
+        start's writes before the spawn, docs/design.md §6.2).
+
+        Returns:
+            The record and the lease. An id registered already with the same registration
+            comes back as ``register`` returns it, with no lease and nothing written: the
+            caller goes on as after ``register`` (a retried start decides for itself).
+
+        Raises:
+            RegistrationConflict: the id is registered with a different registration.
+            ValueError: ``ttl_ms`` is below 1.
+        """
+        check_ttl(ttl_ms)
+        return retry_on_conflict(
+            lambda: self._register_claimed_once(registration, owner, ttl_ms),
+            f"process {registration.id!r}",
+        )
+
+    def _register_claimed_once(
+        self, registration: ProcessRegistration, owner: LeaseOwner, ttl_ms: int
+    ) -> tuple[ProcessRecord, Lease | None]:
+        now = self.now_ms()
+        process = Process.register(registration, at_ms=now)
+        process.record_first_started(owner, now, at_ms=now)
+        taken: list[Lease | None] = []
+        try:
+            unit = self._ledger.save(
+                [process],
+                now_ms=now,
+                also=lambda tx: taken.append(take_if_free(tx, registration.id, owner, now, ttl_ms)),
+            )
+        except WriteConflict:
+            return self._register_once(registration), None  # known id: as ``register``
+        self._ledger.keep(Loaded(process, unit.appended[registration.id]))
+        return unit.records[registration.id], taken[-1]
 
     def get(self, process_id: str) -> ProcessRecord:
         """The process's current record.

@@ -138,12 +138,14 @@ class AppendUnit:
         *,
         lease: Lease | None,
         now_ms: int,
+        also: Callable[[Tx], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.processes = processes
         self.sessions = sessions
         self.lease = lease
         self.now_ms = now_ms
+        self.also = also
         self.stored: list[StoredEvent] = []
         self.records: dict[str, ProcessRecord] = {}
         self.appended: dict[str, tuple[tuple[int, bytes], ...]] = {}  # see ``Loaded.log``
@@ -202,6 +204,8 @@ class AppendUnit:
         record_rows.advance_tracking(tx, max(notification_ids, default=0))
         if self.lease is not None:
             release_lease_row(tx, self.lease)
+        if self.also is not None:
+            self.also(tx)
 
 
 MISSING: Any = object()
@@ -345,15 +349,17 @@ class Ledger:
         *,
         lease: Lease | None = None,
         now_ms: int,
+        also: Callable[[Tx], None] | None = None,
     ) -> AppendUnit:
-        """Append the aggregates' pending events with their side effects (one transaction).
+        """Append the aggregates' pending events with their side effects (one transaction);
+        ``also`` writes more in that transaction, after the read models (e.g. a lease).
 
         Raises:
             WriteConflict: another writer appended to one of these logs first.
         """
         collected = [(p, list(p.collect_events())) for p in processes]
         session_events = [(s, list(s.collect_events())) for s in sessions]
-        unit = AppendUnit(self, collected, session_events, lease=lease, now_ms=now_ms)
+        unit = AppendUnit(self, collected, session_events, lease=lease, now_ms=now_ms, also=also)
         self.append([], unit)
         return unit
 

@@ -15,11 +15,12 @@ renewal kills the tree) and, twice a second, notices ``stop_requested`` events w
 stop policy. Unlike a recovery attempt, a supervised run does not fence itself off by its local
 clock: only the store's refusal ends it.
 
-Durable writes of a supervised process, in order: ``register`` (``starting`` is durable before
-anything runs), ``claim_lease``, ``record_first_started``, the handle row (only when a completion
-notification is to be published: ``restore`` must then publish the same one), then after the
-spawn ``started`` or ``backgrounded``, and finally the terminal (``completed``, releasing the
-lease in the same transaction). Each lifecycle write carries an id derived from the registration
+Durable writes of a supervised process, in order: ``register_claimed`` (the registration, the
+lease and ``first_started`` in one transaction: ``starting`` is durable before anything runs), the
+handle row (only when a completion notification is to be published: ``restore`` must then
+publish the same one), then after the spawn ``started`` or ``backgrounded``, and finally the
+terminal (``completed``, releasing the lease in the same transaction) -- three transactions for
+a run without notification. Each lifecycle write carries an id derived from the registration
 (``decide.event_ids``), so retries never append twice.
 """
 
@@ -361,12 +362,7 @@ class Supervisor:
     def _start(self, request: _StartRequest, source: int | None) -> ProcessHandle:
         """The durable writes in the module docstring's order, then the spawn."""
         registration, workdir = self._registration(request)
-        record = self._registry.register(registration)  # `starting` is durable before the spawn
-        refusal = start_refusal(record)
-        if refusal is not None:
-            raise refusal
-        keeper = self._claim(record.id)
-        self._registry.record_first_started(record.id, self._owner, self._registry.now_ms())
+        record, keeper = self._register(registration)  # `starting` is durable before the spawn
         ids = event_ids(record.id, record.registration_hash)
         ticket = _Ticket(
             self._handle_for(record.id, ids, request.notify_to),
@@ -436,6 +432,20 @@ class Supervisor:
         )
         handle_table.save_handle(registry, row)
         return handle
+
+    def _register(self, registration: ProcessRegistration) -> tuple[ProcessRecord, LeaseKeeper]:
+        """Register, claim and stamp this supervisor as first starter: one write for a new
+        process; a retried start (the id known already) is checked and claimed step by step."""
+        registry, since = self._registry, time.monotonic()
+        record, lease = registry.register_claimed(registration, self._owner, self._timings.ttl_ms)
+        if lease is not None:
+            return record, LeaseKeeper(registry, lease, self._timings, since=since, log=log)
+        refusal = start_refusal(record)
+        if refusal is not None:
+            raise refusal
+        keeper = self._claim(record.id)
+        registry.record_first_started(record.id, self._owner, registry.now_ms())
+        return record, keeper
 
     def _claim(self, pid: str) -> LeaseKeeper:
         """The lease for a first run (or a retried start whose holder is provably dead)."""
