@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from _shared import Processes, is_dead
-from procledger import LeaseOwner, NotFound, ProcessRegistry
+from procledger import LeaseOwner, NotFound, ProcessRegistry, SupervisorClosed
 from procledger.aio import AsyncProcessHandle, AsyncSupervisor
 
 pytestmark = pytest.mark.anyio
@@ -165,4 +165,8 @@ async def test_bad_arguments(registry: ProcessRegistry, owner: LeaseOwner) -> No
         other = AsyncSupervisor(registry, owner=owner)
         with pytest.raises(NotFound):
             await other.wait(handle)
+        with pytest.raises(SupervisorClosed, match="async with"):
+            await other.start(["true"])
         await handle.wait()
+    with pytest.raises(SupervisorClosed):
+        await sup.start(["true"])

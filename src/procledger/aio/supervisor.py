@@ -31,6 +31,7 @@ from anyio.abc import TaskGroup
 
 from procledger.adapters.output_files import Chunk
 from procledger.aio.output import output_chunks
+from procledger.domain.errors import SupervisorClosed
 from procledger.domain.leases import LeaseOwner
 from procledger.domain.records import ProcessRecord
 from procledger.supervisor.execution import POLL_S, OwnedChild
@@ -231,13 +232,13 @@ class AsyncSupervisor:
         watched as any other).
 
         Raises:
-            RuntimeError: not inside ``async with``.
+            SupervisorClosed: not inside ``async with`` (or the block has ended).
             As ``Supervisor.start``: ``TypeError``, ``ValueError``, ``OSError``,
             ``SupervisorClosed``, ``InvalidTransition``, ``LeaseLost``, ``SpawnError``.
         """
         group = self._group
         if group is None:
-            raise RuntimeError("AsyncSupervisor.start: use it inside 'async with'")
+            raise SupervisorClosed("AsyncSupervisor.start: only inside its 'async with' block")
         with anyio.CancelScope(shield=True):
             handle, watched = await self.run_sync(self._start_in_thread, argv, options)
             if watched is not None:

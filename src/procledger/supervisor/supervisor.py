@@ -530,11 +530,15 @@ class Supervisor:
                 with run.lock:
                     run.shutdown = True
         self._wake.set()  # the ticker's next wake-up must account for this lease
-        if run.thread is not None:
-            run.thread.start()
-        else:
+        if run.thread is None:
             assert self._watch is not None
-            self._watch(run.child, functools.partial(self._own, run))
+            try:
+                self._watch(run.child, functools.partial(self._own, run))
+                return
+            except BaseException:  # the watcher refused it: the child must not go unowned
+                log.exception("process %r: its watcher failed; an owner thread waits", run.handle)
+                run.thread = threading.Thread(target=self._own, args=(run,), daemon=True)
+        run.thread.start()
 
     # -- the one completion path ------------------------------------------------------------------
 
