@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from _shared import Processes, is_dead
-from procledger import LeaseOwner, NotFound, ProcessRegistry, SupervisorClosed
+from procledger import LeaseOwner, NotFound, ProcessRegistry, SupervisorClosed, open_registry
 from procledger.aio import AsyncProcessHandle, AsyncSupervisor
 
 pytestmark = pytest.mark.anyio
@@ -170,3 +170,36 @@ async def test_bad_arguments(registry: ProcessRegistry, owner: LeaseOwner) -> No
         await handle.wait()
     with pytest.raises(SupervisorClosed):
         await sup.start(["true"])
+
+
+@pytest.mark.postgres
+async def test_on_postgresql(postgres_schema_url: str, owner: LeaseOwner, procs: Processes) -> None:
+    registry = open_registry(postgres_schema_url)
+    try:
+        async with AsyncSupervisor(registry, owner=owner) as sup:
+            done = await sup.start(["sh", "-c", "exit 0"])
+            running = await sup.start(LONG)
+            child = await child_of(running, procs)
+            assert (await done.wait()).state == "exited"
+        record = registry.get(running.process_id)
+        assert (record.state, record.reason) == ("terminated", "runner_shutdown")
+        assert is_dead(child)
+    finally:
+        registry.close()
+
+
+async def test_a_failing_output_consumer_fails_the_run(
+    registry: ProcessRegistry, owner: LeaseOwner
+) -> None:
+    """A consumer's exception, met by the loop, goes through the one cleanup path: the tree
+    is stopped and the run recorded ``failed`` with the error."""
+
+    def refuse(chunk: bytes) -> None:
+        raise RuntimeError("no more, thanks")
+
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(["sh", "-c", "echo hi; exec sleep 600"], stdout=refuse)
+        record = await handle.wait()
+    assert (record.state, record.reason) == ("failed", "failed")
+    assert record.diagnostic is not None
+    assert "no more, thanks" in record.diagnostic  # and the fixture finds no child left
