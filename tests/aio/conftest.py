@@ -4,6 +4,9 @@ pid at teardown (``procs``), and none may be left behind."""
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,13 +33,28 @@ def owner() -> LeaseOwner:
     return LeaseOwner.local_process("aio-test")
 
 
+POOL_THREADS = ("AnyIO worker thread", "Trio thread")
+"""Idle workers of anyio's and trio's thread pools, which linger a few seconds by design."""
+
+
+def _threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if not t.name.startswith(POOL_THREADS)}
+
+
 @pytest.fixture(autouse=True)
-def no_children_left() -> Iterator[None]:
-    """No child of this test process outlives the test (``procs`` kills what it knows)."""
-    before = set(psutil.Process().children())
+def no_leaks() -> Iterator[None]:
+    """No child, descriptor or thread of ours outlives the test (``procs`` kills what it
+    knows; a child left behind is killed and reaped here by its pid)."""
+    before, fds, threads = set(psutil.Process().children()), _open_fds(), _threads()
     yield
     left = [(c.pid, c.status()) for c in set(psutil.Process().children()) - before]
     for child in set(psutil.Process().children()) - before:
         child.kill()
         child.wait(10)
-    assert not left, f"children left behind: {left}"
+    leaked_fds = sorted(_open_fds() - fds)
+    leaked_threads = [t.name for t in _threads() - threads if t.is_alive()]
+    assert (left, leaked_fds, leaked_threads) == ([], [], [])
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd" if sys.platform == "linux" else "/dev/fd"))
