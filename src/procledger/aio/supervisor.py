@@ -56,8 +56,10 @@ class _Watched:
 
     child: OwnedChild
     settle: Settle
+    handle: ProcessHandle | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     left: bool = False  # handed to an owner thread (``on_exit="leave"``)
+    record: ProcessRecord | None = None  # the terminal, as ``settle`` left it (if it did)
 
 
 @final
@@ -242,6 +244,7 @@ class AsyncSupervisor:
         with anyio.CancelScope(shield=True):
             handle, watched = await self.run_sync(self._start_in_thread, argv, options)
             if watched is not None:
+                watched.handle = handle
                 self._watched[handle.handle] = watched
                 group.start_soon(self._watch, watched, name=f"procledger-watch-{handle.handle}")
         return AsyncProcessHandle(self, handle)
@@ -253,16 +256,28 @@ class AsyncSupervisor:
         its terminal through the Supervisor's one completion path. Cancelled (``"leave"``,
         or the host's cancellation), the child goes to an owner thread instead."""
         try:
-            while not watched.child.advance():
+            while True:  # readiness first: a child that just started has nothing to say yet
                 await _until_ready(watched.child)
+                if watched.child.advance():
+                    break
         except anyio.get_cancelled_exc_class():
             threading.Thread(target=watched.settle, name="procledger-run", daemon=True).start()
             watched.left = True
             watched.done.set()
             raise
         with anyio.CancelScope(shield=True):
-            await to_thread.run_sync(watched.settle, limiter=self._settlers)
+            watched.record = await to_thread.run_sync(self._settle, watched, limiter=self._settlers)
             watched.done.set()
+
+    def _settle(self, watched: _Watched) -> ProcessRecord | None:
+        """The Supervisor's completion path, then the record it left -- read where no store
+        call is needed; ``None`` leaves ``wait`` to ask (a terminal another holder writes)."""
+        watched.settle()
+        try:
+            assert watched.handle is not None
+            return self.supervisor.wait(watched.handle, timeout=0)
+        except Exception:  # ``wait`` raises it again, where it belongs
+            return None
 
     # -- wait and stop ----------------------------------------------------------------------
 
@@ -280,6 +295,8 @@ class AsyncSupervisor:
         watched = self._find(handle)
         if watched is not None:
             await watched.done.wait()
+            if watched.record is not None:
+                return watched.record
         record: ProcessRecord = await self.run_sync(self.supervisor.wait, handle.sync)
         return record
 
