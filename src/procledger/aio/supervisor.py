@@ -231,7 +231,8 @@ class AsyncSupervisor:
         """Start ``argv`` as ``Supervisor.start`` does, with every one of its options (and
         those later issues add to it); returns once the child runs and that is recorded. A
         start under way completes even if the awaiting task is cancelled (the child is then
-        watched as any other).
+        watched as any other). A ``stdout`` consumer is called on the event loop's thread,
+        as the pump drains the pipe there: it must be quick and must not block.
 
         Raises:
             SupervisorClosed: not inside ``async with`` (or the block has ended).
