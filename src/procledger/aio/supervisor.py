@@ -11,15 +11,17 @@ terminal write that releases the lease, then the notification) in a worker threa
 
 Cancellation never reaches a child: a task awaiting ``wait()`` or iterating ``output()``
 only stops awaiting. Leaving ``async with`` stops the children still running
-(``on_exit="stop"``, the Supervisor's ``shutdown``: each recorded ``runner_shutdown``) or
-leaves them running, watched by owner threads as with the plain Supervisor (``"leave"``).
+(``on_exit="stop"``: the Supervisor's shutdown, each tree stopped from the loop with
+``OwnedChild.stop_steps`` and each recorded ``runner_shutdown``) or leaves them running,
+watched by owner threads as with the plain Supervisor (``"leave"``).
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import threading
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +36,7 @@ from procledger.aio.output import output_chunks
 from procledger.domain.errors import SupervisorClosed
 from procledger.domain.leases import LeaseOwner
 from procledger.domain.records import ProcessRecord
-from procledger.supervisor.execution import POLL_S, OwnedChild
+from procledger.supervisor.execution import POLL_S, OwnedChild, StopPolicy
 from procledger.supervisor.modes import StopMode
 from procledger.supervisor.supervisor import ProcessHandle, Settle, Supervisor
 
@@ -44,10 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["AsyncProcessHandle", "AsyncSupervisor", "OnExit"]
 
 OnExit = Literal["stop", "leave"]
-
-DEFAULT_THREADS: Final = 4
-"""Worker threads for blocking store calls: with the event loop's own thread and the
-Supervisor's lease ticker, at most 6 threads supervise any number of children."""
 
 
 @dataclass(slots=True)
@@ -60,6 +58,7 @@ class _Watched:
     done: anyio.Event = field(default_factory=anyio.Event)
     left: bool = False  # handed to an owner thread (``on_exit="leave"``)
     record: ProcessRecord | None = None  # the terminal, as ``settle`` left it (if it did)
+    exited: anyio.Event = field(default_factory=anyio.Event)  # the loop saw the child exit
 
 
 @final
@@ -201,12 +200,33 @@ class AsyncSupervisor:
         try:
             if self._on_exit == "stop":
                 with anyio.CancelScope(shield=True):
-                    await self.run_sync(self.supervisor.shutdown)
+                    await self._shutdown()
             else:
                 group.cancel_scope.cancel()  # each watcher hands its child to an owner thread
         finally:
             suppressed = await group.__aexit__(exc_type, exc, traceback)
         return suppressed
+
+    async def _shutdown(self) -> None:
+        """``Supervisor.shutdown`` with the trees stopped from the loop: each tree's stop
+        steps (``OwnedChild.stop_steps``: SIGTERM, SIGKILL after the grace) run in the worker
+        pool and their waits for the exit on the loop, so stopping any number of children
+        takes no thread each. ``shutdown`` then stops whatever is left and joins."""
+        await self.run_sync(self.supervisor.begin_shutdown)
+        policy = StopPolicy((signal.SIGTERM,), self.supervisor.stop_policy.grace_s)
+        async with anyio.create_task_group() as group:
+            for watched in list(self._watched.values()):
+                if not watched.done.is_set():
+                    group.start_soon(self._stop_tree, watched, policy)
+        await self.run_sync(self.supervisor.shutdown)
+
+    async def _stop_tree(self, watched: _Watched, policy: StopPolicy) -> None:
+        steps = watched.child.stop_steps(policy)
+        done, timeout = await self.run_sync(_step, steps, None)
+        while not done:
+            with anyio.move_on_after(math.inf if timeout is None else timeout):
+                await watched.exited.wait()
+            done, timeout = await self.run_sync(_step, steps, watched.exited.is_set())
 
     async def run_sync(self, function: Any, *args: Any) -> Any:
         """``function(*args)`` in one of this supervisor's worker threads (bounded by
@@ -259,11 +279,15 @@ class AsyncSupervisor:
         try:
             while True:  # readiness first: a child that just started has nothing to say yet
                 await _until_ready(watched.child)
-                if watched.child.advance():
+                completed = watched.child.advance()
+                if watched.child.exited:
+                    watched.exited.set()
+                if completed:
                     break
         except anyio.get_cancelled_exc_class():
             threading.Thread(target=watched.settle, name="procledger-run", daemon=True).start()
             watched.left = True
+            watched.exited.set()  # a stop under way here stops waiting: ``shutdown`` finishes it
             watched.done.set()
             raise
         with anyio.CancelScope(shield=True):
@@ -317,6 +341,14 @@ class AsyncSupervisor:
                 self.supervisor.stop, handle.sync, stop_mode, grace
             )
         return record
+
+
+def _step(steps: Generator[float | None, bool, bool], exited: bool | None) -> tuple[bool, Any]:
+    """One stop step: (True, _) once the steps are done, else (False, how long to wait)."""
+    try:
+        return False, next(steps) if exited is None else steps.send(exited)
+    except StopIteration:
+        return True, None
 
 
 async def _until_ready(child: OwnedChild) -> None:

@@ -39,7 +39,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Final, Protocol, final
 
@@ -541,12 +541,21 @@ class OwnedChild:
         self._stop(self._policy, True, self._pump_until_exit)
         self._finish()
 
-    def _stop(self, policy: StopPolicy, escalate: bool, wait_exit: _WaitExit) -> bool:
-        """Signal the tree as ``policy`` says; with ``escalate``, SIGKILL whatever is known."""
+    def stop_steps(
+        self, policy: StopPolicy | None = None, *, escalate: bool = True
+    ) -> Generator[float | None, bool, bool]:
+        """``stop`` for a caller that waits for the exit itself (an event loop): each step
+        signals as the policy says, then yields how long to wait for the child's exit
+        (``None``: until it exits); send back whether it exited. Returns what ``stop`` does.
+        The steps signal and discover the tree (psutil): drive them from a thread that may
+        block for a moment."""
+        if self._reaped:
+            return True
+        policy = policy or self._policy
         exited = False
         for sig in policy.signals:
             self._signal(sig)
-            exited = wait_exit(policy.grace_s)
+            exited = yield policy.grace_s
             if exited:
                 break
         if not escalate:
@@ -556,7 +565,17 @@ class OwnedChild:
         if not self._tree.await_gone(KILL_SETTLE_S):
             self._survivors = self._tree.survivors()
         self._tree.reap_adopted(self._child.pid)
-        return wait_exit(None)
+        return (yield None)
+
+    def _stop(self, policy: StopPolicy, escalate: bool, wait_exit: _WaitExit) -> bool:
+        """Signal the tree as ``policy`` says; with ``escalate``, SIGKILL whatever is known."""
+        steps = self.stop_steps(policy, escalate=escalate)
+        try:
+            timeout = next(steps)
+            while True:
+                timeout = steps.send(wait_exit(timeout))
+        except StopIteration as done:
+            return bool(done.value)
 
     def _signal(self, sig: int) -> None:
         """(Re-)discover the tree, then signal it. Under the lock: once the child is reaped

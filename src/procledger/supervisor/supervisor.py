@@ -285,6 +285,11 @@ class Supervisor:
         """The identity this supervisor holds leases as."""
         return self._owner
 
+    @property
+    def stop_policy(self) -> StopPolicy:
+        """How this supervisor stops a tree for requests made elsewhere and for ``shutdown``."""
+        return self._stop_policy
+
     def __enter__(self) -> Supervisor:
         return self
 
@@ -1018,6 +1023,14 @@ class Supervisor:
             subreaper, self._subreaper = self._subreaper, False
         if subreaper:
             _Subreaper.release()
+
+    def begin_shutdown(self) -> None:
+        """The first half of ``shutdown``, for a caller that stops the trees itself (the event
+        loop of ``procledger.aio``, which needs no thread per tree): admit no more processes,
+        wait out the starts under way, and mark every running process as ended by the
+        shutdown -- its terminal says ``runner_shutdown`` however it ends. Signals nothing;
+        ``shutdown`` then stops what is still running and joins every thread."""
+        self._close()
 
     def _close(self) -> list[_Run]:
         """Refuse new starts, wait out those under way, and mark every active run as ended by
