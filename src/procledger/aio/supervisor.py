@@ -212,13 +212,15 @@ class AsyncSupervisor:
         steps (``OwnedChild.stop_steps``: SIGTERM, SIGKILL after the grace) run in the worker
         pool and their waits for the exit on the loop, so stopping any number of children
         takes no thread each. ``shutdown`` then stops whatever is left and joins."""
-        await self.run_sync(self.supervisor.begin_shutdown)
         policy = StopPolicy((signal.SIGTERM,), self.supervisor.stop_policy.grace_s)
-        async with anyio.create_task_group() as group:
-            for watched in list(self._watched.values()):
-                if not watched.done.is_set():
-                    group.start_soon(self._stop_tree, watched, policy)
-        await self.run_sync(self.supervisor.shutdown)
+        try:
+            await self.run_sync(self.supervisor.begin_shutdown)
+            async with anyio.create_task_group() as group:
+                for watched in list(self._watched.values()):
+                    if not watched.done.is_set():
+                        group.start_soon(self._stop_tree, watched, policy)
+        finally:
+            await self.run_sync(self.supervisor.shutdown)  # whatever is left, and the joins
 
     async def _stop_tree(self, watched: _Watched, policy: StopPolicy) -> None:
         steps = watched.child.stop_steps(policy)
