@@ -7,9 +7,25 @@ import inspect
 
 import pytest
 
-from procledger import Notifier, ProcessRegistry, RecoveryWorker, Supervisor, open_registry
+from procledger import (
+    LoopInbox,
+    Notifier,
+    ProcessRegistry,
+    RecoveryWorker,
+    Supervisor,
+    open_registry,
+)
+from procledger.aio import AsyncProcessHandle, AsyncSupervisor
 
-DOCUMENTED = [ProcessRegistry, Supervisor, Notifier, RecoveryWorker]
+DOCUMENTED = [
+    ProcessRegistry,
+    Supervisor,
+    Notifier,
+    RecoveryWorker,
+    LoopInbox,
+    AsyncSupervisor,
+    AsyncProcessHandle,
+]
 
 
 def public_methods(cls: type) -> list[str]:

@@ -49,6 +49,7 @@ def test_readme_sections_come_in_order() -> None:
         "Web view",
         "The lifecycle table",
         "Library",
+        "Async",
         "Property-testing your own code",
         "PostgreSQL",
         "Benchmarks",
@@ -102,6 +103,18 @@ def test_the_library_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
         capsys.readouterr().out
         == "['registered', 'first_started', 'started', 'output_captured', 'completed']\n"
     )
+
+
+def test_the_async_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """The harness of the Async section, for real: a dev server started, followed until
+    ready, asked for a page, stopped; nothing left behind."""
+    [example] = blocks(section("Async"), "python")
+    assert len(example.strip().splitlines()) <= 30
+    before = {child.pid for child in psutil.Process().children(recursive=True)}
+    exec(compile(example, f"{README}:Async", "exec"), {"__name__": "readme_async"})
+    after = {child.pid for child in psutil.Process().children(recursive=True)}
+    assert after <= before, "the example left a child process behind"
+    assert capsys.readouterr().out == "terminated cancelled\n"
 
 
 def test_the_testing_snippet_names_real_helpers() -> None:

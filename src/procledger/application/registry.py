@@ -109,6 +109,13 @@ class ProcessRegistry:
         """Close every connection; calls in flight finish first."""
         self._opened.close()
 
+    def subscribe_changes(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every write this registry commits (on the writer's thread;
+        it must be quick and never raise) until the returned function is called: how an event
+        loop learns of this process's writes without a thread (docs/design.md §17). Writes by
+        other processes are not seen here (``procledger.aio.follow`` listens or polls)."""
+        return self._changes.subscribe(listener)
+
     def now_ms(self) -> int:
         """The registry's clock (epoch milliseconds): what events are stamped with."""
         return self._ledger.now_ms()

@@ -23,14 +23,30 @@ class ChangeSignal:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._waiters = 0  # how many ``wait_for`` calls are in progress (changed under the lock)
+        self._listeners: tuple[Callable[[], None], ...] = ()
 
     def notify(self) -> None:
         """Tell waiters a write committed. A waiter counts itself in before its first look, so
         one that this skips looks after the write committed; writers nobody waits for never
-        touch the lock."""
+        touch the lock. Listeners are called on the writer's thread."""
         if self._waiters:
             with self._changed:
                 self._changed.notify_all()
+        for listener in self._listeners:
+            listener()
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (quick, never raising) after each local commit, from now until
+        the returned function is called. For waiters that cannot block on the condition (an
+        event loop); they must look after subscribing, as ``wait_for`` does."""
+        with self._changed:
+            self._listeners = (*self._listeners, listener)
+
+        def unsubscribe() -> None:
+            with self._changed:
+                self._listeners = tuple(f for f in self._listeners if f is not listener)
+
+        return unsubscribe
 
     def wait_for(self, find: Callable[[], T | None], timeout: float | None, what: str) -> T:
         """The first non-``None`` result of ``find()``, re-checked on every local write and

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Protocol
 
 from procledger.domain.errors import DeliveryStopped, IdempotencyCollision, NotFound
@@ -48,6 +49,8 @@ class LoopInbox:
         self._cond = threading.Condition()
         self._pending: dict[uuid.UUID, Notification] = {}
         self._consumed: OrderedDict[uuid.UUID, Notification] = OrderedDict()
+        self._taken: dict[uuid.UUID, Notification] = {}  # handed to one consumer by ``take``
+        self._listeners: tuple[Callable[[], None], ...] = ()
         self._sink: ConsumeSink | None = None
         self._loop_id: uuid.UUID | None = None
 
@@ -78,6 +81,42 @@ class LoopInbox:
                 self._cond.wait(remaining)
             return True
 
+    def take(self) -> Notification | None:
+        """Hand the oldest pending notification to this caller alone (``None`` if none is
+        pending): it leaves ``pending``, so a second consumer never gets it, and is still
+        recognised as a duplicate. ``consume`` it, or ``give_back`` if it cannot be."""
+        with self._cond:
+            if not self._pending:
+                return None
+            cid = next(iter(self._pending))
+            notification = self._taken[cid] = self._pending.pop(cid)
+            return notification
+
+    def give_back(self, notification: Notification) -> None:
+        """Return a taken, unconsumed notification to ``pending`` (at the end)."""
+        with self._cond:
+            if self._taken.pop(notification.command_id, None) is not None:
+                self._pending[notification.command_id] = notification
+                self._cond.notify_all()
+        self._tell_listeners()
+
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` (quick, never raising; on the deliverer's thread) whenever a
+        notification becomes pending, until the returned function is called: how an event
+        loop waits for the inbox without a thread (docs/design.md §17)."""
+        with self._cond:
+            self._listeners = (*self._listeners, listener)
+
+        def unsubscribe() -> None:
+            with self._cond:
+                self._listeners = tuple(f for f in self._listeners if f is not listener)
+
+        return unsubscribe
+
+    def _tell_listeners(self) -> None:
+        for listener in self._listeners:
+            listener()
+
     def consume(self, command_id: uuid.UUID | str) -> None:
         """Mark the command handled: durably first (through the notifier's journal), then here.
 
@@ -86,13 +125,13 @@ class LoopInbox:
         """
         cid = command_id if isinstance(command_id, uuid.UUID) else uuid.UUID(command_id)
         with self._cond:
-            known = cid in self._pending or cid in self._consumed
+            known = cid in self._pending or cid in self._consumed or cid in self._taken
         if self._sink is not None and self._loop_id is not None:
             self._sink.record_consumed(self._loop_id, cid, known=known)
         elif not known:
             raise NotFound(f"command {cid} is not pending in this inbox")
         with self._cond:
-            handled = self._pending.pop(cid, None)
+            handled = self._pending.pop(cid, None) or self._taken.pop(cid, None)
             if handled is not None:
                 self._remember(handled)
 
@@ -100,9 +139,7 @@ class LoopInbox:
         """Dispatch one (already validated and journalled) notification into the live set."""
         cid = notification.command_id
         with self._cond:
-            known = self._pending.get(cid)
-            if known is None:
-                known = self._consumed.get(cid)
+            known = self._pending.get(cid) or self._taken.get(cid) or self._consumed.get(cid)
             if known is not None:
                 if known == notification:
                     return DUPLICATE
@@ -121,7 +158,8 @@ class LoopInbox:
                 )
             self._pending[cid] = notification
             self._cond.notify_all()
-            return ACCEPTED
+        self._tell_listeners()
+        return ACCEPTED
 
     def _remember(self, notification: Notification) -> None:
         if self.remember == 0:

@@ -40,7 +40,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Final, Protocol, final
 
@@ -288,6 +288,13 @@ class _Pump:
         for key, _ in self._selector.select(timeout):
             key.data()
 
+    def watched(self) -> list[tuple[int, bool]]:
+        """The descriptors ``step`` waits for now, each with whether it waits to write."""
+        return [
+            (key.fd, bool(key.events & selectors.EVENT_WRITE))
+            for key in self._selector.get_map().values()
+        ]
+
     def mute(self) -> None:
         """Stop calling sinks: after a failure nobody will look at the output."""
         self._muted = True
@@ -413,6 +420,7 @@ class OwnedChild:
         self._lock = threading.Lock()  # orders signalling against reaping (pid reuse)
         self._reaped = False
         self._killed = False
+        self._failure: Exception | None = None  # met by ``advance``; ``wait`` handles it
 
     @classmethod
     def spawn(
@@ -491,11 +499,45 @@ class OwnedChild:
     def __exit__(self, *exc_info: object) -> None:
         self._abort(deliver=False)
 
+    @property
+    def exited(self) -> bool:
+        """Whether the child's exit has been observed (it may still be unreaped)."""
+        return self._pump.exited
+
+    def watched(self) -> list[tuple[int, bool]]:
+        """For an owner that waits in an event loop instead of in ``wait``: the descriptors
+        to wait for before the next ``advance``, each with whether it is awaited writable.
+        Once the exit is observed, a stop from another thread cannot be waited for: poll
+        ``advance`` every ``POLL_S`` as well."""
+        if self._reaped or self._failure is not None:
+            return []
+        return self._pump.watched()
+
+    def advance(self) -> bool:
+        """One step of ``wait`` that never blocks: handle what is ready now. True once
+        ``wait`` would no longer wait for the child -- it completed, or a stdin, consumer or
+        read failure happened, which ``wait`` then handles as always (stops the tree,
+        reaps, raises it). The owner then calls ``wait`` (on a thread that may block)."""
+        if self._reaped or self._failure is not None:
+            return True
+        try:
+            if not self._completed():
+                self._pump.step(0)
+        except Exception as failure:
+            self._failure = failure
+            return True
+        return self._completed()
+
+    def _completed(self) -> bool:
+        return self._pump.exited and (not self._pump.busy or self._killed)
+
     def wait(self, cancel: Cancel | None = None) -> int:
         """Drive the child's I/O to completion and reap it; see the class docstring."""
         if self._reaped:
             return self._child.wait()
         try:
+            if self._failure is not None:
+                raise self._failure
             cancelled = self._supervise(cancel)
         except BaseException as failure:
             self._abort(deliver=False)
@@ -517,7 +559,7 @@ class OwnedChild:
         """Pump until completion (False) or until ``cancel`` is seen set (True)."""
         pump = self._pump
         while not _is_set(cancel):
-            if pump.exited and (not pump.busy or self._killed):
+            if self._completed():
                 pump.drain()  # after a stop from elsewhere: what the dead tree left behind
                 return False
             pump.step(_poll_timeout(cancellable=cancel is not None, exited=pump.exited))
@@ -536,12 +578,21 @@ class OwnedChild:
         self._stop(self._policy, True, self._pump_until_exit)
         self._finish()
 
-    def _stop(self, policy: StopPolicy, escalate: bool, wait_exit: _WaitExit) -> bool:
-        """Signal the tree as ``policy`` says; with ``escalate``, SIGKILL whatever is known."""
+    def stop_steps(
+        self, policy: StopPolicy | None = None, *, escalate: bool = True
+    ) -> Generator[float | None, bool, bool]:
+        """``stop`` for a caller that waits for the exit itself (an event loop): each step
+        signals as the policy says, then yields how long to wait for the child's exit
+        (``None``: until it exits); send back whether it exited. Returns what ``stop`` does.
+        The steps signal and discover the tree (psutil): drive them from a thread that may
+        block for a moment."""
+        if self._reaped:
+            return True
+        policy = policy or self._policy
         exited = False
         for sig in policy.signals:
             self._signal(sig)
-            exited = wait_exit(policy.grace_s)
+            exited = yield policy.grace_s
             if exited:
                 break
         if not escalate:
@@ -551,7 +602,17 @@ class OwnedChild:
         if not self._tree.await_gone(KILL_SETTLE_S):
             self._survivors = self._tree.survivors()
         self._tree.reap_adopted(self._child.pid)
-        return wait_exit(None)
+        return (yield None)
+
+    def _stop(self, policy: StopPolicy, escalate: bool, wait_exit: _WaitExit) -> bool:
+        """Signal the tree as ``policy`` says; with ``escalate``, SIGKILL whatever is known."""
+        steps = self.stop_steps(policy, escalate=escalate)
+        try:
+            timeout = next(steps)
+            while True:
+                timeout = steps.send(wait_exit(timeout))
+        except StopIteration as done:
+            return bool(done.value)
 
     def _signal(self, sig: int) -> None:
         """(Re-)discover the tree, then signal it. Under the lock: once the child is reaped

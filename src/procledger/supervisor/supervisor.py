@@ -112,7 +112,7 @@ from procledger.supervisor.services import BackoffEnd, Service, backoff_wait
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["ProcessHandle", "StopMode", "Supervisor"]
+__all__ = ["ProcessHandle", "Settle", "StopMode", "Supervisor", "Watch"]
 
 log = logging.getLogger("procledger.supervisor")
 
@@ -133,6 +133,18 @@ pipe the caller feeds; the caller keeps and closes its own copy)."""
 
 Notice = Callable[[str], None]
 """Receives the lines a person should see while an outcome waits for the store."""
+
+Settle = Callable[[], None]
+"""A run's one completion path: wait for the child (``OwnedChild.wait``), record its terminal
+(outbox first, then the write that releases the lease) and publish its notification. It may
+block; call it once, on a thread that may."""
+
+Watch = Callable[[OwnedChild, Settle], None]
+"""Who waits for a started child (docs/design.md §6.2, §17). The default starts one owner
+thread per child that calls ``settle`` at once (``settle`` then blocks in ``OwnedChild.wait``).
+An event loop instead waits for ``child.watched()`` descriptors itself, calls
+``child.advance()`` until it returns True, and only then calls ``settle`` (which no longer
+waits for the child) in a worker thread: one code path records the outcome either way."""
 
 _SessionId = uuid.UUID | str
 _NotifyTo = tuple[uuid.UUID, uuid.UUID]
@@ -265,6 +277,7 @@ class Supervisor:
         notice: Notice | None = None,
         subreaper: bool = False,
         output_dir: Path | None = None,
+        watch: Watch | None = None,
     ) -> None:
         """Supervise as ``owner`` (the identity leases and ``restore`` go by).
 
@@ -283,16 +296,16 @@ class Supervisor:
                 Process-wide: for programs that own their children, like ``procledger run``.
             output_dir: where captured output goes, one folder per process
                 (docs/design.md §14); ``<state dir>/output`` when omitted.
+            watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
         """
         self._registry = registry
+        self._watch = watch
         self._output_dir = output_dir
         self._outbox = outbox
         self._notice = notice
         self._subreaper = subreaper and _Subreaper.acquire()
-        self._owner = owner
-        self._notifier = notifier
-        self._stop_policy = stop
-        self._timings = timings
+        self._owner, self._notifier = owner, notifier
+        self._stop_policy, self._timings = stop, timings
         self._lock = threading.Condition()
         self._runs: dict[str, _Run] = {}
         self._active: dict[str, _Run] = {}
@@ -307,6 +320,11 @@ class Supervisor:
     def owner(self) -> LeaseOwner:
         """The identity this supervisor holds leases as."""
         return self._owner
+
+    @property
+    def stop_policy(self) -> StopPolicy:
+        """How this supervisor stops a tree for requests made elsewhere and for ``shutdown``."""
+        return self._stop_policy
 
     def __enter__(self) -> Supervisor:
         return self
@@ -563,9 +581,10 @@ class Supervisor:
             registry.record_started(run.process_id, now, event_id=run.ids.started, os=facts)
 
     def _admit(self, run: _Run) -> None:
-        run.thread = threading.Thread(
-            target=self._own, args=(run,), name=f"procledger-run-{run.process_id}", daemon=True
-        )
+        if self._watch is None:
+            run.thread = threading.Thread(
+                target=self._own, args=(run,), name=f"procledger-run-{run.process_id}", daemon=True
+            )
         with self._lock:
             self._runs[run.handle] = run
             self._active[run.handle] = run
@@ -578,9 +597,17 @@ class Supervisor:
                 with run.lock:
                     run.shutdown = True
         self._wake.set()  # the ticker's next wake-up must account for this lease
-        run.thread.start()
-        if run.watch is not None:
+        if run.watch is not None:  # whoever waits for the child, its probes are watched here
             self._helper(functools.partial(self._watch_ready, run, run.watch))
+        if run.thread is None:
+            assert self._watch is not None
+            try:
+                self._watch(run.child, functools.partial(self._own, run))
+                return
+            except BaseException:  # the watcher refused it: the child must not go unowned
+                log.exception("process %r: its watcher failed; an owner thread waits", run.handle)
+                run.thread = threading.Thread(target=self._own, args=(run,), daemon=True)
+        run.thread.start()
 
     # -- readiness (docs/design.md §15) ------------------------------------------------------------
 
@@ -1332,6 +1359,14 @@ class Supervisor:
             subreaper, self._subreaper = self._subreaper, False
         if subreaper:
             _Subreaper.release()
+
+    def begin_shutdown(self) -> None:
+        """The first half of ``shutdown``, for a caller that stops the trees itself (the event
+        loop of ``procledger.aio``, which needs no thread per tree): admit no more processes,
+        wait out the starts under way, and mark every running process as ended by the
+        shutdown -- its terminal says ``runner_shutdown`` however it ends. Signals nothing;
+        ``shutdown`` then stops what is still running and joins every thread."""
+        self._close()
 
     def _close(self) -> list[_Run]:
         """Refuse new starts, wait out those under way, and mark every active run as ended by

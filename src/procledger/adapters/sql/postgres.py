@@ -206,6 +206,38 @@ def attach(store: Store, recorder: Any, datastore: Any) -> None:
     store.postgres = connections = PostgresConnections(store.location)
     store.begin = functools.partial(PostgresTransaction, connections, store.dialect)
     store.log_lock = list(recorder.lock_table_statements)
+    store.change_channel = recorder.channel_name
+
+
+class PostgresListener:
+    """A connection of its own that LISTENs to the channel every append NOTIFYs in its write
+    transaction (``PostgresRecorder._append``), so a follower learns of a commit by any
+    process at once (docs/design.md §17). Its socket is readable when a notification came:
+    an event loop waits for ``fileno()``, then calls ``drain()``, which never blocks."""
+
+    def __init__(self, location: StoreLocation, channel: str) -> None:
+        self._where = f"store {location.masked!r}"
+        self._connection = _connect(location)
+        try:
+            self._connection.execute(pgsql.SQL("LISTEN {0}").format(pgsql.Identifier(channel)))
+        except psycopg.Error as error:
+            self._connection.close()
+            raise translate(error, self._where) from error
+
+    def fileno(self) -> int:
+        """The connection's socket: readable when a notification (or anything) arrived."""
+        return self._connection.fileno()
+
+    def drain(self) -> bool:
+        """Consume the notifications received so far; whether there were any."""
+        try:
+            return sum(1 for _ in self._connection.notifies(timeout=0)) > 0
+        except psycopg.Error as error:
+            raise translate(error, self._where) from error
+
+    def close(self) -> None:
+        """Close the connection (the server forgets the LISTEN with it)."""
+        self._connection.close()
 
 
 def _connect(location: StoreLocation) -> psycopg.Connection[Any]:

@@ -108,6 +108,8 @@ class Store:
         self.log_lock: Sequence[Any] = ()
         """Statements that take the events table's write lock (PostgreSQL): appends then
         commit in notification-id order, so a feed reader never sees a later id first."""
+        self.change_channel: str | None = None
+        """The channel every append NOTIFYs in its transaction (PostgreSQL only)."""
 
     def table(self, name: str) -> str:
         """A side table's qualified name (events live in eventsourcing's own table)."""

@@ -1,0 +1,279 @@
+"""AsyncSupervisor: start, wait, stop, output, and what cancellation does and does not do
+(docs/design.md §17), with real children and real signals, under asyncio and trio."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import aclosing
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from _shared import Processes, is_dead
+from procledger import (
+    LeaseOwner,
+    NotFound,
+    ProcessRegistry,
+    Readiness,
+    StopPolicy,
+    SupervisorClosed,
+    open_registry,
+)
+from procledger.aio import AsyncProcessHandle, AsyncSupervisor
+
+pytestmark = pytest.mark.anyio
+
+LONG = ["sleep", "600"]
+
+
+async def child_of(handle: AsyncProcessHandle, procs: Processes) -> psutil.Process:
+    """The running child, known to ``procs`` for cleanup by exact pid."""
+    record = await handle.record()
+    assert record.os is not None
+    return procs.add(record.os.pid)
+
+
+def alive(process: psutil.Process) -> bool:
+    return not is_dead(process)
+
+
+async def test_start_wait_and_output(registry: ProcessRegistry, owner: LeaseOwner) -> None:
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(["sh", "-c", "echo one; echo two >&2; exit 3"])
+        async with aclosing(handle.output()) as output:
+            chunks = [chunk async for chunk in output]
+        record = await handle.wait()
+    assert (record.state, record.exit_code, record.status) == ("exited", 3, "failed")
+    assert {(c.stream, c.data) for c in chunks} == {("stdout", b"one\n"), ("stderr", b"two\n")}
+    async with aclosing(handle.output(follow=False, stream="stdout")) as stdout:
+        assert [c.data async for c in stdout] == [b"one\n"]
+
+
+async def test_stop_records_the_request_and_the_signal(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(LONG)
+        child = await child_of(handle, procs)
+        record = await handle.stop("terminate", grace=5)
+        assert (record.state, record.signal, record.stop_requested) == (
+            "terminated",
+            signal.SIGTERM,
+            ["terminated"],
+        )
+        assert is_dead(child)
+        assert await handle.wait() == record
+
+
+async def test_a_cancelled_waiter_leaves_the_child_running(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(LONG)
+        child = await child_of(handle, procs)
+        waiting = anyio.Event()
+
+        async def waiter() -> None:
+            waiting.set()
+            await handle.wait()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiter)
+            await waiting.wait()
+            group.cancel_scope.cancel()
+        assert alive(child)
+        assert (await handle.record()).state == "running"
+        record = await handle.stop("kill")
+    assert (record.state, record.signal) == ("killed", signal.SIGKILL)
+
+
+async def test_a_timeout_around_wait_leaves_the_child_running(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(LONG)
+        child = await child_of(handle, procs)
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.2):
+                await handle.wait()
+        assert alive(child)
+        assert (await handle.record()).state == "running"
+        await handle.stop("kill")
+
+
+async def test_a_cancelled_output_reader_leaves_the_child_running(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(["sh", "-c", "echo ready; exec sleep 600"])
+        child = await child_of(handle, procs)
+        with anyio.move_on_after(10) as scope:
+            async with aclosing(handle.output()) as output:
+                async for chunk in output:
+                    assert chunk.data == b"ready\n"
+                    scope.cancel()  # the reader stops; the child must not notice
+        assert scope.cancelled_caught
+        assert alive(child)
+        assert (await handle.record()).state == "running"
+        await handle.stop("kill")
+
+
+async def test_leaving_the_block_stops_and_records_every_child(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handles = [await sup.start(LONG) for _ in range(3)]
+        children = [await child_of(h, procs) for h in handles]
+    for handle, child in zip(handles, children, strict=True):
+        record = registry.get(handle.process_id)
+        assert (record.state, record.reason) == ("terminated", "runner_shutdown")
+        assert is_dead(child)
+
+
+async def test_on_exit_leave_keeps_children_supervised(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    async with AsyncSupervisor(registry, owner=owner, on_exit="leave") as sup:
+        handle = await sup.start(LONG)
+        child = await child_of(handle, procs)
+    assert alive(child)
+    assert registry.get(handle.process_id).state == "running"
+    await anyio.to_thread.run_sync(sup.supervisor.shutdown)  # an owner thread records it
+    record = registry.get(handle.process_id)
+    assert (record.state, record.reason) == ("terminated", "runner_shutdown")
+    assert is_dead(child)
+
+
+async def test_many_children_few_threads(registry: ProcessRegistry, owner: LeaseOwner) -> None:
+    """The loop's thread, the lease ticker, 3 workers and 2 settlers (and for a moment a
+    worker the pool starts before another is idle again): 8 at most, however many children
+    (idle workers of earlier tests' event loops linger a while: not counted)."""
+    before = threading.active_count()
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handles = [await sup.start(["sleep", "0.3"], capture=False) for _ in range(30)]
+        most = threading.active_count()
+        async with anyio.create_task_group() as group:
+            for handle in handles:
+                group.start_soon(handle.wait)
+                most = max(most, threading.active_count())
+    assert all(registry.get(h.process_id).state == "exited" for h in handles)
+    assert most - before <= 7, [t.name for t in threading.enumerate()]
+
+
+async def test_bad_arguments(registry: ProcessRegistry, owner: LeaseOwner) -> None:
+    with pytest.raises(ValueError, match="on_exit"):
+        AsyncSupervisor(registry, owner=owner, on_exit="linger")  # type: ignore[arg-type]
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        with pytest.raises(TypeError, match="argv"):
+            await sup.start("sleep 1")
+        handle = await sup.start(["true"])
+        with pytest.raises(ValueError, match=r"pause"):
+            await handle.stop("pause")
+        other = AsyncSupervisor(registry, owner=owner)
+        with pytest.raises(NotFound):
+            await other.wait(handle)
+        with pytest.raises(SupervisorClosed, match="async with"):
+            await other.start(["true"])
+        await handle.wait()
+    with pytest.raises(SupervisorClosed):
+        await sup.start(["true"])
+
+
+@pytest.mark.postgres
+async def test_on_postgresql(postgres_schema_url: str, owner: LeaseOwner, procs: Processes) -> None:
+    registry = open_registry(postgres_schema_url)
+    try:
+        async with AsyncSupervisor(registry, owner=owner) as sup:
+            done = await sup.start(["sh", "-c", "exit 0"])
+            running = await sup.start(LONG)
+            child = await child_of(running, procs)
+            assert (await done.wait()).state == "exited"
+        record = registry.get(running.process_id)
+        assert (record.state, record.reason) == ("terminated", "runner_shutdown")
+        assert is_dead(child)
+    finally:
+        registry.close()
+
+
+async def test_a_failing_output_consumer_fails_the_run(
+    registry: ProcessRegistry, owner: LeaseOwner
+) -> None:
+    """A consumer's exception, met by the loop, goes through the one cleanup path: the tree
+    is stopped and the run recorded ``failed`` with the error."""
+
+    def refuse(chunk: bytes) -> None:
+        raise RuntimeError("no more, thanks")
+
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(["sh", "-c", "echo hi; exec sleep 600"], stdout=refuse)
+        record = await handle.wait()
+    assert (record.state, record.reason) == ("failed", "failed")
+    assert record.diagnostic is not None
+    assert "no more, thanks" in record.diagnostic  # and the fixture finds no child left
+
+
+async def test_leaving_the_block_stops_many_children_without_a_thread_each(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    """Each tree's stop steps run in the pool and its waits on the loop: 21 trees stopped,
+    one of them ignoring SIGTERM until SIGKILL after the grace, within the thread budget."""
+    before = threading.active_count()
+    most = before
+
+    names: list[str] = []
+
+    async def sample() -> None:
+        nonlocal most, names
+        while True:
+            if threading.active_count() > most:
+                most, names = threading.active_count(), [t.name for t in threading.enumerate()]
+            await anyio.sleep(0.005)
+
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(sample)
+        policy = StopPolicy(grace_s=0.5)
+        async with AsyncSupervisor(registry, owner=owner, stop=policy) as sup:
+            stubborn = await sup.start(["sh", "-c", "trap '' TERM; exec sleep 600"])
+            handles = [await sup.start(LONG, capture=False) for _ in range(20)]
+            children = [await child_of(h, procs) for h in [stubborn, *handles]]
+        outer.cancel_scope.cancel()
+    assert most - before <= 7, names  # the pool may start a worker before one is idle again
+    record = registry.get(stubborn.process_id)
+    assert (record.state, record.reason, record.signal) == ("killed", "runner_shutdown", 9)
+    for handle in handles:
+        record = registry.get(handle.process_id)
+        assert (record.state, record.reason) == ("terminated", "runner_shutdown")
+    assert all(is_dead(child) for child in children)
+
+
+async def test_wait_ready_on_an_output_probe_and_on_a_ready_timeout(
+    registry: ProcessRegistry, owner: LeaseOwner, tmp_path: Path
+) -> None:
+    """Readiness (docs/design.md §15) awaited on the loop: ready once the line comes; a child
+    that never gets ready ends ``failed``/``ready_timeout`` and ``wait_ready`` returns that."""
+    flag = tmp_path / "go"
+    says_ready = [
+        "sh",
+        "-c",
+        f"while [ ! -e {flag} ]; do sleep 0.01; done; echo listening; sleep 5",
+    ]
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        server = await sup.start(says_ready, ready=Readiness(output="^listening$"))
+        with pytest.raises(TimeoutError):
+            await server.wait_ready(timeout=0.2)  # not yet: the child waits for the flag
+        flag.touch()
+        ready = await server.wait_ready(timeout=30)
+        assert ready.ready_at_ms is not None
+        assert ready.state == "running"
+        await server.stop("kill")
+        never = await sup.start(
+            ["sleep", "30"], ready=Readiness(file=str(tmp_path / "no"), timeout_s=0.3)
+        )
+        ended = await never.wait_ready(timeout=30)
+        assert (ended.state, ended.reason, ended.ready_at_ms) == ("failed", "ready_timeout", None)
+        plain = await sup.start(["sleep", "30"])
+        assert (await plain.wait_ready(timeout=30)).state == "running"  # no probes: it runs
+        await plain.stop("kill")
