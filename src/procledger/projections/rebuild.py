@@ -107,11 +107,32 @@ def _rebuild_batch(store: Store, after: Any, tx: Tx) -> _Batch:
         if end == len(rows) or rows[end][1] != rows[start][1]:
             _fold_stream(rows[start:end], batch, records, grants)
             start = end
-    record_rows.bulk_upsert(tx, records)
-    grant_rows.replace_sessions(tx, sorted(batch.sessions), grants)
+    record_rows.bulk_upsert(tx, _changed_records(tx, records))
+    _replace_changed_grants(tx, sorted(batch.sessions), grants)
     batch.last_stream = last[1]
     batch.applied = len(rows)
     return batch
+
+
+def _changed_records(tx: Tx, records: list[Row]) -> list[Row]:
+    """The rebuilt rows that differ from the stored ones: a row already equal to its rebuild
+    is left alone, so rebuilding a sound read model writes (and commits) almost nothing."""
+    stored = record_rows.stored_rows(tx, [str(row[0]) for row in records])
+    return [row for row in records if stored.get(str(row[0])) != tuple(row)]
+
+
+def _replace_changed_grants(tx: Tx, sessions: list[str], grants: list[Row]) -> None:
+    """Replace the grants of the sessions whose rebuilt grants differ from the stored ones."""
+    rebuilt: dict[str, set[Row]] = {session_id: set() for session_id in sessions}
+    for row in grants:
+        rebuilt[str(row[0])].add(tuple(row))
+    stored: dict[str, set[Row]] = {session_id: set() for session_id in sessions}
+    for row in grant_rows.rows_of_sessions(tx, sessions):
+        stored[str(row[0])].add(row)
+    changed = [session_id for session_id in sessions if stored[session_id] != rebuilt[session_id]]
+    if changed:
+        kept = set(changed)
+        grant_rows.replace_sessions(tx, changed, [row for row in grants if row[0] in kept])
 
 
 def _text(value: Any) -> str:

@@ -37,6 +37,8 @@ _UPSERT = (
     "ON CONFLICT (process_id) DO UPDATE SET "
     + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
 )
+_ID_BATCH = 500
+"""Ids per ``IN (...)`` list: well below every driver's parameter limit."""
 _OPERATORS = frozenset({"=", ">=", "<", "<=", ">", "is null"})
 
 Condition = tuple[str, str, object]
@@ -268,6 +270,33 @@ def bulk_upsert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
     """Insert or replace many ``document_row`` rows (a rebuild batch over live models)."""
     if rows:
         tx.executemany(_UPSERT.format(table=tx.dialect.table("records")), rows)
+
+
+def stored_rows(tx: Tx, process_ids: Sequence[str]) -> dict[str, tuple[object, ...]]:
+    """The stored rows of these processes as ``document_row`` tuples (the record as text, or
+    ``None`` where it is not UTF-8), so a rebuild can leave rows that are already right."""
+    found: dict[str, tuple[object, ...]] = {}
+    columns = RECORD_COLUMNS.replace("record", tx.dialect.raw_text("record") + " AS record")
+    for start in range(0, len(process_ids), _ID_BATCH):
+        batch = process_ids[start : start + _ID_BATCH]
+        rows = tx.execute(
+            f"SELECT {columns} FROM {tx.dialect.table('records')} "
+            f"WHERE process_id IN ({','.join('?' * len(batch))})",
+            tuple(batch),
+        ).all()
+        for row in rows:
+            values = tuple(row.values()) if isinstance(row, dict) else tuple(row)
+            found[str(values[0])] = (*values[:-1], _as_text(values[-1]))
+    return found
+
+
+def _as_text(value: object) -> str | None:
+    if not isinstance(value, bytes | memoryview):
+        return str(value)
+    try:
+        return bytes(value).decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]) -> None:
