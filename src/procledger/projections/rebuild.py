@@ -142,17 +142,34 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+_TOPICS: dict[Any, str] = {}
+"""Raw topic column values already decoded: a log holds a few dozen topics, each read once per
+event (decoding each costs a rebuild of many events a few per cent)."""
+
+
+def _topic(value: Any) -> str:
+    """``_text`` of a topic column, remembered for the hashable raw values (bytes, text)."""
+    if isinstance(value, memoryview):
+        return _text(value)
+    text = _TOPICS.get(value)
+    if text is None:
+        text = _text(value)
+        if len(_TOPICS) < 1_000:
+            _TOPICS[value] = text
+    return text
+
+
 def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
     """One stream's rows into a record row or grant rows; a damaged stream is noted instead."""
     first = rows[0][1]
     stream = str(first) if isinstance(first, UUID) else bytes(first).decode(errors="replace")
     aggregate: Any = None
     try:
-        if _text(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
+        if _topic(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
             return
         key = first if isinstance(first, UUID) else UUID(_text(first))
         for _, _, version, event_topic, state in rows:
-            event = decode_event(key, version, _text(event_topic), state)
+            event = decode_event(key, version, _topic(event_topic), state)
             aggregate = event.mutate(aggregate)
     except Exception:  # any failure to decode or apply: this stream only is damaged
         batch.damaged[stream] = _name(aggregate)
