@@ -611,6 +611,30 @@ class ProjectionContract(StoreCase):
         assert snapshot(registry)["records"] == live["records"]
         assert snapshot(registry)["grants"] == live["grants"]
 
+    def test_rebuild_repairs_a_row_that_differs_in_one_column_only(
+        self, registry: ProcessRegistry
+    ) -> None:
+        """Rebuild leaves alone only rows equal to their rebuild in every column: a filter
+        column changed under an intact record, an extra or altered grant, are all put back."""
+        for index in range(3):
+            registry.register(registration(f"p{index}"))
+            registry.grant_handle("s", f"p{index}")
+        live = snapshot(registry)
+        store = registry.store
+        with store.write() as tx:
+            tx.execute(f"UPDATE {store.table('records')} SET status='failed' WHERE process_id='p0'")
+            tx.execute(f"UPDATE {store.table('records')} SET change_seq=1 WHERE process_id='p1'")
+            tx.execute(
+                f"UPDATE {store.table('grants')} SET descriptor='{{}}' WHERE process_id='p2'"
+            )
+            tx.execute(
+                f"INSERT INTO {store.table('grants')} (session_id, process_id, descriptor) "
+                "VALUES ('s', 'ghost', NULL)"
+            )
+        assert snapshot(registry) != live
+        registry.rebuild()
+        assert snapshot(registry) == live
+
     def test_rebuild_from_empty_tables_restores_them(self, registry: ProcessRegistry) -> None:
         registry.register(registration("p"))
         registry.grant_handle("s", "p")
