@@ -24,6 +24,7 @@ from procledger import (
 )
 from procledger.domain.errors import FilterError
 from procledger.projections import ChangeCursor, ProcessListFilter, PruneReport
+from procledger.projections import rebuild as rebuild_module
 from procledger.testing import FakeClock
 
 from ._support import (
@@ -632,6 +633,32 @@ class ProjectionContract(StoreCase):
                 "VALUES ('s', 'ghost', NULL)"
             )
         assert snapshot(registry) != live
+        registry.rebuild()
+        assert snapshot(registry) == live
+
+    def test_rebuild_deletes_records_the_log_no_longer_backs(
+        self, registry: ProcessRegistry, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The sweep pages through the record ids (more than one page here) and deletes the
+        rows whose process has no events, keeping every other."""
+        for index in range(5):
+            registry.register(registration(f"p{index}"))
+        live = snapshot(registry)
+        store = registry.store
+        table = store.table("records")
+        with store.write() as tx:
+            for index in range(3):
+                tx.execute(
+                    f"INSERT INTO {table} (process_id, change_seq, status, terminal, waiting, "
+                    "originator_scope_id, identity_kind, identity_label, definition, "
+                    "created_at_ms, updated_at_ms, record) SELECT ?, change_seq, status, "
+                    "terminal, waiting, originator_scope_id, identity_kind, identity_label, "
+                    f"definition, created_at_ms, updated_at_ms, record FROM {table} "
+                    "WHERE process_id='p0'",
+                    (f"ghost-{index}",),
+                )
+        assert len(snapshot(registry)["records"]) == 8
+        monkeypatch.setattr(rebuild_module, "SWEEP", 2)
         registry.rebuild()
         assert snapshot(registry) == live
 

@@ -42,6 +42,8 @@ Progress = Callable[[int, int], None]
 Row = tuple[Any, ...]
 
 BATCH = 2_000
+SWEEP = 1_000
+"""Record ids per page of the last transaction's sweep for rows the log no longer backs."""
 _PROCESS_TOPIC = Process.Registered.TOPIC
 _SESSION_TOPIC = Session.Opened.TOPIC
 
@@ -52,7 +54,6 @@ class _Batch:
 
     last_stream: Any = None
     applied: int = 0
-    processes: set[str] = field(default_factory=set)
     sessions: set[str] = field(default_factory=set)
     damaged: dict[str, str] = field(default_factory=dict)
     """stream id → the process or session id when known, else ``""``."""
@@ -61,13 +62,11 @@ class _Batch:
 @dataclass
 class _Totals:
     applied: int = 0
-    processes: set[str] = field(default_factory=set)
     sessions: set[str] = field(default_factory=set)
     damaged: dict[str, str] = field(default_factory=dict)
 
     def merge(self, batch: _Batch) -> None:
         self.applied += batch.applied
-        self.processes |= batch.processes
         self.sessions |= batch.sessions
         self.damaged.update(batch.damaged)
 
@@ -177,7 +176,6 @@ def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: lis
     if isinstance(aggregate, Process):
         document = record_document(aggregate, max(row[0] for row in rows))
         records.append(record_rows.document_row(document))
-        batch.processes.add(aggregate.process_id)
         return
     batch.sessions.add(aggregate.session_id)
     for process_id, descriptor in aggregate.grants.items():
@@ -200,13 +198,7 @@ def _finish(store: Store, tx: Tx, totals: _Totals) -> list[str]:
     streams, named."""
     store.lock_log(tx)
     damaged = dict(totals.damaged)
-    stale_records = [
-        process_id
-        for process_id in record_rows.all_ids(tx)
-        if process_id not in totals.processes
-        and not _backed(tx, damaged, process_uuid(process_id), process_id)
-    ]
-    record_rows.delete_ids(tx, stale_records)
+    _delete_stale_records(tx, damaged)
     kept = set(totals.sessions)
     for session_id in grant_rows.session_ids(tx):
         if session_id not in kept and _backed(tx, damaged, session_uuid(session_id), session_id):
@@ -214,6 +206,29 @@ def _finish(store: Store, tx: Tx, totals: _Totals) -> list[str]:
     grant_rows.delete_sessions_except(tx, kept)
     record_rows.set_tracking(tx, event_rows.max_position(tx))
     return sorted(name or f"stream {_uuid_text(stream)}" for stream, name in damaged.items())
+
+
+def _delete_stale_records(tx: Tx, damaged: dict[str, str]) -> None:
+    """Delete the records whose process has no events left, a page of ids at a time (so
+    memory stays flat however many processes there are); a damaged stream's record stays,
+    and names it."""
+    after = ""
+    while ids := record_rows.ids_after(tx, after, SWEEP):
+        keys = {process_uuid(process_id): process_id for process_id in ids}
+        present = event_rows.streams_present(tx, list(keys))
+        for key, process_id in keys.items():
+            _name_damaged(damaged, key, process_id)
+        record_rows.delete_ids(tx, [pid for key, pid in keys.items() if key not in present])
+        after = ids[-1]
+
+
+def _name_damaged(damaged: dict[str, str], stream: UUID, name: str) -> bool:
+    """Whether ``stream`` is a damaged one (then named ``name`` if it had no name yet)."""
+    for key in (str(stream), stream.hex):
+        if key in damaged:
+            damaged[key] = damaged[key] or name
+            return True
+    return False
 
 
 def _uuid_text(stream: str) -> str:
@@ -226,8 +241,4 @@ def _uuid_text(stream: str) -> str:
 
 def _backed(tx: Tx, damaged: dict[str, str], stream: UUID, name: str) -> bool:
     """Whether ``stream`` still has events (a damaged one is then named ``name``)."""
-    for key in (str(stream), stream.hex):
-        if key in damaged:
-            damaged[key] = damaged[key] or name
-            return True
-    return event_rows.max_version(tx, stream) > 0
+    return _name_damaged(damaged, stream, name) or event_rows.max_version(tx, stream) > 0

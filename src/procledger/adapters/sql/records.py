@@ -186,9 +186,15 @@ def ids_from(tx: Tx, prefix: str, limit: int) -> list[str]:
     return [str(row["process_id"]) for row in rows]
 
 
-def all_ids(tx: Tx) -> list[str]:
-    """Every process id with a record (a rebuild's sweep of rows the log no longer backs)."""
-    rows = tx.execute(f"SELECT process_id FROM {tx.dialect.table('records')}").all()
+def ids_after(tx: Tx, after: str, limit: int) -> list[str]:
+    """Up to ``limit`` process ids with a record, after ``after`` in the primary key's order:
+    a rebuild sweeps rows the log no longer backs a page at a time, in memory flat in the
+    number of processes."""
+    rows = tx.execute(
+        f"SELECT process_id FROM {tx.dialect.table('records')} WHERE process_id>? "
+        "ORDER BY process_id LIMIT ?",
+        (after, limit),
+    ).all()
     return [str(row["process_id"]) for row in rows]
 
 
