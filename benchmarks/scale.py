@@ -10,7 +10,9 @@ the size, so a changed generator never reuses an old ledger. ``--rebuild`` build
 A build goes through procledger's own write path in batches (``Ledger.save`` of 1,000
 aggregates per transaction: events, hash chain, heads and read models together), then checks
 the ledger with ``registry.verify()``; it is built under a temporary name and renamed when
-done, so an interrupted build is never reused.
+done, so an interrupted build is never reused. On this 2-core machine a build takes about 2
+minutes on SQLite and 7 on PostgreSQL, and its verify 3 and 2.5; a run on kept ledgers, a
+minute or two.
 
 The mix: about 97% ended processes (registered, first_started, started, six producer events of
 a declared type, completed = 10 events), every 33rd process still running (3 lifecycle events
