@@ -23,6 +23,7 @@ from procledger import (
     WaitState,
 )
 from procledger.domain.errors import FilterError
+from procledger.domain.process import process_uuid
 from procledger.projections import ChangeCursor, ProcessListFilter, PruneReport
 from procledger.projections import rebuild as rebuild_module
 from procledger.testing import FakeClock
@@ -661,6 +662,22 @@ class ProjectionContract(StoreCase):
         monkeypatch.setattr(rebuild_module, "SWEEP", 2)
         registry.rebuild()
         assert snapshot(registry) == live
+
+    def test_a_stream_with_a_missing_version_is_damaged(self, registry: ProcessRegistry) -> None:
+        """A gap in a stream's versions is damage (the fold checks each version follows on)."""
+        registry.register(registration("gap"))
+        finish(registry, "gap")
+        registry.register(registration("whole"))
+        live = snapshot(registry)
+        store = registry.store
+        with store.write() as tx:
+            tx.execute(
+                f"DELETE FROM {store.events_table} WHERE originator_id=? AND originator_version=2",
+                (store.dialect.originator_key(process_uuid("gap")),),
+            )
+        report = registry.rebuild()
+        assert report.damaged == ["gap"]
+        assert snapshot(registry)["records"] == live["records"]
 
     def test_rebuild_from_empty_tables_restores_them(self, registry: ProcessRegistry) -> None:
         registry.register(registration("p"))
