@@ -106,18 +106,11 @@ def _rebuild_batch(store: Store, after: Any, tx: Tx) -> _Batch:
         if end == len(rows) or rows[end][1] != rows[start][1]:
             _fold_stream(rows[start:end], batch, records, grants)
             start = end
-    record_rows.bulk_upsert(tx, _changed_records(tx, records))
+    record_rows.write_rebuilt(tx, records)
     _replace_changed_grants(tx, sorted(batch.sessions), grants)
     batch.last_stream = last[1]
     batch.applied = len(rows)
     return batch
-
-
-def _changed_records(tx: Tx, records: list[Row]) -> list[Row]:
-    """The rebuilt rows that differ from the stored ones: a row already equal to its rebuild
-    is left alone, so rebuilding a sound read model writes (and commits) almost nothing."""
-    stored = record_rows.stored_rows(tx, [str(row[0]) for row in records])
-    return [row for row in records if stored.get(str(row[0])) != tuple(row)]
 
 
 def _replace_changed_grants(tx: Tx, sessions: list[str], grants: list[Row]) -> None:

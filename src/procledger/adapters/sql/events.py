@@ -41,10 +41,14 @@ def streams_present(tx: Tx, keys: Sequence[UUID]) -> set[UUID]:
     found: set[UUID] = set()
     for start in range(0, len(keys), 500):
         chunk = [tx.dialect.originator_key(key) for key in keys[start : start + 500]]
+        if tx.dialect.name == "postgresql":  # one array parameter: a 500-value IN list
+            where, params = "= ANY(?)", [chunk]  # took the server ~90 ms to plan each time
+        else:
+            where, params = f"IN ({','.join('?' * len(chunk))})", chunk
         rows = tx.execute(
             f"SELECT DISTINCT originator_id FROM {tx.dialect.events_table} "
-            f"WHERE originator_id IN ({','.join('?' * len(chunk))})",
-            chunk,
+            f"WHERE originator_id {where}",
+            params,
         ).all()
         for row in rows:
             value = row["originator_id"]
