@@ -6,7 +6,9 @@
 (a) rebuild throughput: ``registry.rebuild()`` (events applied per second) beside a raw
     scan-and-decode of the same notification log (``recorder.select_notifications`` in pages
     of 1,000 and ``mapper.to_domain_event`` for each) — alternating, several rounds, medians;
-    target: rebuild >= 50% of raw. SQLite, and PostgreSQL when ``--postgres-url`` is given.
+    target: rebuild >= 75% of raw. SQLite, and PostgreSQL when ``--postgres-url`` is given.
+    The log is generated with its read models (as a registry writes them), so each round
+    rebuilds a sound read model: rows equal to their rebuild are compared, not rewritten.
 (b) memory: peak RSS (``resource.getrusage``) of a fresh OS process that opens the ledger and
     rebuilds it, at ``--events`` and at ``--big-events`` (SQLite) — flat means the same. Every
     heavy step runs in its own child process and the parent stays small, because Linux carries
@@ -333,7 +335,7 @@ def report_store(name: str, url: str, args: argparse.Namespace) -> None:
         f"{name:7s} raw scan-and-decode {rates['raw']:>9,.0f} events/s | rebuild "
         f"{rates['rebuild']:>9,.0f} events/s | ratio {rates['ratio']:.2f} "
         f"(rounds: {', '.join(f'{r:.2f}' for r in rates['ratios'])}; by CPU time "
-        f"{rates['cpu_ratio']:.2f}; target >= 0.50)"
+        f"{rates['cpu_ratio']:.2f}; target >= 0.75)"
     )
     print_memory(name, child("rebuild", url))
     lag = feed_lag(url, args.lag_samples)

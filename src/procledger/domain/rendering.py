@@ -88,6 +88,17 @@ def identity_forms(process: Process) -> tuple[dict[str, Any], Identity]:
     return forms
 
 
+def identity_document(process: Process) -> dict[str, Any]:
+    """The record's identity as JSON: the cached form when the model was built too, else the
+    JSON alone (a rebuild renders each registration once and never needs the model)."""
+    forms = _IDENTITIES.get(process.registration_hash)
+    if forms is not None:
+        return forms[0]
+    registration = process.registration_json
+    kind, label = input_identity(registration["input"])
+    return {"kind": kind, "label": label, "definition": registration["definition"]}
+
+
 def status_of(process: Process) -> ProcessStatus:
     return coarse_status(process.state, process.reason, process.exit_code)
 
@@ -104,7 +115,7 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     registered_field("disposition"),
     RecordField(
         "identity",
-        lambda process: identity_forms(process)[0],
+        identity_document,
         lambda process: identity_forms(process)[1],
     ),
     registered_field("originator"),

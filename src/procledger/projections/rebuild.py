@@ -42,6 +42,8 @@ Progress = Callable[[int, int], None]
 Row = tuple[Any, ...]
 
 BATCH = 2_000
+SWEEP = 1_000
+"""Record ids per page of the last transaction's sweep for rows the log no longer backs."""
 _PROCESS_TOPIC = Process.Registered.TOPIC
 _SESSION_TOPIC = Session.Opened.TOPIC
 
@@ -52,7 +54,6 @@ class _Batch:
 
     last_stream: Any = None
     applied: int = 0
-    processes: set[str] = field(default_factory=set)
     sessions: set[str] = field(default_factory=set)
     damaged: dict[str, str] = field(default_factory=dict)
     """stream id → the process or session id when known, else ``""``."""
@@ -61,13 +62,11 @@ class _Batch:
 @dataclass
 class _Totals:
     applied: int = 0
-    processes: set[str] = field(default_factory=set)
     sessions: set[str] = field(default_factory=set)
     damaged: dict[str, str] = field(default_factory=dict)
 
     def merge(self, batch: _Batch) -> None:
         self.applied += batch.applied
-        self.processes |= batch.processes
         self.sessions |= batch.sessions
         self.damaged.update(batch.damaged)
 
@@ -107,11 +106,25 @@ def _rebuild_batch(store: Store, after: Any, tx: Tx) -> _Batch:
         if end == len(rows) or rows[end][1] != rows[start][1]:
             _fold_stream(rows[start:end], batch, records, grants)
             start = end
-    record_rows.bulk_upsert(tx, records)
-    grant_rows.replace_sessions(tx, sorted(batch.sessions), grants)
+    record_rows.write_rebuilt(tx, records)
+    _replace_changed_grants(tx, sorted(batch.sessions), grants)
     batch.last_stream = last[1]
     batch.applied = len(rows)
     return batch
+
+
+def _replace_changed_grants(tx: Tx, sessions: list[str], grants: list[Row]) -> None:
+    """Replace the grants of the sessions whose rebuilt grants differ from the stored ones."""
+    rebuilt: dict[str, set[Row]] = {session_id: set() for session_id in sessions}
+    for row in grants:
+        rebuilt[str(row[0])].add(tuple(row))
+    stored: dict[str, set[Row]] = {session_id: set() for session_id in sessions}
+    for row in grant_rows.rows_of_sessions(tx, sessions):
+        stored[str(row[0])].add(row)
+    changed = [session_id for session_id in sessions if stored[session_id] != rebuilt[session_id]]
+    if changed:
+        kept = set(changed)
+        grant_rows.replace_sessions(tx, changed, [row for row in grants if row[0] in kept])
 
 
 def _text(value: Any) -> str:
@@ -121,30 +134,60 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+_TOPICS: dict[Any, str] = {}
+"""Raw topic column values already decoded: a log holds a few dozen topics, each read once per
+event (decoding each costs a rebuild of many events a few per cent)."""
+
+
+def _topic(value: Any) -> str:
+    """``_text`` of a topic column, remembered for the hashable raw values (bytes, text)."""
+    if isinstance(value, memoryview):
+        return _text(value)
+    text = _TOPICS.get(value)
+    if text is None:
+        text = _text(value)
+        if len(_TOPICS) < 1_000:
+            _TOPICS[value] = text
+    return text
+
+
 def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
     """One stream's rows into a record row or grant rows; a damaged stream is noted instead."""
     first = rows[0][1]
     stream = str(first) if isinstance(first, UUID) else bytes(first).decode(errors="replace")
     aggregate: Any = None
     try:
-        if _text(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
+        if _topic(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
             return
         key = first if isinstance(first, UUID) else UUID(_text(first))
         for _, _, version, event_topic, state in rows:
-            event = decode_event(key, version, _text(event_topic), state)
-            aggregate = event.mutate(aggregate)
+            event = decode_event(key, version, _topic(event_topic), state)
+            aggregate = _apply(event, aggregate)
     except Exception:  # any failure to decode or apply: this stream only is damaged
         batch.damaged[stream] = _name(aggregate)
         return
     if isinstance(aggregate, Process):
         document = record_document(aggregate, max(row[0] for row in rows))
         records.append(record_rows.document_row(document))
-        batch.processes.add(aggregate.process_id)
         return
     batch.sessions.add(aggregate.session_id)
     for process_id, descriptor in aggregate.grants.items():
         encoded = None if descriptor is None else orjson.dumps(descriptor).decode()
         grants.append((aggregate.session_id, process_id, encoded))
+
+
+def _apply(event: Any, aggregate: Any) -> Any:
+    """``event.mutate(aggregate)`` without re-checking the stream id (every event here was read
+    from the aggregate's own stream); the version must still follow on, so a gap in a stream
+    is damage, as eventsourcing's own replay would say."""
+    if aggregate is None:
+        return event.mutate(None)
+    if event.originator_version != aggregate.version + 1:
+        raise ValueError(f"version {event.originator_version} after {aggregate.version}")
+    event.apply(aggregate)
+    aggregate.version = event.originator_version
+    aggregate.modified_on = event.timestamp
+    return aggregate
 
 
 def _name(aggregate: Any) -> str:
@@ -162,13 +205,7 @@ def _finish(store: Store, tx: Tx, totals: _Totals) -> list[str]:
     streams, named."""
     store.lock_log(tx)
     damaged = dict(totals.damaged)
-    stale_records = [
-        process_id
-        for process_id in record_rows.all_ids(tx)
-        if process_id not in totals.processes
-        and not _backed(tx, damaged, process_uuid(process_id), process_id)
-    ]
-    record_rows.delete_ids(tx, stale_records)
+    _delete_stale_records(tx, damaged)
     kept = set(totals.sessions)
     for session_id in grant_rows.session_ids(tx):
         if session_id not in kept and _backed(tx, damaged, session_uuid(session_id), session_id):
@@ -176,6 +213,29 @@ def _finish(store: Store, tx: Tx, totals: _Totals) -> list[str]:
     grant_rows.delete_sessions_except(tx, kept)
     record_rows.set_tracking(tx, event_rows.max_position(tx))
     return sorted(name or f"stream {_uuid_text(stream)}" for stream, name in damaged.items())
+
+
+def _delete_stale_records(tx: Tx, damaged: dict[str, str]) -> None:
+    """Delete the records whose process has no events left, a page of ids at a time (so
+    memory stays flat however many processes there are); a damaged stream's record stays,
+    and names it."""
+    after = ""
+    while ids := record_rows.ids_after(tx, after, SWEEP):
+        keys = {process_uuid(process_id): process_id for process_id in ids}
+        present = event_rows.streams_present(tx, list(keys))
+        for key, process_id in keys.items():
+            _name_damaged(damaged, key, process_id)
+        record_rows.delete_ids(tx, [pid for key, pid in keys.items() if key not in present])
+        after = ids[-1]
+
+
+def _name_damaged(damaged: dict[str, str], stream: UUID, name: str) -> bool:
+    """Whether ``stream`` is a damaged one (then named ``name`` if it had no name yet)."""
+    for key in (str(stream), stream.hex):
+        if key in damaged:
+            damaged[key] = damaged[key] or name
+            return True
+    return False
 
 
 def _uuid_text(stream: str) -> str:
@@ -188,8 +248,4 @@ def _uuid_text(stream: str) -> str:
 
 def _backed(tx: Tx, damaged: dict[str, str], stream: UUID, name: str) -> bool:
     """Whether ``stream`` still has events (a damaged one is then named ``name``)."""
-    for key in (str(stream), stream.hex):
-        if key in damaged:
-            damaged[key] = damaged[key] or name
-            return True
-    return event_rows.max_version(tx, stream) > 0
+    return _name_damaged(damaged, stream, name) or event_rows.max_version(tx, stream) > 0

@@ -3,7 +3,7 @@ whole log streamed for a rebuild, and the deletions retention makes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
@@ -33,6 +33,27 @@ def max_version(tx: Tx, key: UUID) -> int:
         (tx.dialect.originator_key(key),),
     ).one()
     return int(row["v"] or 0)
+
+
+def streams_present(tx: Tx, keys: Sequence[UUID]) -> set[UUID]:
+    """Which of these aggregates still have events (one query per 500 keys, on the log's
+    ``(originator_id, originator_version)`` key)."""
+    found: set[UUID] = set()
+    for start in range(0, len(keys), 500):
+        chunk = [tx.dialect.originator_key(key) for key in keys[start : start + 500]]
+        if tx.dialect.name == "postgresql":  # one array parameter: a 500-value IN list
+            where, params = "= ANY(?)", [chunk]  # took the server ~90 ms to plan each time
+        else:
+            where, params = f"IN ({','.join('?' * len(chunk))})", chunk
+        rows = tx.execute(
+            f"SELECT DISTINCT originator_id FROM {tx.dialect.events_table} "
+            f"WHERE originator_id {where}",
+            params,
+        ).all()
+        for row in rows:
+            value = row["originator_id"]
+            found.add(value if isinstance(value, UUID) else UUID(str(value)))
+    return found
 
 
 def delete_aggregate(tx: Tx, key: UUID) -> int:

@@ -100,6 +100,20 @@ def replace_sessions(tx: Tx, session_ids: Sequence[str], rows: Sequence[Sequence
         )
 
 
+def rows_of_sessions(tx: Tx, session_ids: Sequence[str]) -> set[tuple[object, ...]]:
+    """``(session_id, process_id, descriptor)`` of every grant of these sessions."""
+    found: set[tuple[object, ...]] = set()
+    for start in range(0, len(session_ids), _CHUNK):
+        chunk = list(session_ids[start : start + _CHUNK])
+        rows = tx.execute(
+            f"SELECT {GRANT_COLUMNS} FROM {tx.dialect.table('grants')} "
+            f"WHERE session_id IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ).all()
+        found.update((row["session_id"], row["process_id"], row["descriptor"]) for row in rows)
+    return found
+
+
 def session_ids(tx: Tx) -> list[str]:
     """Every session holding a grant."""
     rows = tx.execute(f"SELECT DISTINCT session_id FROM {tx.dialect.table('grants')}").all()

@@ -37,6 +37,8 @@ _UPSERT = (
     "ON CONFLICT (process_id) DO UPDATE SET "
     + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
 )
+_ID_BATCH = 500
+"""Ids per ``IN (...)`` list: well below every driver's parameter limit."""
 _OPERATORS = frozenset({"=", ">=", "<", "<=", ">", "is null"})
 
 Condition = tuple[str, str, object]
@@ -184,9 +186,15 @@ def ids_from(tx: Tx, prefix: str, limit: int) -> list[str]:
     return [str(row["process_id"]) for row in rows]
 
 
-def all_ids(tx: Tx) -> list[str]:
-    """Every process id with a record (a rebuild's sweep of rows the log no longer backs)."""
-    rows = tx.execute(f"SELECT process_id FROM {tx.dialect.table('records')}").all()
+def ids_after(tx: Tx, after: str, limit: int) -> list[str]:
+    """Up to ``limit`` process ids with a record, after ``after`` in the primary key's order:
+    a rebuild sweeps rows the log no longer backs a page at a time, in memory flat in the
+    number of processes."""
+    rows = tx.execute(
+        f"SELECT process_id FROM {tx.dialect.table('records')} WHERE process_id>? "
+        "ORDER BY process_id LIMIT ?",
+        (after, limit),
+    ).all()
     return [str(row["process_id"]) for row in rows]
 
 
@@ -268,6 +276,45 @@ def bulk_upsert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
     """Insert or replace many ``document_row`` rows (a rebuild batch over live models)."""
     if rows:
         tx.executemany(_UPSERT.format(table=tx.dialect.table("records")), rows)
+
+
+def write_rebuilt(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
+    """Write a rebuild batch's ``document_row`` rows. On SQLite only the rows that differ from
+    the stored ones, compared whole: every row written costs its index pages and the commit's
+    fsync, more than reading it back. On PostgreSQL every row, upserted in one pipelined
+    ``executemany``: measured cheaper there than a read back first (docs/design.md §5.6)."""
+    if tx.dialect.name == "postgresql":
+        bulk_upsert(tx, rows)
+        return
+    stored = stored_rows(tx, [str(row[0]) for row in rows])
+    bulk_upsert(tx, [row for row in rows if stored.get(str(row[0])) != tuple(row)])
+
+
+def stored_rows(tx: Tx, process_ids: Sequence[str]) -> dict[str, tuple[object, ...]]:
+    """The stored rows of these processes as ``document_row`` tuples (the record as text, or
+    ``None`` where it is not UTF-8), so a rebuild can leave rows that are already right."""
+    found: dict[str, tuple[object, ...]] = {}
+    columns = RECORD_COLUMNS.replace("record", tx.dialect.raw_text("record") + " AS record")
+    for start in range(0, len(process_ids), _ID_BATCH):
+        batch = process_ids[start : start + _ID_BATCH]
+        rows = tx.execute(
+            f"SELECT {columns} FROM {tx.dialect.table('records')} "
+            f"WHERE process_id IN ({','.join('?' * len(batch))})",
+            tuple(batch),
+        ).all()
+        for row in rows:
+            values = tuple(row.values()) if isinstance(row, dict) else tuple(row)
+            found[str(values[0])] = (*values[:-1], _as_text(values[-1]))
+    return found
+
+
+def _as_text(value: object) -> str | None:
+    if not isinstance(value, bytes | memoryview):
+        return str(value)
+    try:
+        return bytes(value).decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]) -> None:

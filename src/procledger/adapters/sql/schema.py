@@ -17,7 +17,12 @@ from procledger.adapters.sql.store import Store
 def create_tables(store: Store) -> None:
     """Create every side table and index that is missing (idempotent)."""
     with store.write() as tx:
-        tables = [*_record_tables(store), *_other_tables(store), *heads.create_statements(store)]
+        tables = [
+            *_record_tables(store),
+            *_other_tables(store),
+            *_code_point_indexes(store),
+            *heads.create_statements(store),
+        ]
         for statement in tables:
             tx.execute(statement)
         tx.execute(
@@ -54,12 +59,6 @@ def _record_tables(store: Store) -> list[str]:
         f"CREATE INDEX IF NOT EXISTS procledger_records_label ON {t('records')} "
         f"(identity_label, process_id{cp})",
         f"CREATE INDEX IF NOT EXISTS procledger_records_created ON {t('records')} (created_at_ms)",
-        # The primary key orders ids by code point already where no collation is needed.
-        *(
-            [f"CREATE INDEX IF NOT EXISTS procledger_records_id ON {t('records')} (process_id{cp})"]
-            if cp
-            else []
-        ),
         f"""CREATE TABLE IF NOT EXISTS {t("tracking")} (
             name TEXT PRIMARY KEY,
             position {big} NOT NULL)""",
@@ -106,4 +105,18 @@ def _other_tables(store: Store) -> list[str]:
             loop_id TEXT,
             command_id TEXT NOT NULL)""",
         f"CREATE INDEX IF NOT EXISTS procledger_handles_process ON {t('handles')} (process_id)",
+    ]
+
+
+def _code_point_indexes(store: Store) -> list[str]:
+    """Indexes in code point order where the primary key's order is not that (PostgreSQL's
+    collation): listings by id, and a session's handles by id (docs/design.md §5.2). On SQLite
+    the primary keys already give that order, so none is needed."""
+    cp, t = store.dialect.by_code_point, store.table
+    if not cp:
+        return []
+    return [
+        f"CREATE INDEX IF NOT EXISTS procledger_records_id ON {t('records')} (process_id{cp})",
+        f"CREATE INDEX IF NOT EXISTS procledger_grants_session ON {t('grants')} "
+        f"(session_id, process_id{cp})",
     ]
