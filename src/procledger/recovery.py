@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any, Final, final
 from pydantic import Field, JsonValue
 
 from procledger.adapters.outbox import Outbox, default_outbox
-from procledger.adapters.output_files import output_root
 from procledger.adapters.sql import leases as lease_rows
 from procledger.adapters.sql import records as record_rows
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
@@ -85,8 +84,8 @@ from procledger.projections.records import read_record
 from procledger.supervisor.capture import (
     DEFAULT_OUTPUT_LIMIT,
     Capture,
-    capture_folder,
     no_capture,
+    open_capture,
 )
 from procledger.supervisor.execution import StopPolicy, run_streaming
 from procledger.supervisor.readiness import (
@@ -383,14 +382,9 @@ class DefaultRunner:
         ``read_output`` and ``procledger logs`` find it); None when capture is off."""
         if not self.capture:
             return None
-        folder: Path | None = None
-        try:
-            root = self.output_dir if self.output_dir is not None else output_root()
-            key = store_key(self.registry.location)
-            folder = capture_folder(root, key, id(self.registry), process_id)
-        except OSError as error:
-            log.warning("process %r: output not captured: %s", process_id, error)
-        return Capture(folder, self.output_limit, this_host_id(), None, quiet=True)
+        return open_capture(
+            self.registry, self.output_dir, process_id, self.output_limit, None, quiet=True
+        )
 
 
 def _watch_for(record: ProcessRecord) -> ReadinessWatch | None:

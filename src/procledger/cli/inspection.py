@@ -20,10 +20,10 @@ from procledger.cli._app import (
     write_json,
 )
 from procledger.cli._format import command_text, local_time, outcome, write_table
-from procledger.domain.wording import duration_ms
+from procledger.domain.wording import duration_ms, event_details
 
 if TYPE_CHECKING:
-    from procledger import ProcessEvent, ProcessListFilter, ProcessRecord, ProcessRegistry
+    from procledger import ProcessListFilter, ProcessRecord, ProcessRegistry
 
 _FEED_PAGE = 500
 _FEED_POLL_S = 0.25
@@ -202,7 +202,9 @@ def show(ctx: typer.Context, process_id: _IdArgument, *, as_json: JsonOption = F
     sys.stdout.write("\n")
     if attempts:
         _print_attempts(attempts)
-    rows = [(str(e.sequence), local_time(e.occurred_at_ms), e.kind, _details(e)) for e in events]
+    rows = [
+        (str(e.sequence), local_time(e.occurred_at_ms), e.kind, event_details(e)) for e in events
+    ]
     write_table(("SEQ", "AT", "KIND", "DETAILS"), rows)
 
 
@@ -275,20 +277,6 @@ def _output_line(record: ProcessRecord) -> str:
     where = f" on host {output.host_id} in {output.folder}" if output.folder else ""
     stopped = f"; capture stopped: {output.stopped}" if output.stopped else ""
     return f"{streams}{where}{stopped}"
-
-
-def _details(event: ProcessEvent) -> str:
-    """The payload fields a person scans a history for, as ``key=value``; the rest is in --json."""
-    payload = event.payload if isinstance(event.payload, dict) else {}
-    keys = ("state", "reason", "exit_code", "signal", "diagnostic")
-    parts = [f"{k}={payload[k]}" for k in keys if payload.get(k) is not None]
-    facts = payload.get("os")
-    if isinstance(facts, dict) and facts.get("pid"):
-        parts.append(f"pid={facts['pid']}")
-    owner = payload.get("owner")
-    if isinstance(owner, dict) and owner.get("owner_id"):
-        parts.append(f"owner={owner['owner_id']}")
-    return " ".join(" ".join(parts).split())
 
 
 def feed(

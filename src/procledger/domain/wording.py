@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from procledger.domain.vocabulary import ProcessState
 
 if TYPE_CHECKING:
-    from procledger.domain.records import ProcessRecord
+    from procledger.domain.records import ProcessEvent, ProcessRecord
 
+_EVENT_KEYS = ("state", "reason", "exit_code", "signal", "diagnostic")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}
@@ -67,3 +68,20 @@ def duration_ms(text: str) -> int:
     if found is None:
         raise ValueError(f"{text!r} is not a duration such as 90s, 15m, 2h or 3d")
     return int(float(found.group(1)) * _UNITS[found.group(2) or "s"] * 1000)
+
+
+def event_details(event: ProcessEvent, *, with_payload: bool = False) -> str:
+    """The fields a person scans an event history for, as ``key=value`` on one line (the rest
+    is in the JSON): state, reason, exit code, signal, diagnostic, the child's pid, the owner;
+    ``with_payload`` adds a producer event's payload (the web page has no JSON beside it)."""
+    payload = event.payload if isinstance(event.payload, dict) else {"payload": event.payload}
+    parts = [f"{k}={payload[k]}" for k in _EVENT_KEYS if payload.get(k) is not None]
+    facts = payload.get("os")
+    if isinstance(facts, dict) and facts.get("pid"):
+        parts.append(f"pid={facts['pid']}")
+    owner = payload.get("owner")
+    if isinstance(owner, dict) and owner.get("owner_id"):
+        parts.append(f"owner={owner['owner_id']}")
+    if with_payload and event.replay_key is not None:
+        parts.append(f"payload={payload}")
+    return " ".join(" ".join(parts).split())

@@ -15,13 +15,17 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from procledger.adapters.output_files import OutputWriter, folder_for
+from procledger.adapters.output_files import OutputWriter, folder_for, output_root
+from procledger.application.outbox import store_key, this_host_id
 from procledger.domain.records import OutputSummary, StreamOutput
 from procledger.supervisor.execution import Borrower, Consumer
 
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "capture_folder", "no_capture"]
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "no_capture", "open_capture"]
 
 log = logging.getLogger("procledger.supervisor")
 
@@ -29,10 +33,27 @@ DEFAULT_OUTPUT_LIMIT: Final = 64 * 1024 * 1024
 """Bytes kept per process across both streams unless the caller says otherwise."""
 
 
-def capture_folder(root: Path, store: str | None, registry_token: int, process_id: str) -> Path:
-    """The folder of a run's output: by store and process id (an in-memory store, which no
-    other process can read, by this registry object)."""
-    return folder_for(root, store or f"memory:{registry_token}", process_id)
+def open_capture(
+    registry: ProcessRegistry,
+    output_dir: Path | None,
+    process_id: str,
+    limit: int,
+    live: Consumer | None,
+    *,
+    quiet: bool = False,
+) -> Capture:
+    """A run's capture, in the folder every reader of this store looks in (by store and
+    process id; an in-memory store, which no other process can read, by this registry object)
+    under ``output_dir`` (``<state dir>/output`` when None). A folder that cannot be made stops
+    the capture at once, and the run goes on."""
+    folder: Path | None = None
+    try:
+        root = output_dir if output_dir is not None else output_root()
+        store = store_key(registry.location) or f"memory:{id(registry)}"
+        folder = folder_for(root, store, process_id)
+    except OSError as error:
+        log.warning("process %r: output not captured: %s", process_id, error)
+    return Capture(folder, limit, this_host_id(), live, quiet=quiet)
 
 
 class _LiveFd:

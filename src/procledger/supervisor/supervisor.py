@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, final
 
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
-from procledger.adapters.output_files import output_root
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
 from procledger.domain.attempts import attempt_id
@@ -86,8 +85,8 @@ from procledger.supervisor import orphans, os_seam
 from procledger.supervisor.capture import (
     DEFAULT_OUTPUT_LIMIT,
     Capture,
-    capture_folder,
     no_capture,
+    open_capture,
 )
 from procledger.supervisor.decide import (
     EventIds,
@@ -465,17 +464,12 @@ class Supervisor:
         return registration, workdir
 
     def _capture_for(self, request: _StartRequest, pid: str) -> Capture | None:
-        """The run's capture (None without one); a folder that cannot be made stops it at
-        once, and the run goes on."""
+        """The run's capture (None without one)."""
         if not request.capture:
             return None
-        folder: Path | None = None
-        try:
-            root = self._output_dir if self._output_dir is not None else output_root()
-            folder = capture_folder(root, self._store_key(), id(self._registry), pid)
-        except OSError as error:
-            log.warning("process %r: output not captured: %s", pid, error)
-        return Capture(folder, request.output_limit, this_host_id(), request.stdout)
+        return open_capture(
+            self._registry, self._output_dir, pid, request.output_limit, request.stdout
+        )
 
     def _handle_for(self, pid: str, ids: EventIds, notify_to: _NotifyTo | None) -> str:
         """A new handle; persisted (and reused by a retried start) only where a completion

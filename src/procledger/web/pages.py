@@ -18,7 +18,7 @@ from anyio import to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from procledger.domain.wording import outcome
+from procledger.domain.wording import event_details, outcome
 from procledger.web.views import STATUSES, list_query, local_time, row
 
 if TYPE_CHECKING:
@@ -133,22 +133,11 @@ def summary(record: ProcessRecord) -> list[tuple[str, str]]:
 
 def event_row(event: ProcessEvent) -> dict[str, Any]:
     """An event as a row of the history: sequence, time, kind and its telling fields."""
-    payload = event.payload if isinstance(event.payload, dict) else {"payload": event.payload}
-    keys = ("state", "reason", "exit_code", "signal", "diagnostic")
-    parts = [f"{k}={payload[k]}" for k in keys if payload.get(k) is not None]
-    facts = payload.get("os")
-    if isinstance(facts, dict) and facts.get("pid"):
-        parts.append(f"pid={facts['pid']}")
-    owner = payload.get("owner")
-    if isinstance(owner, dict) and owner.get("owner_id"):
-        parts.append(f"owner={owner['owner_id']}")
-    if event.replay_key is not None:
-        parts.append(f"payload={payload}")
     return {
         "sequence": event.sequence,
         "at": local_time(event.occurred_at_ms),
         "kind": event.kind,
-        "details": " ".join(" ".join(parts).split()),
+        "details": event_details(event, with_payload=True),
     }
 
 
