@@ -4,6 +4,8 @@ exact prefix, `logs -f` follows to the end, and a full disk never costs the chil
 
 from __future__ import annotations
 
+import base64
+
 import hashlib
 import json
 import os
@@ -181,8 +183,18 @@ def test_kill_9_of_the_supervisor_leaves_the_exact_prefix(
         assert cli("logs", process_id, url=ledger).stdout == expected
         restored = run_cli("restore", url=ledger)  # stops the orphaned child, records its end
         assert restored.returncode == 0, restored.stderr
-        assert record_of(ledger, process_id)["record"]["state"] == "lost_on_restore"  # type: ignore[index]
+        shown = record_of(ledger, process_id)
+        assert shown["record"]["state"] == "lost_on_restore"  # type: ignore[index]
         assert cli("logs", process_id, url=ledger).stdout == expected  # restore keeps it
+        # and puts what the files say in the ledger, as the dead supervisor would have
+        output = shown["record"]["output"]  # type: ignore[index]
+        assert output["stdout"] == {"written": len(expected), "kept": len(expected), "dropped": 0}
+        assert output["stderr"] == {"written": 0, "kept": 0, "dropped": 0}
+        assert output["limit"] is None  # not in the ledger: said unknown, not guessed
+        assert "supervisor died" in output["stopped"]
+        captured = [e for e in shown["events"] if e["kind"] == "output_captured"]  # type: ignore[attr-defined]
+        tail = base64.b64decode(captured[0]["payload"]["tails"]["stdout"])
+        assert tail == expected[-8192:]
     finally:
         end_process(supervisor)
 

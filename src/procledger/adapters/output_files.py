@@ -278,6 +278,19 @@ class OutputReader:
         except FileNotFoundError:
             return start
 
+    def totals(self, stream: int) -> StreamTotals:
+        """The stream's totals as the files tell them, for a writer that can no longer say
+        (killed): written is where the kept bytes end, or where the order file last saw the
+        stream when every segment was dropped; the tail is the last ``TAIL_BYTES`` on disk."""
+        segments = self.segments(stream)
+        seen = [start for number, start in self.runs() if number == stream]
+        written = max([self.end(stream), *seen])
+        first = segments[0][0] if segments else written
+        tail = bytearray()
+        for chunk in self.read(stream, max(first, written - TAIL_BYTES)):
+            tail += chunk.data
+        return StreamTotals(written, written - first, first, tail[-TAIL_BYTES:])
+
     def read(self, stream: int, start: int, end: int | None = None) -> Iterator[Chunk]:
         """The stream's bytes from ``start`` up to ``end`` (default: what is on disk now), in
         chunks of at most one segment; bytes no longer kept are skipped."""

@@ -90,7 +90,7 @@ def _reader(
             f"the output of process {record.id!r} is on host {host} ({where})",
             stored_tail(registry, record.id),
         )
-    if summary is not None and not summary.limit:  # not even a tail was kept
+    if summary is not None and summary.limit == 0:  # not even a tail was kept
         raise OutputUnavailable(f"process {record.id!r} ran with output limit 0: nothing kept")
     folder = output_folder(registry, record, root)
     if folder is None or not folder.is_dir():

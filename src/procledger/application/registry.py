@@ -379,14 +379,21 @@ class ProcessRegistry:
         event_id: str | None = None,
         lease: Lease | None = None,
         authority: CompletionAuthority | None = None,
+        output: OutputSummary | None = None,
+        tails: dict[str, str] | None = None,
     ) -> ProcessRecord:
-        """Record that the process's outcome can no longer be known; as ``record_completed``."""
+        """Record that the process's outcome can no longer be known; as ``record_completed``
+        (``output``/``tails``: what its capture left on disk, §14)."""
         return self._write_terminal(
             process_id,
             lease,
             authority,
             lambda process, now: process.lose(
-                diagnostic=diagnostic, event_id=_id(event_id), authority=authority, at_ms=now
+                diagnostic=diagnostic,
+                event_id=_id(event_id),
+                authority=authority,
+                at_ms=now,
+                output=None if output is None else (output, tails or {}),
             ),
         )
 

@@ -813,6 +813,7 @@ class Process(Aggregate):
         event_id: str | None,
         authority: CompletionAuthority | None,
         at_ms: int,
+        output: tuple[OutputSummary, dict[str, str]] | None = None,
     ) -> bool:
         check_diagnostic(diagnostic)
         state = ProcessState.lost_on_restore
@@ -822,6 +823,7 @@ class Process(Aggregate):
             return False
         if authority is not None:
             self.check_authority(authority, reason=TerminalReason.lost_on_restore)
+        self._emit_output(output, at_ms)  # what the gone supervisor's capture left on disk
         self._emit(
             self.Lost,
             at_ms,

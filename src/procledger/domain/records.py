@@ -92,12 +92,14 @@ class StreamOutput(Frozen):
 class OutputSummary(Frozen):
     """Where a run's output lives and how much of it: ``capture`` false when it was run
     without capture; ``host_id`` and ``folder`` the host and the folder that hold the files;
-    ``stopped`` why capture stopped early (a full disk, a vanished folder), else null."""
+    ``stopped`` why capture stopped early (a full disk, a vanished folder, a supervisor that
+    died), else null; ``limit`` null when not known (output salvaged after its supervisor
+    died: the limit it was given is not in the ledger)."""
 
     capture: bool
     host_id: str | None = None
     folder: str | None = None
-    limit: int = 0
+    limit: int | None = 0
     stdout: StreamOutput = Field(default_factory=StreamOutput)
     stderr: StreamOutput = Field(default_factory=StreamOutput)
     stopped: str | None = None

@@ -14,10 +14,18 @@ import base64
 import logging
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from procledger.adapters.output_files import OutputWriter, folder_for, output_root
+from procledger.adapters.output_files import (
+    STREAMS,
+    OutputReader,
+    OutputWriter,
+    StreamTotals,
+    folder_for,
+    output_root,
+)
 from procledger.application.outbox import store_key, this_host_id
 from procledger.domain.records import OutputSummary, StreamOutput
 from procledger.supervisor.execution import Borrower, Consumer
@@ -25,7 +33,7 @@ from procledger.supervisor.execution import Borrower, Consumer
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "Capture", "no_capture", "open_capture"]
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "SALVAGED", "Capture", "no_capture", "open_capture", "salvage"]
 
 log = logging.getLogger("procledger.supervisor")
 
@@ -147,9 +155,7 @@ class Capture:
         if not self._closed:
             writer.close()
             self._closed = True
-        streams = [
-            StreamOutput(written=t.written, kept=t.kept, dropped=t.dropped) for t in writer.streams
-        ]
+        streams = [_stream_output(t) for t in writer.streams]
         summary = OutputSummary(
             capture=True,
             host_id=self.host_id,
@@ -159,11 +165,43 @@ class Capture:
             stderr=streams[1],
             stopped=writer.stopped,
         )
-        tails = {
-            name: base64.b64encode(bytes(t.tail)).decode()
-            for name, t in zip(("stdout", "stderr"), writer.streams, strict=True)
-        }
-        return summary, tails
+        return summary, _tails(writer.streams)
+
+
+SALVAGED: Final = "its supervisor died: output written after that was not kept"
+
+
+def salvage(folder: Path | None) -> tuple[OutputSummary, dict[str, str]] | None:
+    """The output facts of a run whose supervisor died before it could give them, read back
+    from the files its capture left (written before the death, byte for byte: nothing is
+    buffered); ``None`` when there are none on this host. The limit the run was given is not
+    in the ledger, so the summary says it is unknown."""
+    reader = None if folder is None else OutputReader(folder)
+    if reader is None or not reader.exists():
+        return None
+    totals = [reader.totals(stream) for stream in (0, 1)]
+    summary = OutputSummary(
+        capture=True,
+        host_id=this_host_id(),
+        folder=str(folder),
+        limit=None,
+        stdout=_stream_output(totals[0]),
+        stderr=_stream_output(totals[1]),
+        stopped=SALVAGED,
+    )
+    return summary, _tails(totals)
+
+
+def _stream_output(totals: StreamTotals) -> StreamOutput:
+    return StreamOutput(written=totals.written, kept=totals.kept, dropped=totals.dropped)
+
+
+def _tails(totals: Sequence[StreamTotals]) -> dict[str, str]:
+    """The base64 tails the ledger keeps (``TAIL_BYTES`` of each stream at most)."""
+    return {
+        name: base64.b64encode(bytes(t.tail)).decode()
+        for name, t in zip(STREAMS, totals, strict=True)
+    }
 
 
 def no_capture(host_id: str | None) -> tuple[OutputSummary, dict[str, str]]:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, fin
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
+from procledger.application.output import output_folder
 from procledger.domain.attempts import attempt_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
@@ -87,6 +88,7 @@ from procledger.supervisor.capture import (
     Capture,
     no_capture,
     open_capture,
+    salvage,
 )
 from procledger.supervisor.decide import (
     EventIds,
@@ -1283,22 +1285,21 @@ class Supervisor:
     def _record_restored(
         self, record: ProcessRecord, lease: Lease, holder: LeaseOwner, keep_orphans: bool
     ) -> ProcessRecord:
-        ids = event_ids(record.id, record.registration_hash)
         child = orphans.find_live_child(record)
         if child is None or keep_orphans:
-            return self._registry.record_lost(
-                record.id,
-                diagnostic=_restored_diagnostic(holder, child),
-                event_id=ids.lost,
-                lease=lease,
-            )
-        result = orphans.stop_tree(record, (_SIGTERM,), self._stop_policy.grace_s, escalate=True)
-        done = orphans.describe_stop(record, result, "restore")
+            diagnostic = _restored_diagnostic(holder, child)
+        else:
+            stop = orphans.stop_tree(record, (_SIGTERM,), self._stop_policy.grace_s, escalate=True)
+            done = orphans.describe_stop(record, stop, "restore")
+            diagnostic = clip_diagnostic(f"{_gone_line(holder)}; {done}")
+        salvaged = salvage(output_folder(self._registry, record, self._output_dir))
         return self._registry.record_lost(
             record.id,
-            diagnostic=clip_diagnostic(f"{_gone_line(holder)}; {done}"),
-            event_id=ids.lost,
+            diagnostic=diagnostic,
+            event_id=event_ids(record.id, record.registration_hash).lost,
             lease=lease,
+            output=None if salvaged is None else salvaged[0],
+            tails=None if salvaged is None else salvaged[1],
         )
 
     def _publish_again(self, written: ProcessRecord) -> None:
