@@ -97,12 +97,13 @@ class Leases:
         """One run of a claim in the write transaction ``tx``; everything it decides on
         (the clock, the state, the lease row) is read here, so it may run again."""
         # The log lock first, as every append takes it first: a terminal either committed
-        # before this check or waits for this claim (docs/design.md §3.5).
+        # before this check or waits for this claim (docs/design.md §3.5). Batched, the
+        # lock goes out with the state read and the lease write with the COMMIT.
+        tx.batch()
         self.ledger.store.lock_log(tx)
         check_claimable(tx, process_id)
         now = self.ledger.now_ms()
-        lease_rows.ensure_row(tx, process_id)
-        row = lease_rows.lease_row(tx, process_id, lock=True)
+        row = lease_rows.ensure_locked(tx, process_id)
         if lease_rows.is_held(row, now):
             holder = lease_from_row(process_id, row)
             kept = self._keeps(holder, owner, observed)
@@ -164,6 +165,7 @@ class Leases:
         ttl_ms: int,
         wants: Callable[[ProcessRecord, Lease | None], bool],
     ) -> FreeProcess | None:
+        tx.batch()  # the lease write goes out with the COMMIT
         now = self.ledger.now_ms()
         found, row = self._next_free(tx, after, now)
         if found is None:
@@ -177,7 +179,10 @@ class Leases:
         if not wants(record, lapsed):
             return FreeProcess(process_id, record, lapsed, None)
         return FreeProcess(
-            process_id, record, lapsed, take_if_free(tx, process_id, claimant, now, ttl_ms)
+            process_id,
+            record,
+            lapsed,
+            take_if_free(tx, process_id, claimant, now, ttl_ms, locked=row),
         )
 
     @staticmethod
@@ -209,6 +214,7 @@ class Leases:
         def renew_in(tx: Tx) -> Lease:
             """Re-checks the lease on every run (a repeated extension by the same holder
             just moves the expiry again), with the clock read inside the transaction."""
+            tx.batch()  # the extension goes out with the COMMIT
             now = self.ledger.now_ms()
             check_live_lease(tx, lease, now)
             return self._extend(tx, lease, now, ttl_ms).lease
@@ -217,20 +223,30 @@ class Leases:
 
     def release(self, lease: Lease) -> None:
         """Releasing matches the lease's tokens, so a second run is a no-op."""
-        self.ledger.store.attempt(lambda tx: release_lease_row(tx, lease), write=True)
+        self.ledger.store.attempt(lambda tx: _release_in(tx, lease), write=True)
 
 
-def take_if_free(tx: Tx, process_id: str, owner: LeaseOwner, now: int, ttl_ms: int) -> Lease | None:
+def take_if_free(
+    tx: Tx, process_id: str, owner: LeaseOwner, now: int, ttl_ms: int, *, locked: Any = None
+) -> Lease | None:
     """Take the process's lease for ``owner`` inside the write transaction ``tx`` unless
     someone holds it live (then ``None``): the row is created if missing and locked first, and
-    the new lease gets the next fencing token. The caller has ruled out a terminal process."""
-    lease_rows.ensure_row(tx, process_id)
-    row = lease_rows.lease_row(tx, process_id, lock=True)
+    the new lease gets the next fencing token. The caller has ruled out a terminal process.
+
+    ``locked`` is the lease row as this transaction already read it ``FOR UPDATE``: nobody
+    can have changed it since, so it is neither created nor read again (two round trips)."""
+    row = locked if locked is not None else lease_rows.ensure_locked(tx, process_id)
     if lease_rows.is_held(row, now):
         return None
     lease = _successor(process_id, owner, row, now, ttl_ms)
     _write(tx, lease)
     return lease
+
+
+def _release_in(tx: Tx, lease: Lease) -> None:
+    """The release, sent with the ``COMMIT`` (one round trip after ``BEGIN``)."""
+    tx.batch()
+    release_lease_row(tx, lease)
 
 
 def _successor(process_id: str, owner: LeaseOwner, row: Any, now: int, ttl_ms: int) -> Lease:

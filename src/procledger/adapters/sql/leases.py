@@ -11,24 +11,32 @@ from typing import Any
 from procledger.adapters.sql.store import Tx
 
 
-def ensure_row(tx: Tx, process_id: str) -> None:
-    """A released placeholder row (fence 0) for a process never claimed, so the next read can
-    lock it."""
-    tx.execute(
+def ensure_locked(tx: Tx, process_id: str) -> Any:
+    """The process's lease row, created as a released placeholder (fence 0) if missing, and
+    locked until commit: an insert and a ``lease_row(lock=True)`` in one statement (one
+    round trip). The no-op update on conflict is what locks an existing row, as a
+    ``SELECT ... FOR UPDATE`` would, and returns it as it is."""
+    return tx.execute(
         f"INSERT INTO {tx.dialect.table('leases')} (process_id, owner, lease_token, "
         "fencing_token, claimed_at_ms, expires_at_ms, released) "
-        "VALUES (?, '{}', '', 0, 0, 0, 1) ON CONFLICT (process_id) DO NOTHING",
+        "VALUES (?, '{}', '', 0, 0, 0, 1) "
+        "ON CONFLICT (process_id) DO UPDATE SET process_id=excluded.process_id RETURNING *",
         (process_id,),
-    )
+    ).one()
 
 
 def lease_row(tx: Tx, process_id: str, *, lock: bool = False) -> Any:
     """The process's lease row, or ``None``; ``lock`` holds it until commit (PostgreSQL)."""
+    return select_lease(tx, process_id, lock=lock).one()
+
+
+def select_lease(tx: Tx, process_id: str, *, lock: bool = False) -> Tx:
+    """``lease_row``'s statement, its answer left on ``tx`` (``one()``) to read later."""
     suffix = tx.dialect.for_update if lock else ""
     return tx.execute(
         f"SELECT * FROM {tx.dialect.table('leases')} WHERE process_id=?{suffix}",
         (process_id,),
-    ).one()
+    )
 
 
 def take(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NoReturn
 
 import psycopg
@@ -30,16 +30,21 @@ CONNECT_TIMEOUT_S = 5
 """How long one connection attempt may take (a server that does not answer at all)."""
 
 
+_Began = AbstractContextManager[psycopg.Transaction]
+"""A transaction already entered (its ``BEGIN`` answered); leave it with ``__exit__``."""
+
+
 class PostgresConnections:
     """The connections of one PostgreSQL store, held here rather than in eventsourcing's pool.
 
     The pool reconnects in the background with a backoff that grows to seconds, so after a
     server restart writes resumed only 8-9.5 s after the server accepted again. Here a
-    connection is taken from an idle stack and checked with an empty query first (a server
-    restart leaves every idle connection dead); a dead one is dropped and a new one opened at
-    once. While the server refuses connections, ``acquire`` retries with a capped backoff
-    (20 ms doubling to 200 ms) for the location's retry window, then raises
-    ``StoreUnavailable`` naming the masked URL (docs/design.md §7.3).
+    connection is taken from an idle stack and its transaction begun at once: the ``BEGIN``
+    is the liveness check (a server restart leaves every idle connection dead), so a dead one
+    is dropped -- before anything of the transaction ran -- and the next tried, or a new one
+    opened; no separate ping costs a round trip. While the server refuses connections,
+    ``begin`` retries with a capped backoff (20 ms doubling to 200 ms) for the location's
+    retry window, then raises ``StoreUnavailable`` naming the masked URL (docs/design.md §7.3).
     """
 
     _KEPT_IDLE = 8
@@ -51,9 +56,10 @@ class PostgresConnections:
         self._lock = threading.Lock()
         self._closed = False
 
-    def acquire(self) -> psycopg.Connection[Any]:
-        """A live connection for one transaction; give it back with ``release``."""
-        return ride_through(self.location, self._live)
+    def begin(self, write: bool) -> tuple[psycopg.Connection[Any], _Began]:
+        """A live connection with a transaction begun on it (rolled back at its end unless
+        ``write``); give the connection back with ``release``."""
+        return ride_through(self.location, functools.partial(self._live, write))
 
     def release(self, connection: psycopg.Connection[Any]) -> None:
         healthy = (
@@ -72,19 +78,25 @@ class PostgresConnections:
         for connection in idle:
             connection.close()
 
-    def _live(self) -> psycopg.Connection[Any]:
+    def _live(self, write: bool) -> tuple[psycopg.Connection[Any], _Began]:
+        """An idle connection whose ``BEGIN`` succeeds (the server may have restarted since
+        it was used: then it is dropped and the next tried), else a new one."""
         while True:
             with self._lock:
                 if self._closed:
                     raise StoreError("the registry is closed")
                 connection = self._idle.pop() if self._idle else None
+            fresh = connection is None
             if connection is None:
-                return self._connect()
+                connection = self._connect()
+            transaction = connection.transaction(force_rollback=not write)
             try:
-                connection.execute("")  # the server may have restarted since it was used
-                return connection
-            except psycopg.Error:
+                transaction.__enter__()
+                return connection, transaction
+            except psycopg.Error as error:
                 connection.close()
+                if fresh:
+                    raise translate(error, f"store {self.location.masked!r}") from error
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
@@ -93,11 +105,41 @@ class PostgresConnections:
             raise translate(error, f"store {self.location.masked!r}") from error
 
 
+class PipelinedTx(Tx):
+    """A ``Tx`` that can switch its transaction to psycopg's pipeline mode (``batch``):
+    statements whose results nobody reads yet are sent without waiting, and go to the server
+    together with the next read, or with the ``COMMIT``. A hot transaction then costs a few
+    round trips instead of one per statement -- what matters most while it holds the events
+    table's lock, which every append waits for (docs/design.md §7.3)."""
+
+    __slots__ = ("pipeline", "pipelining")
+
+    def __init__(self, cursor: Any, dialect: Dialect) -> None:
+        super().__init__(cursor, dialect)
+        self.pipelining: AbstractContextManager[psycopg.Pipeline] | None = None
+        self.pipeline: psycopg.Pipeline | None = None
+
+    def batch(self) -> None:
+        if self.pipelining is None:
+            self.pipelining = self.cursor.connection.pipeline()
+            self.pipeline = self.pipelining.__enter__()
+
+    @property
+    def rowcount(self) -> int:
+        """In pipeline mode a statement's row count is known only once its result came back,
+        so the pipeline is synced first (a check of it must never see a stale count)."""
+        if self.pipeline is not None:
+            self.pipeline.sync()
+        return int(self.cursor.rowcount)
+
+
 class PostgresTransaction:
     """One transaction on a connection of ``PostgresConnections``; driver errors leave it as
-    ``StoreError`` subclasses, and a connection that failed is never reused."""
+    ``StoreError`` subclasses, and a connection that failed is never reused. A batched
+    transaction's ``COMMIT`` goes out with its last queued statements, and the call returns
+    only after the server answered them all (so an acknowledged write is committed)."""
 
-    __slots__ = ("_connection", "_connections", "_dialect", "_transaction", "_write")
+    __slots__ = ("_connection", "_connections", "_dialect", "_transaction", "_tx", "_write")
 
     def __init__(self, connections: PostgresConnections, dialect: Dialect, write: bool) -> None:
         self._connections = connections
@@ -105,17 +147,16 @@ class PostgresTransaction:
         self._write = write
 
     def __enter__(self) -> Tx:
-        self._connection = connection = self._connections.acquire()
-        self._transaction = connection.transaction(force_rollback=not self._write)
-        try:
-            self._transaction.__enter__()
-        except BaseException as error:
-            self._finish_failed(error)
-        return Tx(connection.cursor(), self._dialect)
+        self._connection, self._transaction = self._connections.begin(self._write)
+        self._tx = PipelinedTx(self._connection.cursor(), self._dialect)
+        return self._tx
 
     def __exit__(self, exc_type: Any, error: BaseException | None, traceback: Any) -> None:
+        pipelining = self._tx.pipelining
         try:
             self._transaction.__exit__(exc_type, error, traceback)
+            if pipelining is not None:  # sends the queued statements and the COMMIT, and waits
+                pipelining.__exit__(exc_type, error, traceback)
         except BaseException as failure:
             self._finish_failed(failure)
         self._connections.release(self._connection)
@@ -155,6 +196,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
         )
 
     def _append(self, stored_events: Sequence[StoredEvent], unit: Any, tx: Tx) -> list[int]:
+        tx.batch()  # the lock goes out with the log read; the rest with the COMMIT
         self.store.lock_log(tx)
         ids = append_in(tx, unit, stored_events, self._insert_one)
         if ids:

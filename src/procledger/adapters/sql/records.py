@@ -112,6 +112,19 @@ def upsert_records(
         tx.executemany(_UPSERT.format(table=table), fresh)
 
 
+def lock_record(tx: Tx, process_id: str) -> Tx:
+    """Lock the process's ``records`` row until commit, on a side cursor whose ``one()`` says
+    whether it exists. Sent early in a batched write, it answers with the log read, and a row
+    found locked needs no row count after its update (``upsert_records``' ``must_exist``)."""
+    side = tx.side()
+    side.execute(
+        f"SELECT 1 AS present FROM {tx.dialect.table('records')} "
+        f"WHERE process_id=?{tx.dialect.for_update}",
+        (process_id,),
+    )
+    return side
+
+
 def advance_tracking(tx: Tx, position: int) -> None:
     """Move the read models' log position forward (never back)."""
     tx.execute(

@@ -86,6 +86,16 @@ class Tx:
     def rowcount(self) -> int:
         return int(self.cursor.rowcount)
 
+    def side(self) -> Tx:
+        """Another cursor in this transaction: a statement run on it keeps its result while
+        this one runs more, so a batched transaction (``batch``) can send a read early and
+        read its answer later."""
+        return Tx(self.cursor.connection.cursor(), self.dialect)
+
+    def batch(self) -> None:
+        """Let the rest of this transaction send statements without waiting for each result
+        (PostgreSQL's pipeline mode; a no-op on SQLite, which has no round trips)."""
+
 
 class WriteUnit(Protocol):
     """Side effects that must commit with an event append, or not at all."""
