@@ -181,10 +181,27 @@ class PostgresRecorder(PostgresApplicationRecorder):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.insert_one_statement = pgsql.SQL(
-            "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
-            "VALUES (%s, %s, %s, %s) RETURNING notification_id"
-        ).format(pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name))
+        # Rendered once: a composed statement is rendered again on every execution.
+        self.insert_one_statement = (
+            pgsql.SQL(
+                "INSERT INTO {0}.{1} (originator_id, originator_version, topic, state) "
+                "VALUES (%s, %s, %s, %s) RETURNING notification_id"
+            )
+            .format(
+                pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name)
+            )
+            .as_string(None)
+        )
+        self.notify_statement = (
+            pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name)).as_string(None)
+        )
+        self.lock_statement = (
+            pgsql.SQL("LOCK TABLE {0}.{1} IN EXCLUSIVE MODE")
+            .format(
+                pgsql.Identifier(self.datastore.schema), pgsql.Identifier(self.events_table_name)
+            )
+            .as_string(None)
+        )
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         """Append in one transaction, run again if the server is lost meanwhile: a deciding
@@ -200,7 +217,7 @@ class PostgresRecorder(PostgresApplicationRecorder):
         self.store.lock_log(tx)
         ids = append_in(tx, unit, stored_events, self._insert_one)
         if ids:
-            tx.cursor.execute(pgsql.SQL("NOTIFY {0}").format(pgsql.Identifier(self.channel_name)))
+            tx.cursor.execute(self.notify_statement)
         return ids
 
     def _insert_one(self, tx: Tx, stored: StoredEvent) -> int:
@@ -215,9 +232,13 @@ def conninfo(location: StoreLocation) -> str:
     """libpq's connection string: the URL's server, database and credentials only (procledger's
     own ``schema`` and ``retry_s`` parameters are not libpq's). ``synchronous_commit`` is on
     whatever the server's default: an acknowledged write must survive a server crash
-    (``pg_ctl restart -m immediate`` lost acknowledged commits on a server that had it off)."""
+    (``pg_ctl restart -m immediate`` lost acknowledged commits on a server that had it off).
+    ``lock_timeout`` is 0 (wait for the events-table lock as long as it takes, as
+    eventsourcing's own ``SET LOCAL`` before each lock said), whatever the server's default."""
     return make_conninfo(
-        connect_timeout=CONNECT_TIMEOUT_S, options="-c synchronous_commit=on", **location.pg
+        connect_timeout=CONNECT_TIMEOUT_S,
+        options="-c synchronous_commit=on -c lock_timeout=0",
+        **location.pg,
     )
 
 
@@ -247,7 +268,10 @@ def attach(store: Store, recorder: Any, datastore: Any) -> None:
     recorder.store = store
     store.postgres = connections = PostgresConnections(store.location)
     store.begin = functools.partial(PostgresTransaction, connections, store.dialect)
-    store.log_lock = list(recorder.lock_table_statements)
+    # eventsourcing's lock statements are ``SET LOCAL lock_timeout`` (its default: 0, wait as
+    # long as it takes) and the ``LOCK TABLE``; the timeout is the session's own here
+    # (``conninfo``), so an append sends one statement for its lock, not two.
+    store.log_lock = [recorder.lock_statement]
     store.change_channel = recorder.channel_name
 
 
