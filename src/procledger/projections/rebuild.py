@@ -223,7 +223,7 @@ def _delete_stale_records(tx: Tx, damaged: dict[str, str]) -> None:
     while ids := record_rows.ids_after(tx, after, SWEEP):
         keys = {process_uuid(process_id): process_id for process_id in ids}
         present = event_rows.streams_present(tx, list(keys))
-        for key, process_id in keys.items():
+        for key, process_id in keys.items() if damaged else ():
             _name_damaged(damaged, key, process_id)
         record_rows.delete_ids(tx, [pid for key, pid in keys.items() if key not in present])
         after = ids[-1]
