@@ -125,6 +125,10 @@ class PipelinedTx(Tx):
             self.pipeline = self.pipelining.__enter__()
 
     @property
+    def batching(self) -> bool:
+        return self.pipeline is not None
+
+    @property
     def rowcount(self) -> int:
         """In pipeline mode a statement's row count is known only once its result came back,
         so the pipeline is synced first (a check of it must never see a stale count)."""

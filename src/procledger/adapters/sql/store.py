@@ -96,6 +96,11 @@ class Tx:
         """Let the rest of this transaction send statements without waiting for each result
         (PostgreSQL's pipeline mode; a no-op on SQLite, which has no round trips)."""
 
+    @property
+    def batching(self) -> bool:
+        """Whether ``batch`` is in effect: only then is a read sent early worth its cost."""
+        return False
+
 
 class WriteUnit(Protocol):
     """Side effects that must commit with an event append, or not at all."""
