@@ -42,7 +42,7 @@ def test_a_dead_idle_connection_is_replaced_at_begin_without_the_retry_window(
         _register(registry, "a")
         connections = registry.store.postgres
         assert connections is not None
-        idle = list(connections._idle)  # noqa: SLF001 -- the connections the next call takes
+        idle = list(connections._idle)  # the connections the next call takes
         assert idle
         pids = [connection.info.backend_pid for connection in idle]
         with psycopg.connect(conninfo(registry.store.location), autocommit=True) as admin:
