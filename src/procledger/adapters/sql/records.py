@@ -37,6 +37,11 @@ _UPSERT = (
     "ON CONFLICT (process_id) DO UPDATE SET "
     + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
 )
+_UPSERT_CHANGED = (
+    _UPSERT
+    + f" WHERE ({', '.join(f'{{table}}.{c}' for c in _UPDATED_COLUMNS)}) IS DISTINCT FROM "
+    + f"({', '.join(f'excluded.{c}' for c in _UPDATED_COLUMNS)})"
+)
 _ID_BATCH = 500
 """Ids per ``IN (...)`` list: well below every driver's parameter limit."""
 _OPERATORS = frozenset({"=", ">=", "<", "<=", ">", "is null"})
@@ -292,12 +297,15 @@ def bulk_upsert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
 
 
 def write_rebuilt(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
-    """Write a rebuild batch's ``document_row`` rows. On SQLite only the rows that differ from
-    the stored ones, compared whole: every row written costs its index pages and the commit's
-    fsync, more than reading it back. On PostgreSQL every row, upserted in one pipelined
+    """Write a rebuild batch's ``document_row`` rows, only those that differ from the stored
+    ones, compared whole: every row written costs its index pages (and on SQLite the commit's
+    fsync), more than comparing it. SQLite reads the stored rows back and compares here;
+    PostgreSQL's upsert compares on the server (``IS DISTINCT FROM``), in one pipelined
     ``executemany``: measured cheaper there than a read back first (docs/design.md §5.6)."""
     if tx.dialect.name == "postgresql":
-        bulk_upsert(tx, rows)
+        if rows:
+            table = tx.dialect.table("records")
+            tx.executemany(_UPSERT_CHANGED.format(table=table), rows)
         return
     stored = stored_rows(tx, [str(row[0]) for row in rows])
     bulk_upsert(tx, [row for row in rows if stored.get(str(row[0])) != tuple(row)])
