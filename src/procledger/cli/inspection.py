@@ -21,7 +21,6 @@ from procledger.cli._app import (
     write_json,
 )
 from procledger.cli._format import command_text, local_time, outcome, write_table
-from procledger.domain.service import age_ms
 from procledger.domain.wording import event_details
 
 if TYPE_CHECKING:
@@ -38,6 +37,8 @@ _IdArgument = Annotated[
 def parse_age(text: str, option: str) -> int:
     """``--since 2h``, ``--older-than 30d``: milliseconds ago, or a usage error naming
     ``option``."""
+    from procledger.domain.service import age_ms  # pydantic: only when a filter needs it
+
     with option_errors():
         return age_ms(text, option=option)
 
