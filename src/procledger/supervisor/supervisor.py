@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, fin
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
-from procledger.application.output import output_folder
 from procledger.domain.attempts import attempt_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
@@ -1292,14 +1291,14 @@ class Supervisor:
             stop = orphans.stop_tree(record, (_SIGTERM,), self._stop_policy.grace_s, escalate=True)
             done = orphans.describe_stop(record, stop, "restore")
             diagnostic = clip_diagnostic(f"{_gone_line(holder)}; {done}")
-        salvaged = salvage(output_folder(self._registry, record, self._output_dir))
+        output, tails = salvage(self._registry, record, self._output_dir)
         return self._registry.record_lost(
             record.id,
             diagnostic=diagnostic,
             event_id=event_ids(record.id, record.registration_hash).lost,
             lease=lease,
-            output=None if salvaged is None else salvaged[0],
-            tails=None if salvaged is None else salvaged[1],
+            output=output,
+            tails=tails,
         )
 
     def _publish_again(self, written: ProcessRecord) -> None:
