@@ -30,6 +30,7 @@ from procledger import (
     open_registry,
 )
 from procledger.adapters.sql import leases as lease_rows
+from procledger.adapters.sql import sqlite as sqlite_adapter
 from procledger.adapters.sql.group_commit import WriteGroups
 from procledger.adapters.sql.store import Tx
 
@@ -230,6 +231,29 @@ def test_a_write_begun_inside_another_on_the_same_thread_is_refused_at_once(
     with registry.store.write(), pytest.raises(StoreError, match="inside another"):
         registry.register(registration("p"))
     assert registry.register(registration("p")).id == "p"  # the baton was handed on
+
+
+def test_a_writer_waits_for_the_others_no_longer_than_for_sqlites_lock(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_adapter, "LOCK_TIMEOUT_S", 0.2)
+    registry = open_registry(f"sqlite:///{path}")
+    try:
+        late = Call(lambda: registry.register(registration("p")))
+
+        def hold(tx: Tx) -> None:  # the baton is held until the late writer gave up
+            late.start()
+            late.join(WAIT_S)
+
+        holder = Call(lambda: _write(registry, hold))
+        holder.start()
+        assert holder.result() is None
+        error = late.result()
+        assert isinstance(error, StoreUnavailable)
+        assert "ledger.db" in str(error)
+        assert registry.register(registration("p")).id == "p"
+    finally:
+        registry.close()
 
 
 WRITER = """

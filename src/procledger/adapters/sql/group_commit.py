@@ -60,10 +60,14 @@ class WriteGroups:
         acquire: Callable[[], sqlite3.Connection],
         release: Callable[[sqlite3.Connection], None],
         max_members: int = MAX_MEMBERS,
+        timeout: float | None = None,
     ) -> None:
         self._acquire = acquire
         self._release = release
         self.max_members = max_members
+        self.timeout = timeout
+        """How long a writer waits for the baton (``None``: as long as it takes); past it,
+        the writer fails as it would waiting for SQLite's own lock."""
         self.commits = 0
         """Transactions committed so far (each ended a group: one fsync)."""
         self.forget_after_fork()
@@ -88,17 +92,20 @@ class WriteGroups:
 
         Raises:
             StoreError: this thread is already inside a write (it would wait for itself).
-            sqlite3.Error: the transaction or the savepoint could not be begun.
+            sqlite3.Error: the transaction or the savepoint could not be begun, or the baton
+                was not free within ``timeout`` ("database is locked").
         """
         if self._holder == threading.get_ident():
             raise StoreError("a write transaction was begun inside another on the same thread")
         with self._counts:
             self._queued += 1
         try:
-            self._baton.acquire()
+            taken = self._baton.acquire(timeout=-1 if self.timeout is None else self.timeout)
         finally:
             with self._counts:
                 self._queued -= 1
+        if not taken:
+            raise sqlite3.OperationalError("database is locked (by this process's writers)")
         self._holder = threading.get_ident()
         group = self._group
         try:

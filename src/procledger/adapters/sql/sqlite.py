@@ -54,7 +54,9 @@ class SQLiteConnections:
         self._serialised: threading.RLock | None = threading.RLock() if in_memory else None
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
-        self.groups = None if in_memory else WriteGroups(self.acquire, self.release)
+        self.groups = (
+            None if in_memory else WriteGroups(self.acquire, self.release, timeout=timeout)
+        )
         _OPEN_STORES.add(self)
 
     def acquire(self) -> sqlite3.Connection:
