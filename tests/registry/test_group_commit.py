@@ -165,6 +165,29 @@ def test_a_fenced_out_writer_in_a_group_fails_alone(registry: ProcessRegistry, p
         fresh.close()
 
 
+def test_a_first_member_that_fails_is_rolled_back_whole_and_the_queued_commit(
+    registry: ProcessRegistry,
+) -> None:
+    """The first member of a group has no savepoint (a lone writer runs what it ran before):
+    its failure rolls back its own transaction, and the writers queued behind it commit."""
+    registry.register(registration("p"))
+    groups = groups_of(registry)
+    queued = Call(lambda: registry.register(registration("q")))
+
+    def fails(tx: Tx) -> None:
+        lease_rows.ensure_row(tx, "p")
+        queued.start()
+        wait_until(lambda: groups.queued == 1)
+        raise ValueError("the first member's own failure")
+
+    holder = Call(lambda: _write(registry, fails))
+    holder.start()
+    assert isinstance(holder.result(), ValueError)
+    assert queued.result().id == "q"
+    with registry.store.read() as tx:
+        assert lease_rows.lease_row(tx, "p") is None
+
+
 def test_an_error_that_ends_the_whole_transaction_fails_every_member(
     registry: ProcessRegistry, path: Path
 ) -> None:

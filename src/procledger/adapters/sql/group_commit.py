@@ -9,12 +9,13 @@ writers of one process queue on a Python lock (the *baton*), and those queued at
 moment share one transaction and one fsync.
 
 How. The holder of the baton runs its body in the open group transaction (opening it with
-``BEGIN IMMEDIATE`` if there is none), inside a savepoint of its own: a body that raises rolls
-back to its savepoint -- its writes are undone, the others' stay -- and its caller gets its own
-error. The holder then hands the baton on: if another writer is queued (and the group is not
-full) the transaction stays open for it; otherwise the holder commits, for every member. Each
-member's call returns only once that commit has succeeded, so a returned write is durable
-exactly as if it had committed alone (``synchronous=FULL``: the WAL is fsynced by the commit).
+``BEGIN IMMEDIATE`` if there is none), inside a savepoint of its own (but the first): a body
+that raises rolls back to its savepoint -- its writes are undone, the others' stay -- and its
+caller gets its own error. The holder then hands the baton on: if another writer is queued
+(and the group is not full) the transaction stays open for it; otherwise the holder commits,
+for every member. Each member's call returns only once that commit has succeeded, so a
+returned write is durable exactly as if it had committed alone (``synchronous=FULL``: the WAL
+is fsynced by the commit).
 If the commit fails, or a body's error ended the whole transaction (SQLite rolls back by itself
 on a full disk or an I/O error), every member gets that failure -- including a member whose
 own body failed, since its decision may have rested on writes that were then rolled back.
@@ -112,7 +113,8 @@ class WriteGroups:
             if group is None:
                 group = self._group = self._open()
             cursor = group.connection.cursor()
-            cursor.execute(f"SAVEPOINT {SAVEPOINT}")
+            if group.members:  # the first member needs none: see ``_end_part``
+                cursor.execute(f"SAVEPOINT {SAVEPOINT}")
         except BaseException:
             self._hand_on(group)
             raise
@@ -143,9 +145,14 @@ class WriteGroups:
         return None if group.failure is error else group.failure
 
     def _end_part(self, group: Group, cursor: sqlite3.Cursor, error: BaseException | None) -> None:
+        """Keep the member's writes, or undo them. The first member of a group has no
+        savepoint (a lone writer, the usual case, runs exactly the statements it would run
+        alone): if it fails, the transaction holds nothing else, and is rolled back whole."""
+        first = group.members == 1
         if error is None:
-            cursor.execute(f"RELEASE {SAVEPOINT}")
-        elif not group.connection.in_transaction:  # SQLite rolled the whole group back
+            if not first:
+                cursor.execute(f"RELEASE {SAVEPOINT}")
+        elif first or not group.connection.in_transaction:  # or SQLite rolled it all back
             group.failure = error
         else:
             cursor.execute(f"ROLLBACK TO {SAVEPOINT}")
