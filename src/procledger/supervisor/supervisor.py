@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -105,6 +106,7 @@ from procledger.supervisor.execution import (
     checked_argv,
 )
 from procledger.supervisor.modes import StopMode
+from procledger.supervisor.owners import OwnerThreads
 from procledger.supervisor.readiness import ReadinessWatch
 from procledger.supervisor.services import BackoffEnd, Service, backoff_wait
 
@@ -298,10 +300,8 @@ class Supervisor:
             watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
         """
         self._registry = registry
-        self._watch = watch
-        self._output_dir = output_dir
-        self._outbox = outbox
-        self._notice = notice
+        self._watch, self._output_dir = watch, output_dir
+        self._outbox, self._notice = outbox, notice
         self._subreaper = subreaper and _Subreaper.acquire()
         self._owner, self._notifier = owner, notifier
         self._stop_policy, self._timings = stop, timings
@@ -311,7 +311,9 @@ class Supervisor:
         self._starting = 0
         self._closed = False
         self._ticker: threading.Thread | None = None
+        self._ticker_until = 0.0  # when the ticker wakes up next (monotonic)
         self._wake = threading.Event()
+        self._owners = OwnerThreads()
         self._helpers: list[threading.Thread] = []
         self._services: dict[str, Service] = {}
 
@@ -575,10 +577,9 @@ class Supervisor:
             registry.record_started(run.process_id, now, event_id=run.ids.started, os=facts)
 
     def _admit(self, run: _Run) -> None:
-        if self._watch is None:
-            run.thread = threading.Thread(
-                target=self._own, args=(run,), name=f"procledger-run-{run.process_id}", daemon=True
-            )
+        """Hand the running child to its owner: a kept owner thread (``owners.py``) or the
+        ``watch``; start the ticker if none runs, and wake it only if this lease is due
+        before the ticker's next wake-up (a wake-up per run cost a thread switch per run)."""
         with self._lock:
             self._runs[run.handle] = run
             self._active[run.handle] = run
@@ -586,22 +587,25 @@ class Supervisor:
                 self._ticker = threading.Thread(
                     target=self._tick, name="procledger-supervisor-ticker", daemon=True
                 )
+                self._ticker_until = math.inf
                 self._ticker.start()
             if self._closed:  # shutdown began while this one was starting
                 with run.lock:
                     run.shutdown = True
-        self._wake.set()  # the ticker's next wake-up must account for this lease
+            wake = run.keeper.due_at < self._ticker_until
+        if wake:
+            self._wake.set()
         if run.watch is not None:  # whoever waits for the child, its probes are watched here
             self._helper(functools.partial(self._watch_ready, run, run.watch))
-        if run.thread is None:
-            assert self._watch is not None
-            try:
-                self._watch(run.child, functools.partial(self._own, run))
-                return
-            except BaseException:  # the watcher refused it: the child must not go unowned
-                log.exception("process %r: its watcher failed; an owner thread waits", run.handle)
-                run.thread = threading.Thread(target=self._own, args=(run,), daemon=True)
-        run.thread.start()
+        if self._watch is None:
+            self._owners.run(functools.partial(self._own, run), f"procledger-run-{run.process_id}")
+            return
+        try:
+            self._watch(run.child, functools.partial(self._own, run))
+        except BaseException:  # the watcher refused it: the child must not go unowned
+            log.exception("process %r: its watcher failed; an owner thread waits", run.handle)
+            run.thread = threading.Thread(target=self._own, args=(run,), daemon=True)
+            run.thread.start()
 
     # -- readiness (docs/design.md §15) ------------------------------------------------------------
 
@@ -863,7 +867,6 @@ class Supervisor:
                 self._lock.notify_all()
             run.done.set()
             run.settled.set()
-            self._wake.set()
 
     def _finish(self, run: _Run, returncode: int, failure: str | None) -> None:
         with run.lock:
@@ -1168,8 +1171,17 @@ class Supervisor:
             if now >= next_poll:
                 self._poll_stop_requests(runs)
                 next_poll = now + STOP_POLL_S
-            self._wake.wait(_ticker_sleep_s(runs, next_poll, time.monotonic()))
+            self._wake.wait(self._ticker_sleep(runs, next_poll))
             self._wake.clear()
+
+    def _ticker_sleep(self, runs: list[_Run], next_poll: float) -> float:
+        """How long the ticker sleeps now; a run admitted meanwhile wakes it only if its
+        lease is due sooner (``_admit``)."""
+        now = time.monotonic()
+        sleep_s = _ticker_sleep_s(runs, next_poll, now)
+        with self._lock:
+            self._ticker_until = now + sleep_s
+        return sleep_s
 
     def _ticking(self) -> list[_Run] | None:
         """The active runs; ``None`` (and the ticker retired) once there is nothing to keep."""
@@ -1178,6 +1190,7 @@ class Supervisor:
             if not runs and not self._starting:
                 self._ticker = None
                 return None
+            self._ticker_until = math.inf  # awake: a run admitted from now on wakes it
             return runs
 
     def _renew_if_due(self, run: _Run, now: float) -> None:
@@ -1386,6 +1399,7 @@ class Supervisor:
             ticker.join()
         for thread in helpers:
             thread.join()
+        self._owners.close()
 
 
 _SIGTERM: Final = signal.SIGTERM
