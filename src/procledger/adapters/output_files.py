@@ -126,9 +126,11 @@ class OutputWriter:
             self._guard(self._open_folder)
 
     def _open_folder(self) -> None:
-        if self.folder.exists():
-            shutil.rmtree(self.folder)  # a re-run under this id: its old output is stale
-        self.folder.mkdir(mode=0o700)
+        try:
+            self.folder.mkdir(mode=0o700)
+        except FileExistsError:  # a re-run under this id: its old output is stale
+            shutil.rmtree(self.folder)
+            self.folder.mkdir(mode=0o700)
         os.chmod(self.folder, 0o700)
         self._order = os.open(self.folder / _ORDER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
