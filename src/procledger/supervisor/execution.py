@@ -315,11 +315,14 @@ class _Pump:
                 self._close_output(pipe)
 
     def close(self) -> None:
-        """Close every owned pipe (without reading) and the selector."""
+        """Close every owned pipe (without reading) and the selector, and let the read buffer
+        go: a supervisor keeps its finished children (their handles stay valid), and each kept
+        64 KiB (or a 1 MiB mapping) until the supervisor itself was gone."""
         self.close_input()
         for pipe in list(self._outputs):
             self._close_output(pipe)
         self._selector.close()
+        self._buffer = None
 
     def _on_exit(self) -> None:
         self.exited = True

@@ -877,6 +877,7 @@ class Supervisor:
         except BaseException as error:
             run.error = error
         finally:
+            run.ticket = dataclasses.replace(run.ticket, capture=None)  # finished: its tails go
             with self._lock:
                 self._active.pop(run.handle, None)
                 self._lock.notify_all()
