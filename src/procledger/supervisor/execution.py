@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import math
 import mmap
-import os
 import selectors
 import signal
 import subprocess
@@ -449,12 +448,10 @@ class OwnedChild:
         """
         args = checked_argv(argv)
         data = _encoded(stdin)
-        if marker is not None:
-            env = {**(os.environ if env is None else env), os_seam.RUN_MARKER: marker}
         child = os_seam.spawn(
             args,
             cwd=cwd,
-            env=env,
+            env=env if marker is None else os_seam.marked_env(env, marker),
             stdin_pipe=data is not None,
             stdout_pipe=stdout is not None,
             stderr_pipe=stderr is not None,

@@ -211,21 +211,6 @@ class _Ticket:
     capture: Capture | None = None
 
 
-class _Put:
-    """An outbox entry being made durable on another thread while the store is written."""
-
-    def __init__(self, entry: OutboxEntry) -> None:
-        self.entry = entry
-        self.done = threading.Event()
-        self.outbox: Outbox | None = None  # where it was put; None: nowhere (or it failed)
-
-    def remove(self) -> None:
-        """Once the store decided: wait for the put, then delete the entry it made."""
-        self.done.wait()
-        if self.outbox is not None:
-            self.outbox.remove(self.entry)
-
-
 class _Prepared(NamedTuple):
     """A process registered, leased and stamped, not yet spawned."""
 
@@ -908,46 +893,25 @@ class Supervisor:
     def _record_terminal(
         self, ticket: _Ticket, keeper: LeaseKeeper, result: Outcome
     ) -> ProcessRecord | None:
-        """Put the outcome in the outbox while ``completed`` is recorded with the lease
-        (released in the same write), retried with its event id while the store fails -- for
-        as long as this supervisor runs -- and delete the entry once the store decided
-        (docs/design.md §6.3). ``None`` if another holder owns the process now (it records the
-        terminal). The put (two fsyncs) runs on another owner thread beside the first store
-        write, not before it: the outcome is durable as soon as either is, and a retry waits
-        for the put first."""
+        """Put the outcome in the outbox, then record ``completed`` with the lease (released in
+        the same write), retried with its event id while the store fails -- for as long as this
+        supervisor runs -- and delete the entry once the store decided (docs/design.md §6.3).
+        ``None`` if another holder owns the process now (it records the terminal)."""
         entry = _entry(ticket, keeper.lease, result, self._store_key(), _output_of(ticket))
-        put = self._put_beside(entry)
+        outbox = self._put(entry)
         try:
-            record = self._write_until_decided(entry, keeper, put)
+            record = self._write_until_decided(entry, keeper)
         except ProcledgerError:
-            put.remove()  # the store refused it for good: nothing to deliver
+            if outbox is not None:
+                outbox.remove(entry)  # the store refused it for good: nothing to deliver
             raise
-        put.remove()
+        if outbox is not None:
+            outbox.remove(entry)
         return record
 
-    def _put_beside(self, entry: OutboxEntry) -> _Put:
-        """Start putting ``entry`` in the outbox on an owner thread (none without an outbox)."""
-        put = _Put(entry)
-        if not entry.store or self._outbox_for_store() is None:
-            put.done.set()
-            return put
-
-        def job() -> None:
-            try:
-                put.outbox = self._put(entry)
-            except Exception:  # the store write goes on; only the local copy is missing
-                log.exception("process %r: outcome not saved in the outbox", entry.process_id)
-            finally:
-                put.done.set()
-
-        self._owners.run(job, f"procledger-outbox-{entry.process_id}")
-        return put
-
-    def _write_until_decided(
-        self, entry: OutboxEntry, keeper: LeaseKeeper, put: _Put
-    ) -> ProcessRecord | None:
+    def _write_until_decided(self, entry: OutboxEntry, keeper: LeaseKeeper) -> ProcessRecord | None:
         """Record ``entry`` until the store accepts or refuses it; one line to ``notice`` when
-        the wait begins (once the entry is in the outbox) and one when it ends."""
+        the wait begins and one when it ends."""
         lease: Lease | None = keeper.lease
         pause, waiting = RETRY_FIRST_S, False
         while lease is not None:
@@ -963,7 +927,6 @@ class Supervisor:
                     raise
                 if not waiting:
                     waiting = True
-                    put.done.wait()
                     self._say(_waiting_line(entry, error))
                 time.sleep(pause)  # backing off from a failing store; no event tells us it is back
                 pause = min(pause * 2, RETRY_MAX_S)
