@@ -10,6 +10,12 @@ S that starts at offset a ends where the next run of S starts (or at the stream'
 Writes are ``os.write`` on ``O_APPEND`` descriptors, nothing buffered in this process, so what
 was written before a ``kill -9`` of the writer is readable afterwards, byte for byte.
 
+The folder is made at the first byte, not at the start: a run that writes nothing costs no
+``mkdir`` and no file (each a journal write, ~0.1 ms on a quiet disk and ~0.5 ms on a busy
+one), and a reader takes a missing folder of a run that wrote nothing as empty output. A stale
+folder of an earlier run under the same id is removed at the start, so it is never read as
+this run's.
+
 The writer never raises: a failed write or a folder that vanished stops capture, and the reason
 is kept (``stopped``) for the caller to record. Past ``limit`` bytes kept, the oldest segments
 are deleted first, across both streams; the streams' dropped bytes are always a prefix.
@@ -122,13 +128,16 @@ class OutputWriter:
         self._order: int | None = None
         self._last = -1
         self._kept = 0
-        if limit > 0:
-            self._guard(self._open_folder)
+        self._opened = False
+        if limit > 0 and os.path.lexists(folder):  # a re-run under this id: its output is stale
+            self._guard(lambda: shutil.rmtree(folder))
 
     def _open_folder(self) -> None:
+        """Make the folder and its ``order`` file (at the first byte kept)."""
+        self._opened = True
         try:
             self.folder.mkdir(mode=0o700)
-        except FileExistsError:  # a re-run under this id: its old output is stale
+        except FileExistsError:  # made meanwhile by another run under this id: stale too
             shutil.rmtree(self.folder)
             self.folder.mkdir(mode=0o700)
         os.chmod(self.folder, 0o700)
@@ -173,6 +182,8 @@ class OutputWriter:
             self._close_segment(stream)
 
     def _append(self, stream: int, offset: int, data: memoryview) -> None:
+        if not self._opened:
+            self._open_folder()
         if self._last != stream and self._order is not None:
             error = _write_all(self._order, _RUN.pack(stream, offset))[1]
             if error is not None:
