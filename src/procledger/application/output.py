@@ -93,21 +93,11 @@ def _reader(
     if summary is not None and not summary.limit:  # not even a tail was kept
         raise OutputUnavailable(f"process {record.id!r} ran with output limit 0: nothing kept")
     folder = output_folder(registry, record, root)
-    if folder is None or not (folder.is_dir() or _silent_so_far(record)):
+    if folder is None or not folder.is_dir():
         raise OutputUnavailable(
             f"the output of process {record.id!r} is gone", stored_tail(registry, record.id)
         )
     return record, OutputReader(folder)
-
-
-def _silent_so_far(record: ProcessRecord) -> bool:
-    """Whether a missing folder only means nothing was written: the writer makes it at the
-    first byte (``adapters/output_files.py``), so a run still going may have none yet, and a
-    run that ended having written nothing has none at all."""
-    summary = record.output
-    if summary is None:
-        return not record.is_terminal
-    return summary.stdout.written == 0 and summary.stderr.written == 0
 
 
 def _not_a_command(record: ProcessRecord) -> str:
