@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from procledger.adapters.liveness import ProcProbe
 from procledger.adapters.sql import leases as lease_rows
@@ -222,30 +222,15 @@ class Leases:
 
 def take_if_free(tx: Tx, process_id: str, owner: LeaseOwner, now: int, ttl_ms: int) -> Lease | None:
     """Take the process's lease for ``owner`` inside the write transaction ``tx`` unless
-    someone holds it live (then ``None``): a process never claimed gets fencing token 1 in one
-    statement (a new registration's case: one statement instead of three); otherwise the row
-    is locked first and the new lease gets the next fencing token. The caller has ruled out a
-    terminal process."""
-    first = _successor(process_id, owner, _NEVER_CLAIMED, now, ttl_ms)
-    if lease_rows.insert_first(
-        tx,
-        process_id,
-        owner_json=owner.model_dump_json(),
-        lease_token=first.lease_token,
-        claimed_at_ms=now,
-        expires_at_ms=first.expires_at_ms,
-    ):
-        return first
+    someone holds it live (then ``None``): the row is created if missing and locked first, and
+    the new lease gets the next fencing token. The caller has ruled out a terminal process."""
+    lease_rows.ensure_row(tx, process_id)
     row = lease_rows.lease_row(tx, process_id, lock=True)
     if lease_rows.is_held(row, now):
         return None
     lease = _successor(process_id, owner, row, now, ttl_ms)
     _write(tx, lease)
     return lease
-
-
-_NEVER_CLAIMED: Final = {"fencing_token": 0}
-"""What a process that has no lease row succeeds: fencing token 0, so its first lease has 1."""
 
 
 def _successor(process_id: str, owner: LeaseOwner, row: Any, now: int, ttl_ms: int) -> Lease:

@@ -22,26 +22,6 @@ def ensure_row(tx: Tx, process_id: str) -> None:
     )
 
 
-def insert_first(
-    tx: Tx,
-    process_id: str,
-    *,
-    owner_json: str,
-    lease_token: str,
-    claimed_at_ms: int,
-    expires_at_ms: int,
-) -> bool:
-    """The first lease of a process never claimed (fencing token 1), in one statement; False
-    (nothing written) when the process has a lease row already."""
-    tx.execute(
-        f"INSERT INTO {tx.dialect.table('leases')} (process_id, owner, lease_token, "
-        "fencing_token, claimed_at_ms, expires_at_ms, released) "
-        "VALUES (?, ?, ?, 1, ?, ?, 0) ON CONFLICT (process_id) DO NOTHING",
-        (process_id, owner_json, lease_token, claimed_at_ms, expires_at_ms),
-    )
-    return tx.rowcount == 1
-
-
 def lease_row(tx: Tx, process_id: str, *, lock: bool = False) -> Any:
     """The process's lease row, or ``None``; ``lock`` holds it until commit (PostgreSQL)."""
     suffix = tx.dialect.for_update if lock else ""
