@@ -571,11 +571,17 @@ class Supervisor:
         registry, now = self._registry, self._registry.now_ms()
         facts = _os_facts(run.child.pid, run.child.pgid)
         if background:
-            registry.record_backgrounded(
+            record = registry.record_backgrounded(
                 run.process_id, now, event_id=run.ids.backgrounded, os=facts
             )
         else:
-            registry.record_started(run.process_id, now, event_id=run.ids.started, os=facts)
+            record = registry.record_started(
+                run.process_id, now, event_id=run.ids.started, os=facts
+            )
+        if not record.stop_requested:
+            # Our own write moved the change number: the stop poll need not read it back (it
+            # did, for every run). A request already on record is left for the poll to take.
+            run.seen_change_seq = record.change_seq
 
     def _admit(self, run: _Run) -> None:
         """Hand the running child to its owner: a kept owner thread (``owners.py``) or the
