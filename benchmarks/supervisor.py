@@ -5,7 +5,11 @@
 (a) ``Supervisor.start(["true"])`` → terminal recorded, on a SQLite file (the embedded default),
     beside ``subprocess.run(["true"])``; the same on ``memory://`` (no fsync: what is left is
     CPU) and, with ``--postgres``, on PostgreSQL. Also lists the durable writes (store write
-    transactions) one supervised ``true`` needs, by the registry operation that made each.
+    transactions) one supervised ``true`` needs, by the registry operation that made each, and
+    the floor on the same file in the same run: ``subprocess.run`` plus three raw sqlite3
+    commits of the same rows (the same bytes per transaction), and plus the outbox put's two
+    fsyncs (an entry's size, in the same state folder) -- what no code can go below while
+    each commit is durable and the outcome is put in the outbox.
 (b) ``procledger run -- true`` (a whole CLI process) beside ``subprocess.run(["true"])``, and
     beside ``procledger table`` (the interpreter, the CLI and the domain model; no store, no
     supervisor), so the share of the store, the supervisor and the run itself is visible.
@@ -18,6 +22,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import inspect
+import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -101,6 +107,91 @@ def durable_writes(url: str) -> Counter[str]:
         registry.close()
 
 
+def transaction_sizes(path: Path) -> list[list[int]]:
+    """The bytes of each row one supervised ``true`` wrote, per write transaction: its events
+    (registered + first_started, started, output_captured + completed), each beside the
+    record row it rewrote. Read from the newest process in the ledger."""
+    db = sqlite3.connect(path)
+    try:
+        (record,) = db.execute(
+            "SELECT length(record) FROM procledger_records ORDER BY change_seq DESC LIMIT 1"
+        ).fetchone()
+        states = [
+            n
+            for (n,) in db.execute(
+                "SELECT length(state) FROM stored_events WHERE originator_id = "
+                "(SELECT originator_id FROM stored_events ORDER BY rowid DESC LIMIT 1) "
+                "ORDER BY originator_version"
+            )
+        ]
+    finally:
+        db.close()
+    return [[*states[:2], record], [states[2], record], [*states[3:], record]]
+
+
+class Floor:
+    """The durable I/O of one supervised run with no code around it, on the same file."""
+
+    def __init__(self, path: Path, sizes: list[list[int]], outbox: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("CREATE TABLE IF NOT EXISTS floor_rows (id INTEGER PRIMARY KEY, v BLOB)")
+        self.rows = [[(os.urandom(n),) for n in sizes_of_tx] for sizes_of_tx in sizes]
+        self.outbox, self.entry = outbox, os.urandom(700)
+
+    def commits(self) -> None:
+        for rows in self.rows:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany("INSERT INTO floor_rows (v) VALUES (?)", rows)
+            self.db.execute("COMMIT")
+
+    def put(self) -> None:
+        """An outbox entry's put (temp, fsync, rename, folder fsync) and its unlink."""
+        temp, final = self.outbox / ".floor.tmp", self.outbox / "floor.json"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, self.entry)
+        os.fsync(fd)
+        os.close(fd)
+        os.replace(temp, final)
+        folder = os.open(self.outbox, os.O_RDONLY)
+        os.fsync(folder)
+        os.close(folder)
+        final.unlink()
+
+
+def floors(url: str, path: Path, calls: int) -> tuple[float, float, float, float]:
+    """Medians (ms) of supervised, run + 3 commits, run + 3 commits + outbox put, and run,
+    interleaved in one loop on the same file."""
+    from procledger.adapters.outbox import default_outbox
+
+    registry = open_registry(url)
+    try:
+        with supervised(registry) as supervisor:
+            for _ in range(5):
+                supervisor.wait(supervisor.start(["true"]))
+            floor = Floor(path, transaction_sizes(path), default_outbox().directory)
+
+            def ours() -> None:
+                supervisor.wait(supervisor.start(["true"]))
+
+            def commits() -> None:
+                raw_true()
+                floor.commits()
+
+            def with_put() -> None:
+                commits()
+                floor.put()
+
+            samples = [
+                (timed(ours), timed(commits), timed(with_put), timed(raw_true))
+                for _ in range(calls)
+            ]
+            floor.db.close()
+    finally:
+        registry.close()
+    ours_ms, commits_ms, put_ms, raw_ms = (median_ms(s[i] for s in samples) for i in range(4))
+    return ours_ms, commits_ms, put_ms, raw_ms
+
+
 def cli(url: str, calls: int) -> tuple[float, float, float]:
     run = [sys.executable, "-m", "procledger", "--url", url, "run", "--", "true"]
     table = [sys.executable, "-m", "procledger", "table"]
@@ -160,6 +251,13 @@ def main() -> None:
         print(f"    durable writes of one supervised `true`: {sum(counts.values())}")
         for caller, count in counts.items():
             print(f"      {count} x {caller}")
+        ours, commits, put, raw = floors(sqlite, Path(folder) / "ledger.db", args.calls)
+        print(f"    the floor on the same SQLite file, medians of {args.calls} interleaved rounds:")
+        print(
+            f"      supervised {ours:6.2f} ms ({ours / raw:4.1f}x)   subprocess.run + 3 raw "
+            f"commits {commits:6.2f} ms ({commits / raw:4.1f}x)   + outbox put "
+            f"{put:6.2f} ms ({put / raw:4.1f}x)   subprocess.run {raw:5.2f} ms"
+        )
         run, table, raw = cli(sqlite, args.cli_calls)
         print(f"(b) `procledger run -- true` on SQLite, medians of {args.cli_calls} runs")
         print(

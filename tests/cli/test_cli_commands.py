@@ -163,6 +163,8 @@ def test_restore_after_run_was_killed(
         "registered",
         "first_started",
         "started",
+        "output_stopped",  # what the dead supervisor's capture left is read back (§14)
+        "output_captured",
         "lost",
     ]
     registry = open_registry(url)

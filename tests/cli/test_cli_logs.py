@@ -5,7 +5,6 @@ exact prefix, `logs -f` follows to the end, and a full disk never costs the chil
 from __future__ import annotations
 
 import base64
-
 import hashlib
 import json
 import os

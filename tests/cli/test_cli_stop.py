@@ -80,6 +80,15 @@ def test_stop_of_an_orphan_stops_its_tree_here_and_records_it(
     final = record(ledger, process_id)
     assert final["state"] == "killed"
     assert final["status"] == "cancelled"
+    assert_salvaged(final)
+
+
+def assert_salvaged(final: dict) -> None:
+    """The terminal written for a dead supervisor's run carries what its capture left."""
+    output = final["output"]
+    assert "supervisor died" in output["stopped"]
+    assert output["limit"] is None  # not in the ledger: unknown, not guessed
+    assert output["stdout"]["written"] in (0, len("ready\n"))  # the sleeper's one line, if out
 
 
 def test_stop_with_nobody_to_carry_it_out_records_nothing_and_exits_1(
@@ -104,6 +113,7 @@ def test_stop_with_nobody_to_carry_it_out_records_nothing_and_exits_1(
         "abandoned",
     )
     assert "the host lost power" in final["diagnostic"]
+    assert_salvaged(final)
     again = run_cli("stop", process_id, url=ledger)
     assert (again.returncode, "already ended" in again.stdout) == (0, True)
 

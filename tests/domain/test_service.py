@@ -16,6 +16,7 @@ from procledger.domain.service import (
     Readiness,
     RestartMode,
     RestartPolicy,
+    age_ms,
     backoff_delay,
     check_port,
     check_regex,
@@ -30,7 +31,8 @@ UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("0.2s", 0.2), ("1.6s", 1.6), ("60s", 60.0), ("5m", 300.0), ("1h", 3600.0), ("30", 30.0),
-     ("250ms", 0.25), (" 2s ", 2.0), ("0", 0.0), (".5", 0.5), (1.5, 1.5), (3, 3.0)],
+     ("250ms", 0.25), (" 2s ", 2.0), ("0", 0.0), (".5", 0.5), (1.5, 1.5), (3, 3.0),
+     ("3d", 259200.0), ("1w", 604800.0)],
 )  # fmt: skip
 def test_durations_read_as_people_write_them(text: str | float, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
@@ -45,7 +47,9 @@ def test_every_written_duration_means_number_times_unit(number: object, unit: st
     assert parse_duration(text) == pytest.approx(float(str(number)) * UNITS[unit])
 
 
-@pytest.mark.parametrize("text", ["-1s", "-0.2", "1d", "s", "", "1.2.3s", "nan", "inf", "1e3"])
+@pytest.mark.parametrize(
+    "text", ["-1s", "-0.2", "1y", "s", "", "1.2.3s", "nan", "inf", "1e3", "400d"]
+)
 def test_bad_durations_are_one_line_option_errors(text: str) -> None:
     with pytest.raises(OptionError) as caught:
         parse_duration(text, option="--ready-timeout")
@@ -61,6 +65,15 @@ def test_any_text_is_a_duration_or_an_option_error(text: str) -> None:
     except OptionError:
         return
     assert seconds >= 0
+
+
+def test_ages_share_the_grammar_without_the_upper_bound() -> None:
+    """``--since``/``--older-than`` read durations as the options do, but a ledger may be
+    older than the year a timeout is capped at."""
+    assert age_ms("90s", option="--since") == 90_000
+    assert age_ms("400d", option="--older-than") == 400 * 86_400_000
+    with pytest.raises(OptionError, match="--older-than"):
+        age_ms("yesterday", option="--older-than")
 
 
 def test_ports_and_regexes_are_checked_before_use() -> None:

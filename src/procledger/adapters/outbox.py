@@ -4,7 +4,8 @@ store has accepted it (docs/design.md §6.3).
 One small JSON file per process, named by a hash of the store and the process id, so a retried
 put replaces its own entry and entries of two ledgers never collide. A put is crash-safe: the
 entry is written to a temporary file in the same folder, fsynced, renamed over the final name
-and the folder fsynced, so after a crash the file is either the whole entry or absent. Files are
+and the folder fsynced, so after a crash the file is either the whole entry or absent (a
+removal is not fsynced: an entry that comes back is delivered as a no-op). Files are
 ``0600`` in a ``0700`` folder (``adapters/state_dir.py``).
 
 The outbox only stores; ``application/outbox.py`` decides when an entry is delivered.
@@ -119,10 +120,14 @@ class Outbox:
 
     def remove(self, entry: OutboxEntry) -> None:
         """Delete ``entry`` once the store has accepted it (or no longer wants it); missing
-        is fine. A failure is logged: a stale entry is only delivered again, idempotently."""
+        is fine. A failure is logged: a stale entry is only delivered again, idempotently.
+
+        The unlink is not fsynced: an entry a power loss brings back names a process whose
+        terminal the store already holds, and a delivery deletes such an entry without
+        writing anything (``application/outbox.py``). The folder fsync cost as much as one
+        store commit, on every supervised run."""
         try:
             self.path_of(entry.store, entry.process_id).unlink(missing_ok=True)
-            _fsync_folder(self.directory)
         except OSError as error:
             _log.warning(
                 "outbox %s: could not delete the entry of %r: %s",

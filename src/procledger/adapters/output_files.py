@@ -10,6 +10,11 @@ S that starts at offset a ends where the next run of S starts (or at the stream'
 Writes are ``os.write`` on ``O_APPEND`` descriptors, nothing buffered in this process, so what
 was written before a ``kill -9`` of the writer is readable afterwards, byte for byte.
 
+The folder is made when the run starts (a reader, and a salvage after the writer died, tell a
+silent run from one whose output is gone by it); the ``order`` file at the first byte kept, so
+a run that writes nothing costs one file create less (a journal write: ~0.1 ms on a quiet disk,
+~0.5 ms on a busy one). A reader takes a missing ``order`` file as no runs yet.
+
 The writer never raises: a failed write or a folder that vanished stops capture, and the reason
 is kept (``stopped``) for the caller to record. Past ``limit`` bytes kept, the oldest segments
 are deleted first, across both streams; the streams' dropped bytes are always a prefix.
@@ -126,11 +131,17 @@ class OutputWriter:
             self._guard(self._open_folder)
 
     def _open_folder(self) -> None:
-        if self.folder.exists():
-            shutil.rmtree(self.folder)  # a re-run under this id: its old output is stale
-        self.folder.mkdir(mode=0o700)
+        try:
+            self.folder.mkdir(mode=0o700)
+        except FileExistsError:  # a re-run under this id: its old output is stale
+            shutil.rmtree(self.folder)
+            self.folder.mkdir(mode=0o700)
         os.chmod(self.folder, 0o700)
+
+    def _open_order(self) -> int:
+        """The ``order`` file, made at the first byte kept."""
         self._order = os.open(self.folder / _ORDER, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return self._order
 
     def write(self, stream: int, data: bytes | memoryview) -> None:
         """Keep ``data`` as the next bytes of ``stream`` (0: stdout, 1: stderr); a view is
@@ -171,8 +182,9 @@ class OutputWriter:
             self._close_segment(stream)
 
     def _append(self, stream: int, offset: int, data: memoryview) -> None:
-        if self._last != stream and self._order is not None:
-            error = _write_all(self._order, _RUN.pack(stream, offset))[1]
+        if self._last != stream:
+            order = self._order if self._order is not None else self._open_order()
+            error = _write_all(order, _RUN.pack(stream, offset))[1]
             if error is not None:
                 raise error
             self._last = stream

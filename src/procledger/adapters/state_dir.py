@@ -28,6 +28,11 @@ def subdirectory(name: str, environ: os._Environ[str] | dict[str, str] | None = 
     Raises:
         OSError: the folder cannot be created (the caller decides what that costs).
     """
+    env = os.environ if environ is None else environ
+    key = (name, env.get("XDG_STATE_HOME"), env.get("HOME"))
+    made = _MADE.get(key)
+    if made is not None and os.path.isdir(made):  # one stat, not two mkdirs and a chmod
+        return made
     root = state_dir(environ)
     root.parent.mkdir(parents=True, exist_ok=True)
     for folder in (root, root / name):
@@ -36,4 +41,10 @@ def subdirectory(name: str, environ: os._Environ[str] | dict[str, str] | None = 
         except FileExistsError:
             continue
         os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
-    return root / name
+    _MADE[key] = made = root / name
+    return made
+
+
+_MADE: dict[tuple[str, str | None, str | None], Path] = {}
+"""Folders this process made (or found) already: each supervised run asks for its output
+root again, and a folder removed since is made again."""

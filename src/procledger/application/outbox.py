@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from procledger.adapters.outbox import Outbox, OutboxEntry, store_key
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
-from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
+from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings, local_liveness
 from procledger.domain.records import OutputSummary, ProcessRecord
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ _log = logging.getLogger("procledger.outbox")
 def this_host_id() -> str | None:
     """The PID namespace this process runs in (as the liveness adapter names it), or ``None``
     where ``/proc`` cannot tell: then no entry is ever delivered here."""
-    return LeaseOwner.local_process("procledger-outbox").liveness.host_id
+    return local_liveness().host_id
 
 
 def record_entry(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) -> ProcessRecord:

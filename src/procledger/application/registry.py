@@ -408,6 +408,8 @@ class ProcessRegistry:
         event_id: str | None = None,
         lease: Lease | None = None,
         authority: CompletionAuthority | None = None,
+        output: OutputSummary | None = None,
+        tails: dict[str, str] | None = None,
     ) -> ProcessRecord:
         """Record that the process was given up (``reason`` says why; ``owner``/``at_ms`` the
         evidence, e.g. a dead owner); as ``record_completed``."""
@@ -423,6 +425,7 @@ class ProcessRegistry:
                 event_id=_id(event_id),
                 authority=authority,
                 at_ms=now,
+                output=None if output is None else (output, tails or {}),
             ),
         )
 

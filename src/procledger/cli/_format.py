@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from procledger.domain.wording import command_text, ending, outcome, shell_word
 
@@ -57,4 +57,4 @@ def local_time(ms: int | None) -> str:
     """The ledger keeps UTC milliseconds; people read their own time zone, to the second."""
     if ms is None:
         return ""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")  # local, naive

@@ -15,12 +15,13 @@ from procledger.cli._app import (
     cli_state,
     dump,
     open_ledger,
+    option_errors,
     resolve_id,
     warn,
     write_json,
 )
 from procledger.cli._format import command_text, local_time, outcome, write_table
-from procledger.domain.wording import duration_ms, event_details
+from procledger.domain.wording import event_details
 
 if TYPE_CHECKING:
     from procledger import ProcessListFilter, ProcessRecord, ProcessRegistry
@@ -33,12 +34,13 @@ _IdArgument = Annotated[
 ]
 
 
-def parse_duration(text: str) -> int:
-    """``--since``: ``90``, ``90s``, ``15m``, ``2h``, ``3d``, ``1w`` -- in milliseconds."""
-    try:
-        return duration_ms(text)
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--since") from None
+def parse_age(text: str, option: str) -> int:
+    """``--since 2h``, ``--older-than 30d``: milliseconds ago, or a usage error naming
+    ``option``."""
+    from procledger.domain.service import age_ms  # pydantic: only when a filter needs it
+
+    with option_errors():
+        return age_ms(text, option=option)
 
 
 def parse_states(values: list[str]) -> set[ProcessState]:
@@ -64,7 +66,7 @@ def list_options(
     if label is not None:
         keys["identity_label"] = label
     if since is not None:
-        keys["created_at_start_ms"] = int(time.time() * 1000) - parse_duration(since)
+        keys["created_at_start_ms"] = int(time.time() * 1000) - parse_age(since, "--since")
     return keys, wanted
 
 

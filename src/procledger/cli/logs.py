@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from procledger.cli._app import EXIT_STOPPED, cli_state, open_ledger, resolve_id, warn, write_json
-from procledger.cli.inspection import parse_duration
+from procledger.cli.inspection import parse_age
 
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
@@ -182,7 +182,7 @@ def prune(
     """Delete ended processes last updated long ago, with their events and output."""
     from procledger import ProcessListFilter
 
-    cutoff = int(time.time() * 1000) - parse_duration(older_than)
+    cutoff = int(time.time() * 1000) - parse_age(older_than, "--older-than")
     selection = ProcessListFilter.decode({"status": status or "any"})
     with open_ledger(cli_state(ctx).url, create=False) as registry:
         report = registry.prune_terminal(cutoff, selection)

@@ -50,6 +50,16 @@ def install_local_identity_source(source: LocalIdentitySource) -> None:
     _local_identity[:] = [source]
 
 
+def local_liveness() -> Liveness:
+    """This process's liveness as the installed source tells it (opaque without one): what
+    ``local_process`` owners carry, and where a caller that needs only the host id asks."""
+    liveness = _local_identity[0]() if _local_identity else None
+    return liveness or _OPAQUE
+
+
+_OPAQUE = Liveness()
+
+
 class LeaseOwner(Frozen):
     owner_id: str = Field(min_length=1)
     incarnation_id: str = Field(min_length=1)
@@ -58,11 +68,10 @@ class LeaseOwner(Frozen):
     @classmethod
     def local_process(cls, owner_id: str, incarnation_id: str | None = None) -> LeaseOwner:
         """An owner that others on this host can prove dead; opaque where /proc is unreadable."""
-        liveness = _local_identity[0]() if _local_identity else None
         return cls(
             owner_id=owner_id,
             incarnation_id=incarnation_id or uuid.uuid4().hex,
-            liveness=liveness or Liveness(),
+            liveness=local_liveness(),
         )
 
     def same_incarnation(self, other: LeaseOwner) -> bool:

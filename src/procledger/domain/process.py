@@ -845,6 +845,7 @@ class Process(Aggregate):
         event_id: str | None,
         authority: CompletionAuthority | None,
         at_ms: int,
+        output: tuple[OutputSummary, dict[str, str]] | None = None,
     ) -> bool:
         abandon_reason = _as_reason(reason)
         check_row(LifecycleKind.abandoned, ProcessState.abandoned, abandon_reason)
@@ -861,6 +862,7 @@ class Process(Aggregate):
             return False
         if authority is not None:
             self.check_authority(authority, reason=abandon_reason)
+        self._emit_output(output, at_ms)
         self._emit(
             self.Abandoned,
             at_ms,

@@ -4,7 +4,6 @@ same thing; pure text, no I/O."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import TYPE_CHECKING
 
@@ -14,8 +13,6 @@ if TYPE_CHECKING:
     from procledger.domain.records import ProcessEvent, ProcessRecord
 
 _EVENT_KEYS = ("state", "reason", "exit_code", "signal", "diagnostic")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}
 
 
@@ -59,15 +56,6 @@ def command_text(record: ProcessRecord) -> str:
     if not argv:
         return record.identity.label or record.identity.kind
     return " ".join(shell_word(word) for word in argv)
-
-
-def duration_ms(text: str) -> int:
-    """A duration as people write it -- ``90``, ``90s``, ``15m``, ``2h``, ``3d``, ``1w`` -- in
-    milliseconds; ``ValueError`` naming the text for anything else."""
-    found = _DURATION.fullmatch(text.strip())
-    if found is None:
-        raise ValueError(f"{text!r} is not a duration such as 90s, 15m, 2h or 3d")
-    return int(float(found.group(1)) * _UNITS[found.group(2) or "s"] * 1000)
 
 
 def event_details(event: ProcessEvent, *, with_payload: bool = False) -> str:

@@ -16,7 +16,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from procledger.adapters.output_files import (
     STREAMS,
@@ -27,13 +27,22 @@ from procledger.adapters.output_files import (
     output_root,
 )
 from procledger.application.outbox import store_key, this_host_id
-from procledger.domain.records import OutputSummary, StreamOutput
+from procledger.application.output import output_folder
+from procledger.domain.records import OutputSummary, ProcessRecord, StreamOutput
 from procledger.supervisor.execution import Borrower, Consumer
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["DEFAULT_OUTPUT_LIMIT", "SALVAGED", "Capture", "no_capture", "open_capture", "salvage"]
+__all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
+    "SALVAGED",
+    "Capture",
+    "SalvagedOutput",
+    "no_capture",
+    "open_capture",
+    "salvage",
+]
 
 log = logging.getLogger("procledger.supervisor")
 
@@ -171,14 +180,26 @@ class Capture:
 SALVAGED: Final = "its supervisor died: output written after that was not kept"
 
 
-def salvage(folder: Path | None) -> tuple[OutputSummary, dict[str, str]] | None:
+class SalvagedOutput(NamedTuple):
+    """``output``/``tails`` as ``record_completed``, ``record_lost`` and ``record_abandoned``
+    take them."""
+
+    output: OutputSummary | None
+    tails: dict[str, str] | None
+
+
+def salvage(
+    registry: ProcessRegistry, record: ProcessRecord, output_dir: Path | None = None
+) -> SalvagedOutput:
     """The output facts of a run whose supervisor died before it could give them, read back
-    from the files its capture left (written before the death, byte for byte: nothing is
-    buffered); ``None`` when there are none on this host. The limit the run was given is not
-    in the ledger, so the summary says it is unknown."""
+    from the files its capture left in this host's folder for it (written before the death,
+    byte for byte: nothing is buffered); ``(None, None)`` when there are none here. Every
+    terminal written for such a run (``restore``, a stop or an abandon of an orphan) passes them
+    on. The limit the run was given is not in the ledger: the summary says it is unknown."""
+    folder = output_folder(registry, record, output_dir)
     reader = None if folder is None else OutputReader(folder)
     if reader is None or not reader.exists():
-        return None
+        return SalvagedOutput(None, None)
     totals = [reader.totals(stream) for stream in (0, 1)]
     summary = OutputSummary(
         capture=True,
@@ -189,7 +210,7 @@ def salvage(folder: Path | None) -> tuple[OutputSummary, dict[str, str]] | None:
         stderr=_stream_output(totals[1]),
         stopped=SALVAGED,
     )
-    return summary, _tails(totals)
+    return SalvagedOutput(summary, _tails(totals))
 
 
 def _stream_output(totals: StreamTotals) -> StreamOutput:

@@ -89,10 +89,12 @@ def abandon_process(
     that first started it as evidence and ``reason`` in the diagnostic. ``StillOwned`` while a
     live owner holds it or its recorded child runs on this host."""
     from procledger.domain.diagnostics import clip_diagnostic
+    from procledger.supervisor.capture import salvage
 
     lease = _take_unowned(registry, record, me)
     diagnostic = f"abandoned by {me.owner_id} on request" + (f": {reason}" if reason else "")
     first = record.first_started
+    output, tails = salvage(registry, record)
     return registry.record_abandoned(
         record.id,
         TerminalReason.abandon_requested,
@@ -100,6 +102,8 @@ def abandon_process(
         at_ms=registry.now_ms(),
         diagnostic=clip_diagnostic(diagnostic),
         lease=lease,
+        output=output,
+        tails=tails,
     )
 
 

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import uuid
 from dataclasses import dataclass
@@ -33,38 +34,61 @@ STOP_REASONS: Final = (
 """The reasons a stop may be requested with, weakest first."""
 
 
-@dataclass(frozen=True, slots=True)
 class EventIds:
-    """The ids one process's writes use; the same for every attempt at the same registration."""
+    """The ids one process's writes use; the same for every attempt at the same registration.
 
-    started: str
-    backgrounded: str
-    stop: dict[TerminalReason, str]
-    completed: str
-    lost: str
-    command_id: uuid.UUID
-    """The completion notification's command id."""
-    run_marker: str
-    """What the child's environment names its run with (``os_seam.RUN_MARKER``), so a stop --
-    this supervisor's or, after it died, ``restore``'s -- finds descendants that escaped."""
+    Each is derived when first asked for (a uuid5 costs ~5 µs, and a run that is not stopped
+    needs three of the nine): ``started``, ``backgrounded``, ``stop`` (by reason),
+    ``completed``, ``lost``, ``command_id`` (the completion notification's command id) and
+    ``run_marker`` (what the child's environment names its run with, ``os_seam.RUN_MARKER``,
+    so a stop -- this supervisor's or, after it died, ``restore``'s -- finds descendants that
+    escaped). Equal when derived from the same process id and registration hash."""
+
+    def __init__(self, process_id: str, registration_hash: str) -> None:
+        self._base = f"{process_id}\x00{registration_hash}\x00"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EventIds) and other._base == self._base
+
+    def __hash__(self) -> int:
+        return hash(self._base)
+
+    def _derive(self, kind: str) -> uuid.UUID:
+        return uuid.uuid5(ID_NAMESPACE, self._base + kind)
+
+    @functools.cached_property
+    def started(self) -> str:
+        return str(self._derive("started"))
+
+    @functools.cached_property
+    def backgrounded(self) -> str:
+        return str(self._derive("backgrounded"))
+
+    @functools.cached_property
+    def stop(self) -> dict[TerminalReason, str]:
+        return {r: str(self._derive(f"stop_requested:{r.value}")) for r in STOP_REASONS}
+
+    @functools.cached_property
+    def completed(self) -> str:
+        return str(self._derive("completed"))
+
+    @functools.cached_property
+    def lost(self) -> str:
+        return str(self._derive("lost"))
+
+    @functools.cached_property
+    def command_id(self) -> uuid.UUID:
+        return self._derive("completion-command")
+
+    @functools.cached_property
+    def run_marker(self) -> str:
+        return str(self._derive("run-marker"))
 
 
 def event_ids(process_id: str, registration_hash: str) -> EventIds:
     """The ids of one registration's writes: uuid5 of the process id, its registration hash
     and the write's kind, so a retried or restored write reuses the id of the first try."""
-
-    def derive(kind: str) -> uuid.UUID:
-        return uuid.uuid5(ID_NAMESPACE, f"{process_id}\x00{registration_hash}\x00{kind}")
-
-    return EventIds(
-        started=str(derive("started")),
-        backgrounded=str(derive("backgrounded")),
-        stop={reason: str(derive(f"stop_requested:{reason.value}")) for reason in STOP_REASONS},
-        completed=str(derive("completed")),
-        lost=str(derive("lost")),
-        command_id=derive("completion-command"),
-        run_marker=str(derive("run-marker")),
-    )
+    return EventIds(process_id, registration_hash)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import functools
 import math
 import mmap
-import os
 import selectors
 import signal
 import subprocess
@@ -315,11 +314,14 @@ class _Pump:
                 self._close_output(pipe)
 
     def close(self) -> None:
-        """Close every owned pipe (without reading) and the selector."""
+        """Close every owned pipe (without reading) and the selector, and let the read buffer
+        go: a supervisor keeps its finished children (their handles stay valid), and each kept
+        64 KiB (or a 1 MiB mapping) until the supervisor itself was gone."""
         self.close_input()
         for pipe in list(self._outputs):
             self._close_output(pipe)
         self._selector.close()
+        self._buffer = None
 
     def _on_exit(self) -> None:
         self.exited = True
@@ -446,12 +448,10 @@ class OwnedChild:
         """
         args = checked_argv(argv)
         data = _encoded(stdin)
-        if marker is not None:
-            env = {**(os.environ if env is None else env), os_seam.RUN_MARKER: marker}
         child = os_seam.spawn(
             args,
             cwd=cwd,
-            env=env,
+            env=env if marker is None else os_seam.marked_env(env, marker),
             stdin_pipe=data is not None,
             stdout_pipe=stdout is not None,
             stderr_pipe=stderr is not None,

@@ -26,6 +26,7 @@ from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
 from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import ProcessState
 from procledger.supervisor import os_seam
+from procledger.supervisor.capture import salvage
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import KILL_SETTLE_S
 from procledger.supervisor.modes import StopMode
@@ -161,6 +162,7 @@ def stop_orphan(
         registry.release_lease(lease)
         return registry.get(record.id)
     state = ProcessState(stop_mode.reason.value)
+    output, tails = salvage(registry, record)
     return registry.record_completed(
         record.id,
         state,
@@ -169,6 +171,8 @@ def stop_orphan(
         lease=lease,
         signal=result.ended_by,
         survivors=result.survivors,
+        output=output,
+        tails=tails,
     )
 
 
@@ -182,12 +186,15 @@ def _record_gone(
 ) -> ProcessRecord:
     pid = record.os.pid if record.os else None
     text = f"{what}: its child (OS pid {pid}) is gone; its outcome is unknown"
+    output, tails = salvage(registry, record)
     try:
         return registry.record_lost(
             record.id,
             diagnostic=clip_diagnostic(text),
             event_id=event_ids(record.id, record.registration_hash).lost,
             lease=lease,
+            output=output,
+            tails=tails,
         )
     except InvalidTransition:
         registry.release_lease(lease)

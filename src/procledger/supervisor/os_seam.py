@@ -51,11 +51,23 @@ def describe(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
+ChildEnv = Mapping[str, str] | Mapping[bytes, bytes]
+
+
+def marked_env(env: Mapping[str, str] | None, marker: str) -> ChildEnv:
+    """``env`` (ours when None) with ``RUN_MARKER=marker``. Ours is copied as bytes
+    (``os.environb``): ``Popen`` encodes every variable again, so a str copy decoded and
+    re-encoded each one on every spawn."""
+    if env is None and os.supports_bytes_environ:
+        return {**os.environb, RUN_MARKER.encode(): marker.encode()}
+    return {**(os.environ if env is None else env), RUN_MARKER: marker}
+
+
 def spawn(
     argv: Sequence[str],
     *,
     cwd: StrPath | None,
-    env: Mapping[str, str] | None,
+    env: ChildEnv | None,
     stdin_pipe: bool,
     stdout_pipe: bool,
     stderr_pipe: bool,
@@ -73,7 +85,7 @@ def spawn(
             list(argv),
             bufsize=0,
             cwd=cwd,
-            env=None if env is None else dict(env),
+            env=env,
             stdin=subprocess.PIPE if stdin_pipe else stdin_source,
             stdout=subprocess.PIPE if stdout_pipe else None,
             stderr=subprocess.PIPE if stderr_pipe else None,

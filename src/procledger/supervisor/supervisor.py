@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -45,7 +46,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, fin
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
-from procledger.application.output import output_folder
 from procledger.domain.attempts import attempt_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
@@ -107,6 +107,7 @@ from procledger.supervisor.execution import (
     checked_argv,
 )
 from procledger.supervisor.modes import StopMode
+from procledger.supervisor.owners import OwnerThreads
 from procledger.supervisor.readiness import ReadinessWatch
 from procledger.supervisor.services import BackoffEnd, Service, backoff_wait
 
@@ -300,10 +301,8 @@ class Supervisor:
             watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
         """
         self._registry = registry
-        self._watch = watch
-        self._output_dir = output_dir
-        self._outbox = outbox
-        self._notice = notice
+        self._watch, self._output_dir = watch, output_dir
+        self._outbox, self._notice = outbox, notice
         self._subreaper = subreaper and _Subreaper.acquire()
         self._owner, self._notifier = owner, notifier
         self._stop_policy, self._timings = stop, timings
@@ -313,7 +312,9 @@ class Supervisor:
         self._starting = 0
         self._closed = False
         self._ticker: threading.Thread | None = None
+        self._ticker_until = 0.0  # when the ticker wakes up next (monotonic)
         self._wake = threading.Event()
+        self._owners = OwnerThreads()
         self._helpers: list[threading.Thread] = []
         self._services: dict[str, Service] = {}
 
@@ -441,7 +442,7 @@ class Supervisor:
         rerun inherits its runner's environment (docs/design.md §6.2)."""
         registry = self._registry
         if request.env is None:
-            env_ref = env_ref_for({str(k): str(v) for k, v in os.environ.items()})
+            env_ref = _inherited_env_ref()
         elif request.disposition is RecoveryDisposition.rerunnable:
             env_ref = registry.store_env({str(k): str(v) for k, v in request.env.items()})
         else:
@@ -570,17 +571,22 @@ class Supervisor:
         registry, now = self._registry, self._registry.now_ms()
         facts = _os_facts(run.child.pid, run.child.pgid)
         if background:
-            registry.record_backgrounded(
+            record = registry.record_backgrounded(
                 run.process_id, now, event_id=run.ids.backgrounded, os=facts
             )
         else:
-            registry.record_started(run.process_id, now, event_id=run.ids.started, os=facts)
+            record = registry.record_started(
+                run.process_id, now, event_id=run.ids.started, os=facts
+            )
+        if not record.stop_requested:
+            # Our own write moved the change number: the stop poll need not read it back (it
+            # did, for every run). A request already on record is left for the poll to take.
+            run.seen_change_seq = record.change_seq
 
     def _admit(self, run: _Run) -> None:
-        if self._watch is None:
-            run.thread = threading.Thread(
-                target=self._own, args=(run,), name=f"procledger-run-{run.process_id}", daemon=True
-            )
+        """Hand the running child to its owner: a kept owner thread (``owners.py``) or the
+        ``watch``; start the ticker if none runs, and wake it only if this lease is due
+        before the ticker's next wake-up (a wake-up per run cost a thread switch per run)."""
         with self._lock:
             self._runs[run.handle] = run
             self._active[run.handle] = run
@@ -588,22 +594,25 @@ class Supervisor:
                 self._ticker = threading.Thread(
                     target=self._tick, name="procledger-supervisor-ticker", daemon=True
                 )
+                self._ticker_until = math.inf
                 self._ticker.start()
             if self._closed:  # shutdown began while this one was starting
                 with run.lock:
                     run.shutdown = True
-        self._wake.set()  # the ticker's next wake-up must account for this lease
+            wake = run.keeper.due_at < self._ticker_until
+        if wake:
+            self._wake.set()
         if run.watch is not None:  # whoever waits for the child, its probes are watched here
             self._helper(functools.partial(self._watch_ready, run, run.watch))
-        if run.thread is None:
-            assert self._watch is not None
-            try:
-                self._watch(run.child, functools.partial(self._own, run))
-                return
-            except BaseException:  # the watcher refused it: the child must not go unowned
-                log.exception("process %r: its watcher failed; an owner thread waits", run.handle)
-                run.thread = threading.Thread(target=self._own, args=(run,), daemon=True)
-        run.thread.start()
+        if self._watch is None:
+            self._owners.run(functools.partial(self._own, run), f"procledger-run-{run.process_id}")
+            return
+        try:
+            self._watch(run.child, functools.partial(self._own, run))
+        except BaseException:  # the watcher refused it: the child must not go unowned
+            log.exception("process %r: its watcher failed; an owner thread waits", run.handle)
+            run.thread = threading.Thread(target=self._own, args=(run,), daemon=True)
+            run.thread.start()
 
     # -- readiness (docs/design.md §15) ------------------------------------------------------------
 
@@ -860,12 +869,12 @@ class Supervisor:
         except BaseException as error:
             run.error = error
         finally:
+            run.ticket = dataclasses.replace(run.ticket, capture=None)  # finished: its tails go
             with self._lock:
                 self._active.pop(run.handle, None)
                 self._lock.notify_all()
             run.done.set()
             run.settled.set()
-            self._wake.set()
 
     def _finish(self, run: _Run, returncode: int, failure: str | None) -> None:
         with run.lock:
@@ -1170,8 +1179,17 @@ class Supervisor:
             if now >= next_poll:
                 self._poll_stop_requests(runs)
                 next_poll = now + STOP_POLL_S
-            self._wake.wait(_ticker_sleep_s(runs, next_poll, time.monotonic()))
+            self._wake.wait(self._ticker_sleep(runs, next_poll))
             self._wake.clear()
+
+    def _ticker_sleep(self, runs: list[_Run], next_poll: float) -> float:
+        """How long the ticker sleeps now; a run admitted meanwhile wakes it only if its
+        lease is due sooner (``_admit``)."""
+        now = time.monotonic()
+        sleep_s = _ticker_sleep_s(runs, next_poll, now)
+        with self._lock:
+            self._ticker_until = now + sleep_s
+        return sleep_s
 
     def _ticking(self) -> list[_Run] | None:
         """The active runs; ``None`` (and the ticker retired) once there is nothing to keep."""
@@ -1180,6 +1198,7 @@ class Supervisor:
             if not runs and not self._starting:
                 self._ticker = None
                 return None
+            self._ticker_until = math.inf  # awake: a run admitted from now on wakes it
             return runs
 
     def _renew_if_due(self, run: _Run, now: float) -> None:
@@ -1292,14 +1311,14 @@ class Supervisor:
             stop = orphans.stop_tree(record, (_SIGTERM,), self._stop_policy.grace_s, escalate=True)
             done = orphans.describe_stop(record, stop, "restore")
             diagnostic = clip_diagnostic(f"{_gone_line(holder)}; {done}")
-        salvaged = salvage(output_folder(self._registry, record, self._output_dir))
+        output, tails = salvage(self._registry, record, self._output_dir)
         return self._registry.record_lost(
             record.id,
             diagnostic=diagnostic,
             event_id=event_ids(record.id, record.registration_hash).lost,
             lease=lease,
-            output=None if salvaged is None else salvaged[0],
-            tails=None if salvaged is None else salvaged[1],
+            output=output,
+            tails=tails,
         )
 
     def _publish_again(self, written: ProcessRecord) -> None:
@@ -1387,6 +1406,7 @@ class Supervisor:
             ticker.join()
         for thread in helpers:
             thread.join()
+        self._owners.close()
 
 
 _SIGTERM: Final = signal.SIGTERM
@@ -1533,6 +1553,24 @@ def _os_facts(pid: int, pgid: int) -> OsFacts | None:
     if host is None or stat is None:
         return None
     return OsFacts(pid=pid, pgid=pgid, start_time=stat[1], host_id=host)
+
+
+def _inherited_env_ref() -> str:
+    """The env ref of this process's environment (what a child started without ``env``
+    inherits), hashed again only when the environment changed: decoding, sorting and hashing
+    every variable cost ~50 µs of each start."""
+    snapshot = tuple(os.environb.items()) if os.supports_bytes_environ else None
+    cached = _ENV_REF.get("inherited")  # one read: another thread may replace it meanwhile
+    if snapshot is not None and cached is not None and cached[0] == snapshot:
+        return cached[1]
+    env_ref = env_ref_for({str(k): str(v) for k, v in os.environ.items()})
+    if snapshot is not None:
+        _ENV_REF["inherited"] = (snapshot, env_ref)
+    return env_ref
+
+
+_ENV_REF: dict[str, tuple[tuple[tuple[bytes, bytes], ...], str]] = {}
+"""The environment last hashed, as bytes pairs, and its env ref."""
 
 
 def _checked_stdin(stdin: object) -> Stdin:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from procledger.domain.service import age_ms
 from procledger.domain.vocabulary import ProcessState
-from procledger.domain.wording import command_text, duration_ms, outcome
+from procledger.domain.wording import command_text, outcome
 from procledger.projections.records import ProcessScan
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def _start_ms(query: Mapping[str, str], now_ms: int | None) -> int | None:
     if not query.get("since"):
         return None
     try:
-        ago = duration_ms(query["since"])
+        ago = age_ms(query["since"], option="since")
     except ValueError as exc:
         raise QueryError(str(exc)) from None
     return (now_ms if now_ms is not None else int(time.time() * 1000)) - ago

@@ -22,6 +22,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from procledger.adapters.sql.dialect import Dialect
 from procledger.adapters.sql.errors import translate
+from procledger.adapters.sql.group_commit import Group, WriteGroups
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.store import Store, Tx, append_in
 from procledger.domain.errors import StoreError, StoreURLError
@@ -53,6 +54,9 @@ class SQLiteConnections:
         self._serialised: threading.RLock | None = threading.RLock() if in_memory else None
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
+        self.groups = (
+            None if in_memory else WriteGroups(self.acquire, self.release, timeout=timeout)
+        )
         _OPEN_STORES.add(self)
 
     def acquire(self) -> sqlite3.Connection:
@@ -85,6 +89,8 @@ class SQLiteConnections:
     def forget_after_fork(self) -> None:
         """In a forked child: never touch the parent's connections (not even to close them)."""
         self._idle = []
+        if self.groups is not None:
+            self.groups.forget_after_fork()
 
     def _take(self) -> sqlite3.Connection:
         if self._closed:
@@ -184,6 +190,46 @@ class SQLiteTransaction:
                 self._cursor.close()
         finally:
             self._connections.release(connection)
+
+    def _where(self) -> str:
+        return f"store {self._dialect.location.masked!r}"
+
+
+class GroupedWrite:
+    """One write transaction on a SQLite file, as a member of a group commit (``WriteGroups``):
+    it returns once the group's commit -- this write's included -- is durable."""
+
+    __slots__ = ("_cursor", "_dialect", "_group", "_groups")
+    _group: Group
+    _cursor: sqlite3.Cursor
+
+    def __init__(self, groups: WriteGroups, dialect: Dialect) -> None:
+        self._groups = groups
+        self._dialect = dialect
+
+    def __enter__(self) -> Tx:
+        try:
+            self._group, self._cursor = self._groups.join()
+        except sqlite3.Error as error:
+            raise translate(error, self._where()) from error
+        return Tx(self._cursor, self._dialect)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        failure = self._groups.leave(self._group, self._cursor, error)
+        if isinstance(failure, sqlite3.Error):
+            raise translate(failure, self._where()) from failure
+        if failure is not None:
+            raise StoreError(
+                f"{self._where()}: the transaction this write shared was rolled back "
+                f"({type(failure).__name__}: {failure})"
+            ) from failure
+        if isinstance(error, sqlite3.Error | UnicodeDecodeError):
+            raise translate(error, self._where()) from error
 
     def _where(self) -> str:
         return f"store {self._dialect.location.masked!r}"
@@ -308,4 +354,11 @@ def attach(store: Store, recorder: Any, datastore: Any) -> None:
     store.sqlite = connections = SQLiteConnections(
         datastore.pool.db_name, in_memory=store.location.in_memory, timeout=LOCK_TIMEOUT_S
     )
-    store.begin = functools.partial(SQLiteTransaction, connections, store.dialect)
+    store.begin = functools.partial(_begin, connections, store.dialect)
+
+
+def _begin(connections: SQLiteConnections, dialect: Dialect, write: bool) -> Any:
+    """A transaction: a write on a file joins this process's group commit."""
+    if write and connections.groups is not None:
+        return GroupedWrite(connections.groups, dialect)
+    return SQLiteTransaction(connections, dialect, write)
