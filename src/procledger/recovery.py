@@ -86,6 +86,7 @@ from procledger.supervisor.capture import (
     Capture,
     no_capture,
     open_capture,
+    salvage,
 )
 from procledger.supervisor.execution import StopPolicy, run_streaming
 from procledger.supervisor.readiness import (
@@ -526,6 +527,7 @@ class RecoveryWorker:
         self._lock = threading.Lock()
         self._cancels: set[threading.Event] = set()
         self._outbox = outbox
+        self._output_dir = output_dir
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -684,7 +686,7 @@ class RecoveryWorker:
                 self._run_claimed(keeper, record, tally)  # read under the claim's row lock
             else:
                 assert decision.reason is not None
-                self._abandon_with(lease, decision.reason, decision.evidence, tally)
+                self._abandon_with(record, lease, decision.reason, decision.evidence, tally)
         elif decision.action is Action.abandon:
             self._abandon(record, found.lapsed, decision, tally)
         else:
@@ -790,14 +792,23 @@ class RecoveryWorker:
         if keeper is None:
             tally.skipped.append(process_id)
             return
-        self._abandon_with(keeper.lease, reason, decision.evidence, tally)
+        self._abandon_with(record, keeper.lease, reason, decision.evidence, tally)
 
     def _abandon_with(
-        self, lease: Lease, reason: TerminalReason, evidence: LeaseOwner | None, tally: _Tally
+        self,
+        record: ProcessRecord,
+        lease: Lease,
+        reason: TerminalReason,
+        evidence: LeaseOwner | None,
+        tally: _Tally,
     ) -> None:
+        """Abandon with ``lease``; a dead holder's run keeps what its capture left here."""
         process_id = lease.process_id
+        output, tails = salvage(self.registry, record, self._output_dir)
         try:
-            self.registry.record_abandoned(process_id, reason, owner=evidence, lease=lease)
+            self.registry.record_abandoned(
+                process_id, reason, owner=evidence, lease=lease, output=output, tails=tails
+            )
         except LeaseLost:
             tally.lost.append(process_id)
         except InvalidTransition:  # finished between our look and our claim
@@ -811,7 +822,7 @@ class RecoveryWorker:
         if facts is None or not self._drainable(facts[0]):
             tally.skipped.append(process_id)
             return
-        _, lease, dead = facts
+        record, lease, dead = facts
         if lease is not None and lease.is_live(self.registry.now_ms()) and not dead:
             tally.skipped.append(process_id)  # a live holder is still executing it
             return
@@ -819,7 +830,7 @@ class RecoveryWorker:
         if keeper is None:
             tally.skipped.append(process_id)
             return
-        self._abandon_with(keeper.lease, TerminalReason.owner_drain, self.owner, tally)
+        self._abandon_with(record, keeper.lease, TerminalReason.owner_drain, self.owner, tally)
 
     def _drainable(self, record: ProcessRecord) -> bool:
         return (

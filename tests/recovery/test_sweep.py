@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,8 @@ from procledger import (
     TerminalReason,
     open_registry,
 )
+from procledger.adapters.output_files import OutputWriter
+from procledger.application.output import output_folder, stored_tail
 from procledger.recovery import RecoveryWorker, RunResult, SweepReport
 from procledger.testing import FakeClock
 
@@ -257,6 +260,31 @@ def test_owner_bound_started_by_a_provably_dead_holder_is_abandoned_owner_dead(
     abandoned = registry.events("step")[-1]
     assert abandoned.payload["authority"] is None
     assert holder.fencing_token == 1
+
+
+def test_a_dead_holders_captured_output_goes_into_the_abandoned_record(
+    registry: ProcessRegistry, runner: RecordingRunner, tmp_path: Path
+) -> None:
+    """What the dead supervisor's capture left on this host is read back into the record, as
+    ``restore`` does (docs/design.md §14), so another host can show its tail."""
+    register(registry, "step", "owner_bound", argv=["sh", "-c", "echo hi"])
+    start_by(registry, "step", dead_owner("dead-supervisor"), ttl=10**9)
+    folder = output_folder(registry, registry.get("step"), tmp_path)
+    assert folder is not None
+    left = OutputWriter(folder, 1 << 20)  # the dead supervisor's capture, never closed
+    left.write(0, b"hello\n")
+    left.write(1, b"oops\n")
+    worker = RecoveryWorker(
+        registry, LeaseOwner.local_process("w"), runner, timings=TIMINGS, output_dir=tmp_path
+    )
+
+    assert worker.sweep() == SweepReport(abandoned=["step"])
+    left.close()
+    output = registry.get("step").output
+    assert output is not None
+    assert (output.stdout.written, output.stderr.written, output.limit) == (6, 5, None)
+    assert output.stopped is not None
+    assert stored_tail(registry, "step") == {"stdout": b"hello\n", "stderr": b"oops\n"}
 
 
 def test_owner_bound_abandon_request_waits_for_a_lapsed_lease(
