@@ -14,6 +14,7 @@ from _shared import Processes, wait_until
 from procledger import (
     LeaseOwner,
     NotFound,
+    ProcessHandle,
     ProcessRecord,
     ProcessRegistry,
     ProcessState,
@@ -93,10 +94,7 @@ def test_an_always_failing_child_backs_off_then_crash_loops(
 def test_a_stop_during_the_backoff_starts_nothing_more(
     registry: ProcessRegistry, supervisor: Supervisor
 ) -> None:
-    policy = RestartPolicy(mode=RestartMode.always, backoff_initial_s=30, backoff_max_s=30)
-    handle = supervisor.start(["sh", "-c", "exit 1"], restart=policy)
-    second = f"{handle.process_id}.2"
-    wait_until(lambda: _exists(registry, second), 30, "the second attempt to be registered")
+    handle, second = _in_backoff(registry, supervisor)
     assert registry.get(second).state is ProcessState.starting
     record = supervisor.stop(handle, "terminate")
     assert record.id == second
@@ -112,10 +110,7 @@ def test_a_stop_recorded_elsewhere_during_the_backoff_is_honoured(
     registry: ProcessRegistry, supervisor: Supervisor
 ) -> None:
     """What `procledger stop` does from another process: a request on the newest attempt."""
-    policy = RestartPolicy(mode=RestartMode.always, backoff_initial_s=30, backoff_max_s=30)
-    handle = supervisor.start(["sh", "-c", "exit 1"], restart=policy)
-    second = f"{handle.process_id}.2"
-    wait_until(lambda: _exists(registry, second), 30, "the second attempt to be registered")
+    handle, second = _in_backoff(registry, supervisor)
     registry.request_stop(second, "terminated")
     record = supervisor.wait(handle, timeout=10)
     assert (record.id, record.state) == (second, ProcessState.terminated)
@@ -160,6 +155,16 @@ def test_the_policy_decides_which_ends_restart(
     assert last.gave_up == ("crash_loop" if expected == 3 else None)
 
 
+def _in_backoff(registry: ProcessRegistry, supervisor: Supervisor) -> tuple[ProcessHandle, str]:
+    """A service that always fails, waiting 30 s before its second attempt: its handle and
+    the id of that attempt, registered (``starting``) before the wait."""
+    policy = RestartPolicy(mode=RestartMode.always, backoff_initial_s=30, backoff_max_s=30)
+    handle = supervisor.start(["sh", "-c", "exit 1"], restart=policy)
+    second = f"{handle.process_id}.2"
+    wait_until(lambda: _exists(registry, second), 30, "the second attempt to be registered")
+    return handle, second
+
+
 def _exists(registry: ProcessRegistry, pid: str) -> bool:
     try:
         registry.get(pid)
@@ -171,10 +176,7 @@ def _exists(registry: ProcessRegistry, pid: str) -> bool:
 def test_a_shutdown_during_the_backoff_ends_the_pending_attempt(
     registry: ProcessRegistry, supervisor: Supervisor
 ) -> None:
-    policy = RestartPolicy(mode=RestartMode.always, backoff_initial_s=30, backoff_max_s=30)
-    handle = supervisor.start(["sh", "-c", "exit 1"], restart=policy)
-    second = f"{handle.process_id}.2"
-    wait_until(lambda: _exists(registry, second), 30, "the second attempt to be registered")
+    handle, second = _in_backoff(registry, supervisor)
     supervisor.shutdown(grace_s=1.0)
     record = registry.get(second)
     assert (record.state, record.reason) == (

@@ -281,23 +281,18 @@ class OutputReader:
 
     def end(self, stream: int) -> int:
         """The offset just past the last byte on disk (0 when nothing is)."""
-        segments = self.segments(stream)
-        if not segments:
-            return 0
-        start, path = segments[-1]
-        try:
-            return start + path.stat().st_size
-        except FileNotFoundError:
-            return start
+        return _end_of(self.segments(stream))
 
     def totals(self, stream: int) -> StreamTotals:
         """The stream's totals as the files tell them, for a writer that can no longer say
         (killed): written is where the kept bytes end, or where the order file last saw the
         stream when every segment was dropped; the tail is the last ``TAIL_BYTES`` on disk."""
         segments = self.segments(stream)
-        seen = [start for number, start in self.runs() if number == stream]
-        written = max([self.end(stream), *seen])
-        first = segments[0][0] if segments else written
+        if segments:  # the newest segment goes last: where it ends, the stream does
+            written, first = _end_of(segments), segments[0][0]
+        else:
+            written = max((at for number, at in self.runs() if number == stream), default=0)
+            first = written
         tail = bytearray()
         for chunk in self.read(stream, max(first, written - TAIL_BYTES)):
             tail += chunk.data
@@ -338,6 +333,17 @@ class OutputReader:
             begin = max(start, since[stream])
             if stop > begin:
                 yield from self.read(stream, begin, stop)
+
+
+def _end_of(segments: list[tuple[int, Path]]) -> int:
+    """Where the last of ``segments`` ends (0 for none; its start if deleted meanwhile)."""
+    if not segments:
+        return 0
+    start, path = segments[-1]
+    try:
+        return start + path.stat().st_size
+    except FileNotFoundError:
+        return start
 
 
 def _run_stops(runs: list[tuple[int, int]], ends: tuple[int, int]) -> Iterator[int]:

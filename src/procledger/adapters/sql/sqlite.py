@@ -158,7 +158,7 @@ class SQLiteTransaction:
         except BaseException as error:
             self._connections.release(connection)
             if isinstance(error, sqlite3.Error):
-                raise translate(error, self._where()) from error
+                raise translate(error, _where(self._dialect)) from error
             raise
         return Tx(cursor, self._dialect)
 
@@ -171,9 +171,9 @@ class SQLiteTransaction:
         try:
             self._finish(error)
         except sqlite3.Error as failure:
-            raise translate(failure, self._where()) from failure
+            raise translate(failure, _where(self._dialect)) from failure
         if isinstance(error, sqlite3.Error | UnicodeDecodeError):
-            raise translate(error, self._where()) from error
+            raise translate(error, _where(self._dialect)) from error
 
     def _finish(self, error: BaseException | None) -> None:
         connection = self._connection
@@ -190,9 +190,6 @@ class SQLiteTransaction:
                 self._cursor.close()
         finally:
             self._connections.release(connection)
-
-    def _where(self) -> str:
-        return f"store {self._dialect.location.masked!r}"
 
 
 class GroupedWrite:
@@ -211,7 +208,7 @@ class GroupedWrite:
         try:
             self._group, self._cursor = self._groups.join()
         except sqlite3.Error as error:
-            raise translate(error, self._where()) from error
+            raise translate(error, _where(self._dialect)) from error
         return Tx(self._cursor, self._dialect)
 
     def __exit__(
@@ -222,17 +219,14 @@ class GroupedWrite:
     ) -> None:
         failure = self._groups.leave(self._group, self._cursor, error)
         if isinstance(failure, sqlite3.Error):
-            raise translate(failure, self._where()) from failure
+            raise translate(failure, _where(self._dialect)) from failure
         if failure is not None:
             raise StoreError(
-                f"{self._where()}: the transaction this write shared was rolled back "
+                f"{_where(self._dialect)}: the transaction this write shared was rolled back "
                 f"({type(failure).__name__}: {failure})"
             ) from failure
         if isinstance(error, sqlite3.Error | UnicodeDecodeError):
-            raise translate(error, self._where()) from error
-
-    def _where(self) -> str:
-        return f"store {self._dialect.location.masked!r}"
+            raise translate(error, _where(self._dialect)) from error
 
 
 class SQLiteRecorder(SQLiteApplicationRecorder):
@@ -362,3 +356,8 @@ def _begin(connections: SQLiteConnections, dialect: Dialect, write: bool) -> Any
     if write and connections.groups is not None:
         return GroupedWrite(connections.groups, dialect)
     return SQLiteTransaction(connections, dialect, write)
+
+
+def _where(dialect: Dialect) -> str:
+    """How an error names the store (its URL with the password masked)."""
+    return f"store {dialect.location.masked!r}"
