@@ -7,10 +7,13 @@ identical replay (a no-op), state, then authority.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from procledger.adapters.codec import OrjsonMapper
 from procledger.domain.errors import (
@@ -25,7 +28,7 @@ from procledger.domain.errors import (
 from procledger.domain.leases import CompletionAuthority, LeaseOwner, Liveness
 from procledger.domain.lifecycle_table import lifecycle_table
 from procledger.domain.notification import ProcessCompletionNotification
-from procledger.domain.process import Process, process_uuid
+from procledger.domain.process import Process, process_key_hex, process_uuid
 from procledger.domain.records import ExternalRef, OsFacts, WaitState
 from procledger.domain.registration import ProcessRegistration, env_ref_for
 from procledger.domain.rendering import render_record, to_process_event
@@ -1140,3 +1143,18 @@ def test_the_disposition_is_the_registrations(disposition: RecoveryDisposition) 
     process = new(disposition=disposition.value)
     assert process.disposition is disposition
     assert render_record(process, change_seq=0).disposition is disposition
+
+
+@given(st.text())
+def test_a_process_stream_key_is_the_name_based_uuid_of_its_id(process_id: str) -> None:
+    """The stream key is computed without ``uuid.uuid5`` (a rebuild asks it of every record);
+    it must be exactly the UUID every ledger already stores, for any id."""
+    namespace = uuid.UUID("6f1c2d7e-5b0a-4c1e-9a53-0d4c6e1f7a21")
+    try:
+        expected = uuid.uuid5(namespace, process_id)
+    except UnicodeEncodeError:  # a lone surrogate: no id at all, for either
+        with pytest.raises(UnicodeEncodeError):
+            process_key_hex(process_id)
+        return
+    assert process_uuid(process_id) == expected
+    assert process_key_hex(process_id) == expected.hex

@@ -33,7 +33,7 @@ from procledger.adapters.sql import events as event_rows
 from procledger.adapters.sql import grants as grant_rows
 from procledger.adapters.sql import records as record_rows
 from procledger.adapters.sql.store import Store, Tx
-from procledger.domain.process import Process, process_uuid
+from procledger.domain.process import Process, process_key_hex
 from procledger.domain.rendering import record_document
 from procledger.domain.session import Session, session_uuid
 from procledger.projections.reports import RebuildReport
@@ -42,7 +42,7 @@ Progress = Callable[[int, int], None]
 Row = tuple[Any, ...]
 
 BATCH = 2_000
-SWEEP = 1_000
+SWEEP = 2_000
 """Record ids per page of the last transaction's sweep for rows the log no longer backs."""
 _PROCESS_TOPIC = Process.Registered.TOPIC
 _SESSION_TOPIC = Session.Opened.TOPIC
@@ -154,7 +154,7 @@ def _topic(value: Any) -> str:
 def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
     """One stream's rows into a record row or grant rows; a damaged stream is noted instead."""
     first = rows[0][1]
-    stream = str(first) if isinstance(first, UUID) else bytes(first).decode(errors="replace")
+    stream = first.hex if isinstance(first, UUID) else bytes(first).decode(errors="replace")
     aggregate: Any = None
     try:
         if _topic(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
@@ -221,21 +221,22 @@ def _delete_stale_records(tx: Tx, damaged: dict[str, str]) -> None:
     and names it."""
     after = ""
     while ids := record_rows.ids_after(tx, after, SWEEP):
-        keys = {process_uuid(process_id): process_id for process_id in ids}
-        present = event_rows.streams_present(tx, list(keys))
+        keys = {process_key_hex(process_id): process_id for process_id in ids}
         for key, process_id in keys.items() if damaged else ():
             _name_damaged(damaged, key, process_id)
-        record_rows.delete_ids(tx, [pid for key, pid in keys.items() if key not in present])
+        missing = event_rows.streams_missing(tx, list(keys))
+        if missing:
+            record_rows.delete_ids(tx, [keys[key] for key in missing])
         after = ids[-1]
 
 
-def _name_damaged(damaged: dict[str, str], stream: UUID, name: str) -> bool:
-    """Whether ``stream`` is a damaged one (then named ``name`` if it had no name yet)."""
-    for key in (str(stream), stream.hex):
-        if key in damaged:
-            damaged[key] = damaged[key] or name
-            return True
-    return False
+def _name_damaged(damaged: dict[str, str], key: str, name: str) -> bool:
+    """Whether the stream of ``key`` (its UUID's hex) is a damaged one (then named ``name``
+    if it had no name yet)."""
+    if key not in damaged:
+        return False
+    damaged[key] = damaged[key] or name
+    return True
 
 
 def _uuid_text(stream: str) -> str:
@@ -248,4 +249,4 @@ def _uuid_text(stream: str) -> str:
 
 def _backed(tx: Tx, damaged: dict[str, str], stream: UUID, name: str) -> bool:
     """Whether ``stream`` still has events (a damaged one is then named ``name``)."""
-    return _name_damaged(damaged, stream, name) or event_rows.max_version(tx, stream) > 0
+    return _name_damaged(damaged, stream.hex, name) or event_rows.max_version(tx, stream) > 0
