@@ -153,13 +153,14 @@ def _topic(value: Any) -> str:
 
 def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
     """One stream's rows into a record row or grant rows; a damaged stream is noted instead."""
-    first = rows[0][1]
-    stream = first.hex if isinstance(first, UUID) else bytes(first).decode(errors="replace")
+    first = rows[0][1]  # the key as text: a UUID's (PostgreSQL) or as stored (SQLite)
+    stream = first if isinstance(first, str) else bytes(first).decode(errors="replace")
     aggregate: Any = None
     try:
         if _topic(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
             return
-        key = first if isinstance(first, UUID) else UUID(_text(first))
+        key = UUID(_text(first))
+        stream = key.hex  # as the sweep names keys
         for _, _, version, event_topic, state in rows:
             event = decode_event(key, version, _topic(event_topic), state)
             aggregate = _apply(event, aggregate)

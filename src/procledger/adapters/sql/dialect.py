@@ -61,9 +61,15 @@ class Dialect:
         reader's job, per row, so one damaged row stays one damaged row."""
         return f"CAST({column} AS BLOB)"
 
-    def raw_param(self) -> str:
-        """A placeholder for a value read with ``raw_text``, compared as the stored text (the
-        same bytes), so the column's index still serves the comparison."""
+    def key_text(self, column: str) -> str:
+        """A stream key column read as text (``raw_text`` where a file may hold any bytes):
+        a rebuild reads every event's key, and a driver's ``UUID`` per row costs it more
+        than a tenth of its time."""
+        return self.raw_text(column)
+
+    def key_param(self) -> str:
+        """A placeholder for a key read with ``key_text``, compared as the stored key (the
+        same text here), so the log's index still serves the comparison."""
         return "CAST(? AS TEXT)"
 
 
@@ -98,8 +104,11 @@ class PostgresDialect(Dialect):
     def raw_text(self, column: str) -> str:
         return column  # the server refuses invalid UTF-8 on the way in
 
-    def raw_param(self) -> str:
-        return "?"
+    def key_text(self, column: str) -> str:
+        return f"{column}::text"
+
+    def key_param(self) -> str:
+        return "?::uuid"
 
     def json_text(self, column: str, *path: str) -> str:
         steps = "".join(f" -> '{step}'" for step in path[:-1])

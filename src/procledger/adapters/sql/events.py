@@ -114,11 +114,14 @@ def stream_log(tx: Tx) -> Iterator[Iterator[Row]]:
 
 
 def _log_columns(tx: Tx) -> str:
-    """The columns of a rebuild's rows; ids and topics as raw bytes where a file may hold
-    invalid UTF-8, so one damaged row spoils its own stream only (``Dialect.raw_text``)."""
+    """The columns of a rebuild's rows; keys as text (``Dialect.key_text``), and keys and
+    topics as raw bytes where a file may hold invalid UTF-8, so one damaged row spoils its own
+    stream only (``Dialect.raw_text``). The key gets a name of its own: named ``originator_id``
+    it would be what ``ORDER BY originator_id`` sorts, as text, past the log's index."""
     dialect = tx.dialect
     return (
-        f"{dialect.notification_id}, {dialect.raw_text('originator_id')}, originator_version, "
+        f"{dialect.notification_id}, {dialect.key_text('originator_id')} AS stream_key, "
+        "originator_version, "
         f"{dialect.raw_text('topic')}, state"
     )
 
@@ -127,7 +130,7 @@ def log_batch(tx: Tx, after: Any, limit: int) -> list[Row]:
     """Up to ``limit`` events of the streams after stream ``after`` (``None``: from the first),
     as ``stream_log`` tuples, in ``(stream, version)`` order; ``stream_rest`` completes the
     last stream. Stream ids compare as stored (hex text on SQLite, ``uuid`` on PostgreSQL)."""
-    where = "" if after is None else f"WHERE originator_id>{tx.dialect.raw_param()} "
+    where = "" if after is None else f"WHERE originator_id>{tx.dialect.key_param()} "
     return _tuples(
         tx,
         f"SELECT {_log_columns(tx)} FROM {tx.dialect.events_table} {where}"
@@ -159,7 +162,7 @@ def stream_rest(tx: Tx, originator_id: Any, after_version: int) -> list[Row]:
     return _tuples(
         tx,
         f"SELECT {_log_columns(tx)} FROM {tx.dialect.events_table} "
-        f"WHERE originator_id={tx.dialect.raw_param()} AND originator_version>? "
+        f"WHERE originator_id={tx.dialect.key_param()} AND originator_version>? "
         "ORDER BY originator_version",
         (originator_id, after_version),
     )
