@@ -300,11 +300,9 @@ class Supervisor:
                 (docs/design.md §14); ``<state dir>/output`` when omitted.
             watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
         """
-        self._registry = registry
+        self._registry, self._store = registry, store_key(registry.location)  # realpath: once
         self._watch, self._output_dir = watch, output_dir
         self._outbox, self._notice = outbox, notice
-        # Once: the store's real path took a dozen lstat calls, twice per terminal.
-        self._store = store_key(registry.location)
         self._subreaper = subreaper and _Subreaper.acquire()
         self._owner, self._notifier = owner, notifier
         self._stop_policy, self._timings = stop, timings
