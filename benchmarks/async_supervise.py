@@ -8,7 +8,9 @@
     bare ``asyncio.create_subprocess_exec`` + ``wait``: wall time of each (rounds alternate
     which goes first) and the most threads the process had at any moment (sampled every 5 ms
     by a task on the loop, so the sampler adds no thread). Capture is off unless
-    ``--capture`` (the bare side keeps no output either).
+    ``--capture`` (the bare side keeps no output either). On a SQLite file, also its write
+    path: the writes, the commits they shared, and how long the group-commit baton was held
+    (the writes run one after another: near the wall time, they are the bound).
 (b) With ``--postgres``: a writer OS process registers ``--changes`` processes (2 ms apart),
     each carrying the time just before its write; ``follow`` in this process receives them.
     Latency = arrival - that time; median, p99 and max, and whether any was missed or twice.
@@ -26,12 +28,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from functools import partial
 from pathlib import Path
 
 import anyio
 
 from _common import create_schema, drop_schemas, new_schema_name, sqlite_ledger, with_schema
-from procledger import LeaseOwner, open_registry
+from procledger import LeaseOwner, ProcessRegistry, open_registry
 from procledger.aio import AsyncSupervisor, follow
 
 HERE = Path(__file__).resolve()
@@ -65,7 +68,9 @@ async def bare(children: int) -> None:
     await asyncio.gather(*(p.wait() for p in procs))
 
 
-async def supervised(url: str, children: int, capture: bool, threads: int) -> None:
+async def supervised(
+    url: str, children: int, capture: bool, threads: int, notes: list[str]
+) -> None:
     registry = open_registry(url)
     try:
         owner = LeaseOwner.local_process("benchmark")
@@ -79,30 +84,45 @@ async def supervised(url: str, children: int, capture: bool, threads: int) -> No
             async with anyio.create_task_group() as group:
                 for _ in range(children):
                     group.start_soon(one)
+        notes.append(write_path(registry))
     finally:
         registry.close()
+
+
+def write_path(registry: ProcessRegistry) -> str:
+    """How busy the write path was (a SQLite file: its group commit, docs/design.md §7.3):
+    the writes go one after another, so a baton held for most of the wall time is the bound."""
+    groups = registry.store.sqlite.groups if registry.store.sqlite is not None else None
+    if groups is None:
+        return ""
+    per_commit = groups.writes / max(groups.commits, 1)
+    return (
+        f"; {groups.writes} writes in {groups.commits} commits ({per_commit:.1f} each), "
+        f"baton held {groups.held_s:.2f} s"
+    )
 
 
 async def supervise_round(store: str, children: int, capture: bool, threads: int) -> list[str]:
     lines = []
     for first in ("bare", "procledger"), ("procledger", "bare"):
         results: dict[str, tuple[float, int]] = {}
+        notes: list[str] = []
         for side in first:
             if side == "bare":
                 results[side] = await measured(lambda: bare(children))
             elif store == "memory":
                 results[side] = await measured(
-                    lambda: supervised("memory://", children, capture, threads)
+                    partial(supervised, "memory://", children, capture, threads, notes)
                 )
             else:
                 with sqlite_ledger() as url:
                     results[side] = await measured(
-                        lambda: supervised(url, children, capture, threads)
+                        partial(supervised, url, children, capture, threads, notes)
                     )
         (ours, our_threads), (theirs, their_threads) = results["procledger"], results["bare"]
         lines.append(
             f"  {children} x sleep 1 ({store}, capture {'on' if capture else 'off'}): "
-            f"AsyncSupervisor {ours:.3f} s, {our_threads} threads at most; "
+            f"AsyncSupervisor {ours:.3f} s, {our_threads} threads at most{''.join(notes)}; "
             f"bare asyncio {theirs:.3f} s, {their_threads} threads; ratio {ours / theirs:.2f}x"
         )
     return lines

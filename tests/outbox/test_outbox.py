@@ -67,6 +67,24 @@ def test_an_entry_is_written_whole_privately_and_removed(tmp_path: Path) -> None
     assert outbox.entries() == []
 
 
+def test_every_field_survives_the_file(tmp_path: Path) -> None:
+    """What a delivery reads back is what the Supervisor put, nested values and all."""
+    outbox = Outbox(tmp_path / "outbox")
+    entry = _entry(
+        "sqlite:/a.db",
+        state="signaled",
+        reason="signaled",
+        exit_code=None,
+        diagnostic="killed by signal 9 — out of memory?",
+        signal=9,
+        survivors=[4242, 4243],
+        output={"stdout": {"bytes": 12, "segments": [[0, 12]]}, "stderr": None},
+        tails={"stdout": "last line\n", "stderr": ""},
+    )
+    outbox.put(entry)
+    assert outbox.entries() == [entry]
+
+
 def test_a_damaged_entry_is_skipped_and_kept(tmp_path: Path) -> None:
     outbox = Outbox(tmp_path / "outbox")
     good = _entry("s", "good")

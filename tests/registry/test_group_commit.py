@@ -111,12 +111,14 @@ def test_writers_queued_at_once_commit_in_one_transaction(
     registry: ProcessRegistry, path: Path
 ) -> None:
     groups = groups_of(registry)
-    before = groups.commits
+    before, writes_before, held_before = groups.commits, groups.writes, groups.held_s
     calls = [Call(lambda i=i: registry.register(registration(f"p{i}"))) for i in range(3)]
     holder = with_queued(registry, lambda tx: None, calls)
     assert holder.result() is None
     assert [call.result().id for call in calls] == ["p0", "p1", "p2"]
     assert groups.commits == before + 1
+    assert groups.writes == writes_before + 4  # the holder and the three
+    assert groups.held_s > held_before
     fresh = open_registry(f"sqlite:///{path}")
     try:
         assert {fresh.get(f"p{i}").id for i in range(3)} == {"p0", "p1", "p2"}

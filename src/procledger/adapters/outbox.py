@@ -14,14 +14,16 @@ The outbox only stores; ``application/outbox.py`` decides when an entry is deliv
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+
+import orjson
 
 from procledger.adapters import state_dir
 from procledger.domain.leases import LeaseOwner
@@ -69,15 +71,22 @@ class OutboxEntry:
         return LeaseOwner.model_validate(self.owner)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        """The file's bytes. The fields are already JSON values, so they are encoded as they
+        are: ``asdict`` deep-copied every list and dict first, for nothing, on every run."""
+        return orjson.dumps(
+            {name: getattr(self, name) for name in _FIELDS}, option=orjson.OPT_SORT_KEYS
+        )
 
     @classmethod
     def from_json(cls, data: bytes) -> OutboxEntry:
         """Raises ``ValueError``/``TypeError``/``KeyError`` for a damaged file."""
-        fields = json.loads(data)
+        fields = orjson.loads(data)
         if not isinstance(fields, dict):
             raise ValueError("an outbox entry is a JSON object")
         return cls(**fields)
+
+
+_FIELDS: Final = tuple(entry_field.name for entry_field in dataclasses.fields(OutboxEntry))
 
 
 class Outbox:
@@ -101,15 +110,16 @@ class Outbox:
         Raises:
             OSError: the entry could not be made durable (nothing half-written is left).
         """
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         final = self.path_of(entry.store, entry.process_id)
         temp = final.with_name(f".{final.stem}.{os.getpid()}.{id(entry):x}.tmp")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        data = entry.to_json()
+        fd = self._create(temp)
         try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(entry.to_json())
-                file.flush()
-                os.fsync(file.fileno())
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(temp, final)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -117,6 +127,16 @@ class Outbox:
             raise
         _fsync_folder(self.directory)
         return final
+
+    def _create(self, temp: Path) -> int:
+        """A new private file; the folder is made only when it is missing (not asked of the
+        file system before every put: a put is on every supervised run's path)."""
+        flags, mode = os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600
+        try:
+            return os.open(temp, flags, mode)
+        except FileNotFoundError:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return os.open(temp, flags, mode)
 
     def remove(self, entry: OutboxEntry) -> None:
         """Delete ``entry`` once the store has accepted it (or no longer wants it); missing
@@ -171,6 +191,13 @@ def default_outbox() -> Outbox:
         OSError: the state directory cannot be created.
     """
     return Outbox(state_dir.subdirectory("outbox"))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``data`` to ``fd`` whole: one ``os.write`` may write less."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_folder(directory: Path) -> None:

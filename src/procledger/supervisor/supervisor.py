@@ -300,7 +300,7 @@ class Supervisor:
                 (docs/design.md §14); ``<state dir>/output`` when omitted.
             watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
         """
-        self._registry = registry
+        self._registry, self._store = registry, store_key(registry.location)  # realpath: once
         self._watch, self._output_dir = watch, output_dir
         self._outbox, self._notice = outbox, notice
         self._subreaper = subreaper and _Subreaper.acquire()
@@ -904,7 +904,7 @@ class Supervisor:
         the same write), retried with its event id while the store fails -- for as long as this
         supervisor runs -- and delete the entry once the store decided (docs/design.md §6.3).
         ``None`` if another holder owns the process now (it records the terminal)."""
-        entry = _entry(ticket, keeper.lease, result, self._store_key(), _output_of(ticket))
+        entry = _entry(ticket, keeper.lease, result, self._store, _output_of(ticket))
         outbox = self._put(entry)
         try:
             record = self._write_until_decided(entry, keeper)
@@ -961,12 +961,9 @@ class Supervisor:
             return None, registry.get(pid)
         return (claimed.lease, None) if isinstance(claimed, Acquired) else (None, None)
 
-    def _store_key(self) -> str | None:
-        return store_key(self._registry.location)
-
     def _outbox_for_store(self) -> Outbox | None:
         """The outbox, or ``None`` for an in-memory store or where none can be created."""
-        if self._store_key() is None:
+        if self._store is None:
             return None
         if self._outbox is None:
             try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,6 +72,13 @@ class WriteGroups:
         the writer fails as it would waiting for SQLite's own lock."""
         self.commits = 0
         """Transactions committed so far (each ended a group: one fsync)."""
+        self.writes = 0
+        """Writers that have held the baton so far (``writes / commits``: writes per fsync)."""
+        self.held_s = 0.0
+        """Seconds the baton has been held so far: this process's writes, one after another,
+        bodies and commits. Near the wall time, the write path is what bounds a workload
+        (``benchmarks/async_supervise.py`` reports it)."""
+        self._taken_at = 0.0
         self.forget_after_fork()
 
     @property
@@ -107,7 +115,8 @@ class WriteGroups:
                 self._queued -= 1
         if not taken:
             raise sqlite3.OperationalError("database is locked (by this process's writers)")
-        self._holder = threading.get_ident()
+        self._holder, self._taken_at = threading.get_ident(), time.perf_counter()
+        self.writes += 1
         group = self._group
         try:
             if group is None:
@@ -183,6 +192,7 @@ class WriteGroups:
                 self.commits += 1
         finally:
             self._holder = None
+            self.held_s += time.perf_counter() - self._taken_at
             self._baton.release()
 
 
