@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from _stores import SQLiteCase
-from procledger import open_registry
+from procledger import CompletionAuthority, open_registry
 
 from .conformance import RegistryConformance, registration
+
+AUTHORITY = CompletionAuthority.workflow_key("test")
 
 
 class TestSQLiteRegistry(SQLiteCase, RegistryConformance):
@@ -42,3 +46,29 @@ def test_relative_sqlite_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     finally:
         registry.close()
     assert (tmp_path / "rel" / "ledger.db").exists()
+
+
+def _terminal_flags(path: Path) -> dict[str, int]:
+    with closing(sqlite3.connect(path)) as db:
+        rows = db.execute("SELECT process_id, terminal FROM procledger_records").fetchall()
+    return {str(process_id): int(terminal) for process_id, terminal in rows}
+
+
+def test_records_terminal_flag_follows_the_state(tmp_path: Path) -> None:
+    """A going write leaves ``terminal`` out of its update; the flag is still right after each
+    write, and a row whose flag was damaged to 1 is put right by the next going write."""
+    path = tmp_path / "ledger.db"
+    registry = open_registry(f"sqlite:///{path}")
+    try:
+        for pid in ("a", "b"):
+            registry.register(registration(pid))
+        registry.record_started("a", 1)
+        assert _terminal_flags(path) == {"a": 0, "b": 0}
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE procledger_records SET terminal=1 WHERE process_id='b'")
+        registry.record_started("b", 1)
+        assert _terminal_flags(path) == {"a": 0, "b": 0}
+        registry.record_completed("a", "exited", "exited", exit_code=0, authority=AUTHORITY)
+        assert _terminal_flags(path) == {"a": 1, "b": 0}
+    finally:
+        registry.close()
