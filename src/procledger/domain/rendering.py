@@ -32,6 +32,8 @@ class RecordField:
     name: str
     document: Getter
     value: Getter
+    registered: bool = False
+    """Whether the registration alone decides it: the same in every record of a process."""
 
 
 def same_field(name: str, get: Getter) -> RecordField:
@@ -61,13 +63,14 @@ def registered_field(name: str) -> RecordField:
         name,
         lambda process: process.registration_json[name],
         lambda process: getattr(process.registration, name),
+        registered=True,
     )
 
 
 def optional_registered_field(name: str) -> RecordField:
     """A registration field older registrations lack (docs/design.md §15): null for them."""
     get: Getter = lambda process: process.registration_json.get(name)  # noqa: E731
-    return RecordField(name, get, get)
+    return RecordField(name, get, get, registered=True)
 
 
 # Built once per registration: a registry reuses an aggregate across its writes, and a
@@ -110,13 +113,19 @@ def wake_target_document(process: Process) -> Any:
 #: Every ``ProcessRecord`` field but ``change_seq`` (the caller's), in the model's order.
 RECORD_FIELDS: tuple[RecordField, ...] = (
     registered_field("id"),
-    same_field("registration_hash", lambda process: process.registration_hash),
+    RecordField(
+        "registration_hash",
+        lambda process: process.registration_hash,
+        lambda process: process.registration_hash,
+        registered=True,
+    ),
     registered_field("input"),
     registered_field("disposition"),
     RecordField(
         "identity",
         identity_document,
         lambda process: identity_forms(process)[1],
+        registered=True,
     ),
     registered_field("originator"),
     RecordField("wake_target", wake_target_document, lambda process: process.wake_target),
@@ -165,11 +174,13 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
         "readiness",
         lambda process: process.registration_json.get("readiness"),
         lambda process: process.registration.readiness,
+        registered=True,
     ),
     RecordField(
         "restart",
         lambda process: process.registration_json.get("restart"),
         lambda process: process.registration.restart,
+        registered=True,
     ),
 )
 
@@ -192,6 +203,31 @@ def render_record(process: Process, change_seq: int) -> ProcessRecord:
     fields = {name: get(process) for name, get in _VALUE_GETTERS}
     fields["change_seq"] = change_seq
     return assemble(ProcessRecord, fields)
+
+
+_CHANGING = tuple(
+    (field.name, field.document, field.value) for field in RECORD_FIELDS if not field.registered
+)
+# Both forms of a record, every field filled, per registration: a registry renders a process
+# on each of its writes, and copying the registration's fields is cheaper than reading them
+# again. A rebuild renders each process once, so it keeps to the functions above.
+_RENDERED: RegistrationCache[tuple[dict[str, Any], dict[str, Any]]] = RegistrationCache()
+
+
+def record_forms(process: Process, change_seq: int) -> tuple[dict[str, Any], ProcessRecord]:
+    """``record_document`` and ``render_record`` at once, for a process written repeatedly:
+    the registration's fields come from its first rendering, the others are read afresh (in
+    place, so the JSON keeps the fields' order)."""
+    rendered = _RENDERED.get(process.registration_hash)
+    if rendered is None:
+        values = {name: get(process) for name, get in _VALUE_GETTERS}
+        rendered = _RENDERED.put(process.registration_hash, (record_document(process, 0), values))
+    document, values = rendered[0].copy(), rendered[1].copy()
+    for name, document_of, value_of in _CHANGING:
+        document[name] = document_of(process)
+        values[name] = value_of(process)
+    document["change_seq"] = values["change_seq"] = change_seq
+    return document, assemble(ProcessRecord, values)
 
 
 # -- log entries ---------------------------------------------------------------------------------
