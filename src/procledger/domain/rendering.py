@@ -205,24 +205,34 @@ def render_record(process: Process, change_seq: int) -> ProcessRecord:
     return assemble(ProcessRecord, fields)
 
 
-_CHANGING = tuple(
-    (field.name, field.document, field.value) for field in RECORD_FIELDS if not field.registered
-)
-# Both forms of a record, every field filled, per registration: a registry renders a process
-# on each of its writes, and copying the registration's fields is cheaper than reading them
-# again. A rebuild renders each process once, so it keeps to the functions above.
-_RENDERED: RegistrationCache[tuple[dict[str, Any], dict[str, Any]]] = RegistrationCache()
+_FIELD_NAMES = (*(field.name for field in RECORD_FIELDS), "change_seq")
+_REGISTERED = tuple((f.name, f.document, f.value) for f in RECORD_FIELDS if f.registered)
+_CHANGING = tuple((f.name, f.document, f.value) for f in RECORD_FIELDS if not f.registered)
+# Both forms of a record with the registration's fields filled in and the others still to
+# fill, per registration: a registry renders a process on each of its writes, and copying the
+# registration's fields is cheaper than reading them again. A rebuild renders each process
+# once, so it keeps to the functions above.
+_REGISTERED_FORMS: RegistrationCache[tuple[dict[str, Any], dict[str, Any]]] = RegistrationCache()
+
+
+def _registered_forms(process: Process) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The registration's fields as JSON and as model values, every other key present (in the
+    model's order) and ``None``; copy before filling."""
+    forms = _REGISTERED_FORMS.get(process.registration_hash)
+    if forms is None:
+        document, values = dict.fromkeys(_FIELD_NAMES), dict.fromkeys(_FIELD_NAMES)
+        for name, document_of, value_of in _REGISTERED:
+            document[name] = document_of(process)
+            values[name] = value_of(process)
+        forms = _REGISTERED_FORMS.put(process.registration_hash, (document, values))
+    return forms
 
 
 def record_forms(process: Process, change_seq: int) -> tuple[dict[str, Any], ProcessRecord]:
     """``record_document`` and ``render_record`` at once, for a process written repeatedly:
-    the registration's fields come from its first rendering, the others are read afresh (in
-    place, so the JSON keeps the fields' order)."""
-    rendered = _RENDERED.get(process.registration_hash)
-    if rendered is None:
-        values = {name: get(process) for name, get in _VALUE_GETTERS}
-        rendered = _RENDERED.put(process.registration_hash, (record_document(process, 0), values))
-    document, values = rendered[0].copy(), rendered[1].copy()
+    the registration's fields are copied (``_registered_forms``), the others read afresh."""
+    registered = _registered_forms(process)
+    document, values = registered[0].copy(), registered[1].copy()
     for name, document_of, value_of in _CHANGING:
         document[name] = document_of(process)
         values[name] = value_of(process)
