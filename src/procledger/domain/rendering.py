@@ -207,7 +207,12 @@ def render_record(process: Process, change_seq: int) -> ProcessRecord:
 
 _FIELD_NAMES = (*(field.name for field in RECORD_FIELDS), "change_seq")
 _REGISTERED = tuple((f.name, f.document, f.value) for f in RECORD_FIELDS if f.registered)
-_CHANGING = tuple((f.name, f.document, f.value) for f in RECORD_FIELDS if not f.registered)
+# The fields a write changes; ``None`` where the model value is the JSON form (read it once).
+_CHANGING = tuple(
+    (f.name, f.document, None if f.value is f.document else f.value)
+    for f in RECORD_FIELDS
+    if not f.registered
+)
 # Both forms of a record with the registration's fields filled in and the others still to
 # fill, per registration: a registry renders a process on each of its writes, and copying the
 # registration's fields is cheaper than reading them again. A rebuild renders each process
@@ -234,8 +239,8 @@ def record_forms(process: Process, change_seq: int) -> tuple[dict[str, Any], Pro
     registered = _registered_forms(process)
     document, values = registered[0].copy(), registered[1].copy()
     for name, document_of, value_of in _CHANGING:
-        document[name] = document_of(process)
-        values[name] = value_of(process)
+        document[name] = value = document_of(process)
+        values[name] = value if value_of is None else value_of(process)
     document["change_seq"] = values["change_seq"] = change_seq
     return document, assemble(ProcessRecord, values)
 
