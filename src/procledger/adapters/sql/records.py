@@ -32,16 +32,16 @@ _UPDATE = (
     + ", ".join(f"{column}=?" for column in _CHANGING_COLUMNS)
     + " WHERE process_id=?"
 )
-# Assigning a column rewrites every index that names it, even to the same value: setting
-# ``terminal`` on a write that leaves the process going would rewrite the ``live`` index's page
-# (one more page in the commit). Terminal states are final, so a going record's row says
-# ``terminal=0`` already; the ``WHERE`` makes sure, and a row that does not (missing, damaged)
-# takes the full update.
-_GOING_COLUMNS = tuple(column for column in _CHANGING_COLUMNS if column != "terminal")
+# Assigning an indexed column rewrites its index entries, even to the same value: one more
+# page in the commit per index. A write that leaves the process going changes neither
+# ``terminal`` (0: terminal states are final) nor ``status`` (every going state is
+# ``running``), so it assigns neither; its ``WHERE`` makes sure the row already says so, and a
+# row that does not (missing, or damaged) takes the full update.
+_GOING_COLUMNS = tuple(c for c in _CHANGING_COLUMNS if c not in ("terminal", "status"))
 _UPDATE_GOING = (
     "UPDATE {table} SET "
     + ", ".join(f"{column}=?" for column in _GOING_COLUMNS)
-    + " WHERE process_id=? AND terminal=0"
+    + " WHERE process_id=? AND terminal=0 AND status=?"
 )
 _UPSERT = (
     f"INSERT INTO {{table}} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
@@ -126,12 +126,12 @@ def upsert_records(
 
 
 def update_record(tx: Tx, table: str, document: Mapping[str, Any]) -> None:
-    """Update an existing row (``NotFound`` when there is none), leaving ``terminal`` alone
-    while the process is going (see ``_UPDATE_GOING``)."""
+    """Update an existing row (``NotFound`` when there is none), leaving ``terminal`` and
+    ``status`` alone while the process is going (see ``_UPDATE_GOING``)."""
     change_seq, status, terminal, waiting, updated_at_ms, record = _changing_values(document)
     process_id = document["id"]
     if not terminal:
-        going = (change_seq, status, waiting, updated_at_ms, record, process_id)
+        going = (change_seq, waiting, updated_at_ms, record, process_id, status)
         if tx.execute(_UPDATE_GOING.format(table=table), going).rowcount == 1:
             return
     values = (change_seq, status, terminal, waiting, updated_at_ms, record, process_id)
