@@ -531,7 +531,7 @@ class Process(Aggregate):
         cls, originator_id: uuid.UUID, at_ms: int, document: dict[str, Any], registration_hash: str
     ) -> Process:
         # What ``_create`` and the event's ``mutate`` do, minus their per-call topic lookups and
-        # signature inspection (a third of a registration's own work): the event is built as
+        # signature inspection (about a quarter of ``register``'s own work): the event is built as
         # the codec rebuilds stored ones, its fields in the order the dataclass gives them (so
         # it encodes to the same bytes), and the aggregate initialised as ``mutate`` would.
         # A replayed ``Registered`` still goes through ``mutate``.

@@ -36,9 +36,9 @@ class RecordField:
     """Whether the registration alone decides it: the same in every record of a process."""
 
 
-def same_field(name: str, get: Getter) -> RecordField:
+def same_field(name: str, get: Getter, *, registered: bool = False) -> RecordField:
     """A field whose value is already JSON-native (ints, strings, stored JSON)."""
-    return RecordField(name, get, get)
+    return RecordField(name, get, get, registered)
 
 
 def enum_field(name: str, get: Callable[[Process], Enum | None]) -> RecordField:
@@ -113,12 +113,7 @@ def wake_target_document(process: Process) -> Any:
 #: Every ``ProcessRecord`` field but ``change_seq`` (the caller's), in the model's order.
 RECORD_FIELDS: tuple[RecordField, ...] = (
     registered_field("id"),
-    RecordField(
-        "registration_hash",
-        lambda process: process.registration_hash,
-        lambda process: process.registration_hash,
-        registered=True,
-    ),
+    same_field("registration_hash", lambda process: process.registration_hash, registered=True),
     registered_field("input"),
     registered_field("disposition"),
     RecordField(
