@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from procledger.domain.leases import LeaseOwner
 from procledger.domain.process import Process
 from procledger.domain.records import ExternalRef, OsFacts, ProcessRecord, WaitState
-from procledger.domain.rendering import RECORD_FIELDS, record_document, render_record
+from procledger.domain.rendering import (
+    RECORD_FIELDS,
+    record_document,
+    record_forms,
+    render_record,
+)
 from procledger.domain.vocabulary import LifecycleKind
 from procledger.testing import LifecycleHistory, apply_to_process, lifecycle_histories
 
@@ -53,9 +58,13 @@ def test_the_document_and_the_record_agree(
         process.request_abandon("someone", "why", at_ms=3)
         process.set_external_ref(ExternalRef(backend="b", id="i", metadata={"k": [1]}), at_ms=4)
         process.set_wait(WaitState(name="n", event_type="signal.x", since_ms=5), at_ms=5)
+    record_forms(process, 0)  # the registration's fields are now taken from this rendering
     drive(process, history, facts)
     document = record_document(process, change_seq)
     record = render_record(process, change_seq)
+    forms = record_forms(process, change_seq)
+    assert forms == (document, record)
+    assert list(forms[0]) == list(document)
     assert ProcessRecord.model_validate(document) == record
     assert record.model_dump(mode="json") == document
     assert list(document) == list(ProcessRecord.model_fields)

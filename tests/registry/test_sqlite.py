@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from _stores import SQLiteCase
-from procledger import open_registry
+from procledger import CompletionAuthority, open_registry
 
 from .conformance import RegistryConformance, registration
+
+AUTHORITY = CompletionAuthority.workflow_key("test")
 
 
 class TestSQLiteRegistry(SQLiteCase, RegistryConformance):
@@ -42,3 +46,32 @@ def test_relative_sqlite_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     finally:
         registry.close()
     assert (tmp_path / "rel" / "ledger.db").exists()
+
+
+def _flags(path: Path) -> dict[str, tuple[int, str]]:
+    with closing(sqlite3.connect(path)) as db:
+        rows = db.execute("SELECT process_id, terminal, status FROM procledger_records").fetchall()
+    return {str(process_id): (int(terminal), str(status)) for process_id, terminal, status in rows}
+
+
+def test_records_terminal_and_status_columns_follow_the_state(tmp_path: Path) -> None:
+    """A going write leaves ``terminal`` and ``status`` out of its update; both columns are
+    still right after each write, and a row damaged to say otherwise is put right by the next
+    going write."""
+    path = tmp_path / "ledger.db"
+    registry = open_registry(f"sqlite:///{path}")
+    try:
+        for pid in ("a", "b", "c"):
+            registry.register(registration(pid))
+        registry.record_started("a", 1)
+        assert _flags(path) == {"a": (0, "running"), "b": (0, "running"), "c": (0, "running")}
+        with closing(sqlite3.connect(path)) as db, db:
+            db.execute("UPDATE procledger_records SET terminal=1 WHERE process_id='b'")
+            db.execute("UPDATE procledger_records SET status='failed' WHERE process_id='c'")
+        registry.record_started("b", 1)
+        registry.record_started("c", 1)
+        assert _flags(path) == {"a": (0, "running"), "b": (0, "running"), "c": (0, "running")}
+        registry.record_completed("a", "exited", "exited", exit_code=1, authority=AUTHORITY)
+        assert _flags(path)["a"] == (1, "failed")
+    finally:
+        registry.close()

@@ -42,7 +42,7 @@ from procledger.domain.errors import (
 from procledger.domain.leases import Lease
 from procledger.domain.process import Process, process_uuid
 from procledger.domain.records import ProcessRecord
-from procledger.domain.rendering import record_document, render_record
+from procledger.domain.rendering import record_forms
 from procledger.domain.session import Session, session_uuid
 from procledger.projections.grants import apply_session_event
 from procledger.projections.queries import ReadModels
@@ -222,9 +222,8 @@ class AppendUnit:
             log = tuple(
                 (position, stored.state) for position, stored in islice(appended, len(events))
             )
-            last = log[-1][0]
-            documents.append(record_document(process, last))
-            self.records[process.process_id] = render_record(process, last)
+            document, self.records[process.process_id] = record_forms(process, log[-1][0])
+            documents.append(document)
             self.appended[process.process_id] = log
             if events[0].originator_version > 1:
                 loaded.add(process.process_id)

@@ -16,7 +16,6 @@ import orjson
 from pydantic import (
     BaseModel,
     ConfigDict,
-    SerializationInfo,
     SerializerFunctionWrapHandler,
     model_serializer,
     model_validator,
@@ -79,13 +78,9 @@ class Tagged(Frozen):
         return data if cls.TAG in data else {**data, cls.TAG: tag}
 
     @model_serializer(mode="wrap")
-    def _variant_keys_only(
-        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
-    ) -> dict[str, Any]:
+    def _variant_keys_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         full: dict[str, Any] = handler(self)
-        tag = getattr(self, self.TAG)
-        required, optional = self.VARIANTS[tag]
-        keep = {self.TAG} | required | optional
+        keep = _variant_keys(type(self), getattr(self, self.TAG))
         return {key: value for key, value in full.items() if key in keep}
 
 

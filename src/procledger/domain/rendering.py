@@ -32,11 +32,13 @@ class RecordField:
     name: str
     document: Getter
     value: Getter
+    registered: bool = False
+    """Whether the registration alone decides it: the same in every record of a process."""
 
 
-def same_field(name: str, get: Getter) -> RecordField:
+def same_field(name: str, get: Getter, *, registered: bool = False) -> RecordField:
     """A field whose value is already JSON-native (ints, strings, stored JSON)."""
-    return RecordField(name, get, get)
+    return RecordField(name, get, get, registered)
 
 
 def enum_field(name: str, get: Callable[[Process], Enum | None]) -> RecordField:
@@ -61,13 +63,14 @@ def registered_field(name: str) -> RecordField:
         name,
         lambda process: process.registration_json[name],
         lambda process: getattr(process.registration, name),
+        registered=True,
     )
 
 
 def optional_registered_field(name: str) -> RecordField:
     """A registration field older registrations lack (docs/design.md §15): null for them."""
     get: Getter = lambda process: process.registration_json.get(name)  # noqa: E731
-    return RecordField(name, get, get)
+    return RecordField(name, get, get, registered=True)
 
 
 # Built once per registration: a registry reuses an aggregate across its writes, and a
@@ -110,13 +113,14 @@ def wake_target_document(process: Process) -> Any:
 #: Every ``ProcessRecord`` field but ``change_seq`` (the caller's), in the model's order.
 RECORD_FIELDS: tuple[RecordField, ...] = (
     registered_field("id"),
-    same_field("registration_hash", lambda process: process.registration_hash),
+    same_field("registration_hash", lambda process: process.registration_hash, registered=True),
     registered_field("input"),
     registered_field("disposition"),
     RecordField(
         "identity",
         identity_document,
         lambda process: identity_forms(process)[1],
+        registered=True,
     ),
     registered_field("originator"),
     RecordField("wake_target", wake_target_document, lambda process: process.wake_target),
@@ -165,11 +169,13 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
         "readiness",
         lambda process: process.registration_json.get("readiness"),
         lambda process: process.registration.readiness,
+        registered=True,
     ),
     RecordField(
         "restart",
         lambda process: process.registration_json.get("restart"),
         lambda process: process.registration.restart,
+        registered=True,
     ),
 )
 
@@ -192,6 +198,46 @@ def render_record(process: Process, change_seq: int) -> ProcessRecord:
     fields = {name: get(process) for name, get in _VALUE_GETTERS}
     fields["change_seq"] = change_seq
     return assemble(ProcessRecord, fields)
+
+
+_FIELD_NAMES = (*(field.name for field in RECORD_FIELDS), "change_seq")
+_REGISTERED = tuple((f.name, f.document, f.value) for f in RECORD_FIELDS if f.registered)
+# The fields a write changes; ``None`` where the model value is the JSON form (read it once).
+_CHANGING = tuple(
+    (f.name, f.document, None if f.value is f.document else f.value)
+    for f in RECORD_FIELDS
+    if not f.registered
+)
+# Both forms of a record with the registration's fields filled in and the others still to
+# fill, per registration: a registry renders a process on each of its writes, and copying the
+# registration's fields is cheaper than reading them again. A rebuild renders each process
+# once, so it keeps to the functions above.
+_REGISTERED_FORMS: RegistrationCache[tuple[dict[str, Any], dict[str, Any]]] = RegistrationCache()
+
+
+def _registered_forms(process: Process) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The registration's fields as JSON and as model values, every other key present (in the
+    model's order) and ``None``; copy before filling."""
+    forms = _REGISTERED_FORMS.get(process.registration_hash)
+    if forms is None:
+        document, values = dict.fromkeys(_FIELD_NAMES), dict.fromkeys(_FIELD_NAMES)
+        for name, document_of, value_of in _REGISTERED:
+            document[name] = document_of(process)
+            values[name] = value_of(process)
+        forms = _REGISTERED_FORMS.put(process.registration_hash, (document, values))
+    return forms
+
+
+def record_forms(process: Process, change_seq: int) -> tuple[dict[str, Any], ProcessRecord]:
+    """``record_document`` and ``render_record`` at once, for a process written repeatedly:
+    the registration's fields are copied (``_registered_forms``), the others read afresh."""
+    registered = _registered_forms(process)
+    document, values = registered[0].copy(), registered[1].copy()
+    for name, document_of, value_of in _CHANGING:
+        document[name] = value = document_of(process)
+        values[name] = value if value_of is None else value_of(process)
+    document["change_seq"] = values["change_seq"] = change_seq
+    return document, assemble(ProcessRecord, values)
 
 
 # -- log entries ---------------------------------------------------------------------------------

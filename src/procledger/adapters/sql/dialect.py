@@ -28,6 +28,10 @@ class Dialect:
     by_code_point: ClassVar[str] = ""
     """Collation suffix that sorts text by code point, as Python does."""
     notification_id: ClassVar[str] = "rowid"
+    keyed_only: ClassVar[str] = " WITHOUT ROWID"
+    """Suffix of a small table read and written only by its primary key: SQLite then keeps one
+    b-tree instead of a rowid table beside its key's index, so a new row costs a commit one
+    page, not two (a ledger created before keeps its table; both read alike)."""
     events_table: str = "stored_events"
 
     def __init__(self, location: StoreLocation) -> None:
@@ -80,6 +84,7 @@ class PostgresDialect(Dialect):
     for_update: ClassVar[str] = " FOR UPDATE"
     by_code_point: ClassVar[str] = ' COLLATE "C"'
     notification_id: ClassVar[str] = "notification_id"
+    keyed_only: ClassVar[str] = ""
     _converted: ClassVar[dict[str, str]] = {}
 
     def __init__(self, location: StoreLocation) -> None:

@@ -103,7 +103,7 @@ def create_statements(store: Store) -> list[str]:
         f"""CREATE TABLE IF NOT EXISTS {store.table("heads")} (
             process_id TEXT PRIMARY KEY,
             version {store.dialect.big_integer} NOT NULL,
-            digest TEXT NOT NULL)""",
+            digest TEXT NOT NULL){store.dialect.keyed_only}""",
         f"INSERT INTO {store.table('tracking')} (name, position) "
         f"SELECT '{CHAIN_TRACKING}', COALESCE(MAX({store.dialect.notification_id}), 0) "
         f"FROM {store.events_table} WHERE 1=1 ON CONFLICT (name) DO NOTHING",

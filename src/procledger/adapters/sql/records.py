@@ -32,6 +32,17 @@ _UPDATE = (
     + ", ".join(f"{column}=?" for column in _CHANGING_COLUMNS)
     + " WHERE process_id=?"
 )
+# Assigning an indexed column rewrites its index entries, even to the same value: one more
+# page in the commit per index. A write that leaves the process going changes neither
+# ``terminal`` (0: terminal states are final) nor ``status`` (every going state is
+# ``running``), so it assigns neither; its ``WHERE`` makes sure the row already says so, and a
+# row that does not (missing, or damaged) takes the full update.
+_GOING_COLUMNS = tuple(c for c in _CHANGING_COLUMNS if c not in ("terminal", "status"))
+_UPDATE_GOING = (
+    "UPDATE {table} SET "
+    + ", ".join(f"{column}=?" for column in _GOING_COLUMNS)
+    + " WHERE process_id=? AND terminal=0 AND status=?"
+)
 _UPSERT = (
     f"INSERT INTO {{table}} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
     "ON CONFLICT (process_id) DO UPDATE SET "
@@ -114,14 +125,25 @@ def upsert_records(
     fresh: list[tuple[object, ...]] = []
     for document in documents:
         if document["id"] in must_exist:
-            values = (*_changing_values(document), document["id"])
-            tx.execute(_UPDATE.format(table=table), values)
-            if tx.rowcount == 0:
-                raise NotFound(f"process {document['id']!r} not found")
+            update_record(tx, table, document)
         else:
             fresh.append(document_row(document))
     if fresh:
         tx.executemany(_UPSERT.format(table=table), fresh)
+
+
+def update_record(tx: Tx, table: str, document: Mapping[str, Any]) -> None:
+    """Update an existing row (``NotFound`` when there is none), leaving ``terminal`` and
+    ``status`` alone while the process is going (see ``_UPDATE_GOING``)."""
+    change_seq, status, terminal, waiting, updated_at_ms, record = _changing_values(document)
+    process_id = document["id"]
+    if not terminal:
+        going = (change_seq, waiting, updated_at_ms, record, process_id, status)
+        if tx.execute(_UPDATE_GOING.format(table=table), going).rowcount == 1:
+            return
+    values = (change_seq, status, terminal, waiting, updated_at_ms, record, process_id)
+    if tx.execute(_UPDATE.format(table=table), values).rowcount == 0:
+        raise NotFound(f"process {process_id!r} not found")
 
 
 def lock_record(tx: Tx, process_id: str) -> Tx:

@@ -77,7 +77,7 @@ def _other_tables(store: Store) -> list[str]:
             fencing_token {big} NOT NULL,
             claimed_at_ms {big} NOT NULL,
             expires_at_ms {big} NOT NULL,
-            released INTEGER NOT NULL)""",
+            released INTEGER NOT NULL){store.dialect.keyed_only}""",
         f"""CREATE TABLE IF NOT EXISTS {t("grants")} (
             session_id TEXT NOT NULL,
             process_id TEXT NOT NULL,
