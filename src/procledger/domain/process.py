@@ -556,26 +556,21 @@ class Process(Aggregate):
     def _created(
         cls, originator_id: uuid.UUID, at_ms: int, document: dict[str, Any], registration_hash: str
     ) -> Process:
-        # What ``_create`` and the event's ``mutate`` do, minus their per-call topic lookups and
-        # signature inspection (about a quarter of ``register``'s own work): the event is built as
-        # the codec rebuilds stored ones, its fields in the order the dataclass gives them (so
-        # it encodes to the same bytes), and the aggregate initialised as ``mutate`` would.
-        # A replayed ``Registered`` still goes through ``mutate``.
-        timestamp = timestamp_of(at_ms)
+        # What ``_create`` does, minus its per-call topic lookups and signature inspection
+        # (about a quarter of ``register``'s own work): the event is built as the codec
+        # rebuilds stored ones, its fields in the order the dataclass gives them (so it
+        # encodes to the same bytes), and creates the aggregate as a replay does.
         event = object.__new__(cls.Registered)
         event.__dict__.update(
             originator_id=originator_id,
             originator_version=cls.INITIAL_VERSION,
-            timestamp=timestamp,
+            timestamp=timestamp_of(at_ms),
             originator_topic=get_topic(cls),
             at_ms=at_ms,
             registration=document,
             registration_hash=registration_hash,
         )
-        process = object.__new__(cls)
-        process.__base_init__(originator_id, cls.INITIAL_VERSION, timestamp)
-        process.__init__(document, registration_hash, at_ms)  # type: ignore[misc]
-        event.apply(process)
+        process: Process = event.mutate(None)
         process.pending_events.append(event)
         return process
 
