@@ -39,6 +39,7 @@ from procledger import (
     open_registry,
 )
 from procledger.domain.notification import ProcessCompletionNotification
+from procledger.supervisor import supervisor as supervisor_module
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.handles import handle_for_process
@@ -727,3 +728,29 @@ def test_a_lost_lease_stops_the_tree_and_writes_nothing(shared_url: str, procs: 
         assert log[-1] == "lost"
     finally:
         registry.close()
+
+
+def test_a_long_finished_run_shrinks_and_its_handle_still_answers(
+    supervisor: Supervisor, registry: ProcessRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A supervisor keeps only the newest finished runs whole (a harness that supervises for
+    weeks must not keep every run it started); an older handle still answers from the ledger:
+    ``wait`` and ``stop`` give its terminal record, ``returncode`` its status, and nothing is
+    signalled or recorded for it."""
+    monkeypatch.setattr(supervisor_module, "FINISHED_KEPT", 2)
+    first = supervisor.start([sys.executable, "-c", "raise SystemExit(3)"])
+    finished = supervisor.wait(first)
+    for _ in range(3):
+        supervisor.wait(supervisor.start(["true"]))
+    assert len(supervisor._runs) == 2  # the newest two, whole
+    assert supervisor.wait(first) == finished
+    assert supervisor.wait(first.handle, timeout=0) == finished
+    assert supervisor.wait_ready(first) == finished
+    assert supervisor.returncode(first) == 3
+    assert supervisor.stop(first, "kill") == finished
+    supervisor.request_stop(first, "terminated")
+    with pytest.raises(ValueError, match="not 'exited'"):
+        supervisor.request_stop(first, "exited")
+    assert registry.get(first.process_id) == finished  # no stop was recorded
+    with pytest.raises(NotFound):
+        supervisor.wait("no-such-handle")

@@ -37,6 +37,7 @@ import subprocess
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -91,6 +92,7 @@ from procledger.supervisor.capture import (
     salvage,
 )
 from procledger.supervisor.decide import (
+    STOP_REASONS,
     EventIds,
     Outcome,
     event_ids,
@@ -259,6 +261,21 @@ class _Run:
         return not (self.ended or self.lease_lost)
 
 
+FINISHED_KEPT: Final = 1_024
+"""Finished runs a supervisor keeps whole; older ones shrink to an ``_Ended``."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """What a supervisor keeps of a run that finished ``FINISHED_KEPT`` runs ago: enough to
+    answer ``wait``, ``stop`` and ``returncode`` for its handle (the record is in the ledger).
+    A whole ``_Run`` holds about 30 KB (its records, its child, its lease keeper); a harness
+    that supervises for weeks would otherwise keep every run it ever started."""
+
+    process_id: str
+    returncode: int | None
+
+
 class Supervisor:
     """Starts processes as this ``owner``, and turns what they do into lifecycle events.
 
@@ -309,6 +326,8 @@ class Supervisor:
         self._lock = threading.Condition()
         self._runs: dict[str, _Run] = {}
         self._active: dict[str, _Run] = {}
+        self._finished: deque[str] = deque()  # handles of whole finished runs, oldest first
+        self._ended: dict[str, _Ended] = {}
         self._starting = 0
         self._closed = False
         self._ticker: threading.Thread | None = None
@@ -663,7 +682,7 @@ class Supervisor:
         if service is not None:
             return self._service_ready(service, timeout)
         run = self._find(handle)
-        if run.watch is None:
+        if isinstance(run, _Ended) or run.watch is None:
             return self._registry.get(run.process_id)
         if not run.settled.wait(timeout):
             raise TimeoutError(f"process {run.process_id!r} not ready after {timeout} s")
@@ -872,9 +891,20 @@ class Supervisor:
             run.ticket = dataclasses.replace(run.ticket, capture=None)  # finished: its tails go
             with self._lock:
                 self._active.pop(run.handle, None)
+                self._retire(run)
                 self._lock.notify_all()
             run.done.set()
             run.settled.set()
+
+    def _retire(self, run: _Run) -> None:
+        """Keep the newest ``FINISHED_KEPT`` finished runs whole and shrink older ones to an
+        ``_Ended`` (under ``_lock``). A run whose terminal could not be written stays whole:
+        its ``wait`` must go on raising why, which the ledger cannot tell."""
+        if run.error is None:
+            self._finished.append(run.handle)
+        while len(self._finished) > FINISHED_KEPT:
+            old = self._runs.pop(self._finished.popleft())
+            self._ended[old.handle] = _Ended(old.process_id, old.returncode)
 
     def _finish(self, run: _Run, returncode: int, failure: str | None) -> None:
         with run.lock:
@@ -1039,6 +1069,8 @@ class Supervisor:
             assert service.record is not None
             return service.record
         run = self._find(handle)
+        if isinstance(run, _Ended):
+            return self._registry.get(run.process_id)
         deadline = None if timeout is None else time.monotonic() + timeout
         if not run.done.wait(timeout):
             raise TimeoutError(f"process {run.process_id!r} still running after {timeout} s")
@@ -1065,6 +1097,8 @@ class Supervisor:
         """
         service = self._service(handle)
         run = self._find(handle) if service is None else service.current
+        if isinstance(run, _Ended):
+            return run.returncode
         with run.lock:
             return run.returncode
 
@@ -1091,7 +1125,10 @@ class Supervisor:
         service = self._service(handle)
         if service is not None:
             return self._stop_service(service, StopMode(mode), grace_s)
-        return self._stop_run(self._find(handle), StopMode(mode), grace_s)
+        run, stop_mode = self._find(handle), StopMode(mode)
+        if isinstance(run, _Ended):  # long ended: nothing to signal (its pid may be reused)
+            return self._registry.get(run.process_id)
+        return self._stop_run(run, stop_mode, grace_s)
 
     def _stop_run(self, run: _Run, stop_mode: StopMode, grace_s: float | None) -> ProcessRecord:
         grace = self._stop_policy.grace_s if grace_s is None else grace_s
@@ -1138,11 +1175,12 @@ class Supervisor:
                 handle = service.current.handle
         run = self._find(handle)
         stop_reason = TerminalReason(reason)
-        if stop_reason not in run.ids.stop:
+        if stop_reason not in STOP_REASONS:
             raise ValueError(
                 f"a stop is requested as interrupted, terminated or killed, not {reason!r}"
             )
-        self._helper(lambda: self._carry_out(run, stop_reason, durable=False))
+        if isinstance(run, _Run):  # one long ended has nothing to stop
+            self._helper(lambda: self._carry_out(run, stop_reason, durable=False))
 
     def _carry_out(self, run: _Run, reason: TerminalReason, *, durable: bool) -> None:
         if self._request(run, reason, durable=durable):
@@ -1155,10 +1193,10 @@ class Supervisor:
             self._helpers.append(thread)
         thread.start()
 
-    def _find(self, handle: ProcessHandle | str) -> _Run:
+    def _find(self, handle: ProcessHandle | str) -> _Run | _Ended:
         key = handle.handle if isinstance(handle, ProcessHandle) else handle
         with self._lock:
-            run = self._runs.get(key) if isinstance(key, str) else None
+            run = (self._runs.get(key) or self._ended.get(key)) if isinstance(key, str) else None
         if run is None:
             raise NotFound(f"process handle {key!r} not found in this supervisor")
         return run
