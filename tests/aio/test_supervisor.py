@@ -277,3 +277,17 @@ async def test_wait_ready_on_an_output_probe_and_on_a_ready_timeout(
         plain = await sup.start(["sleep", "30"])
         assert (await plain.wait_ready(timeout=30)).state == "running"  # no probes: it runs
         await plain.stop("kill")
+
+
+async def test_a_finished_child_is_not_kept_and_still_answers(
+    registry: ProcessRegistry, owner: LeaseOwner
+) -> None:
+    """The loop forgets a child once its terminal is recorded (a loop that supervises for
+    weeks must not keep every child it watched); waiting on its handle later still gives
+    the terminal record."""
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(["sh", "-c", "exit 4"])
+        first = await handle.wait()
+        assert sup._watched == {}
+        assert await handle.wait() == first
+    assert (first.state, first.exit_code) == ("exited", 4)

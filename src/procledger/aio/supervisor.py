@@ -307,11 +307,19 @@ class AsyncSupervisor:
             threading.Thread(target=watched.settle, name="procledger-run", daemon=True).start()
             watched.left = True
             watched.exited.set()  # a stop under way here stops waiting: ``shutdown`` finishes it
-            watched.done.set()
+            self._forget(watched)
             raise
         with anyio.CancelScope(shield=True):
             watched.record = await to_thread.run_sync(self._settle, watched, limiter=self._settlers)
-            watched.done.set()
+            self._forget(watched)
+
+    def _forget(self, watched: _Watched) -> None:
+        """Done watching: waiters already holding ``watched`` wake to its record; later ones
+        ask the Supervisor, which keeps what it must of a finished run (a loop that starts
+        children for weeks must not keep each child and record it ever watched)."""
+        assert watched.handle is not None
+        self._watched.pop(watched.handle.handle, None)
+        watched.done.set()
 
     def _settle(self, watched: _Watched) -> ProcessRecord | None:
         """The Supervisor's completion path, then the record it left -- read where no store
