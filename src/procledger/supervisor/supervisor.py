@@ -328,13 +328,11 @@ class Supervisor:
         self._active: dict[str, _Run] = {}
         self._finished: deque[str] = deque()  # handles of whole finished runs, oldest first
         self._ended: dict[str, _Ended] = {}
-        self._starting = 0
-        self._closed = False
+        self._starting, self._closed = 0, False
         self._ticker: threading.Thread | None = None
         self._ticker_until = 0.0  # when the ticker wakes up next (monotonic)
         self._wake = threading.Event()
-        self._owners = OwnerThreads()
-        self._helpers: list[threading.Thread] = []
+        self._owners, self._helpers = OwnerThreads(), list[threading.Thread]()
         self._services: dict[str, Service] = {}
 
     @property
