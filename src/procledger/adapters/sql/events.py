@@ -128,8 +128,9 @@ def _log_columns(tx: Tx) -> str:
 
 def log_batch(tx: Tx, after: Any, limit: int) -> list[Row]:
     """Up to ``limit`` events of the streams after stream ``after`` (``None``: from the first),
-    as ``stream_log`` tuples, in ``(stream, version)`` order; ``stream_rest`` completes the
-    last stream. Stream ids compare as stored (hex text on SQLite, ``uuid`` on PostgreSQL)."""
+    as ``(notification_id, key, version, topic, state)`` tuples (``_log_columns``: the key as
+    text) in ``(stream, version)`` order; ``stream_rest`` completes the last stream. Keys
+    compare as stored (hex text on SQLite, ``uuid`` on PostgreSQL)."""
     where = "" if after is None else f"WHERE originator_id>{tx.dialect.key_param()} "
     return _tuples(
         tx,
