@@ -207,10 +207,8 @@ class AppendUnit:
     def before(self, tx: Tx) -> None:
         if self.lease is None:
             return
-        if self.ahead is not None and self.ahead.lease is not None:
-            check_live_lease(tx, self.lease, self.now_ms, self.ahead.lease.one())
-        else:
-            check_live_lease(tx, self.lease, self.now_ms)
+        sent = None if self.ahead is None else self.ahead.lease
+        check_live_lease(tx, self.lease, self.now_ms, MISSING if sent is None else sent.one())
 
     def after(self, tx: Tx, notification_ids: Sequence[int]) -> None:
         appended = zip(notification_ids, self.stored, strict=True)

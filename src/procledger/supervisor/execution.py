@@ -315,8 +315,8 @@ class _Pump:
 
     def close(self) -> None:
         """Close every owned pipe (without reading) and the selector, and let the read buffer
-        go: a supervisor keeps its finished children (their handles stay valid), and each kept
-        64 KiB (or a 1 MiB mapping) until the supervisor itself was gone."""
+        go: a finished child may be kept a while (a supervisor keeps its newest finished runs
+        whole), and each kept 64 KiB (or a 1 MiB mapping) for as long."""
         self.close_input()
         for pipe in list(self._outputs):
             self._close_output(pipe)

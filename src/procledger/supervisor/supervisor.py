@@ -1592,18 +1592,15 @@ def _inherited_env_ref() -> str:
     """The env ref of this process's environment (what a child started without ``env``
     inherits), hashed again only when the environment changed: decoding, sorting and hashing
     every variable cost ~50 µs of each start."""
-    snapshot = tuple(os.environb.items()) if os.supports_bytes_environ else None
-    cached = _ENV_REF.get("inherited")  # one read: another thread may replace it meanwhile
-    if snapshot is not None and cached is not None and cached[0] == snapshot:
-        return cached[1]
-    env_ref = env_ref_for({str(k): str(v) for k, v in os.environ.items()})
-    if snapshot is not None:
-        _ENV_REF["inherited"] = (snapshot, env_ref)
-    return env_ref
+    if not os.supports_bytes_environ:
+        return env_ref_for(dict(os.environ))
+    return _env_ref_of(tuple(os.environb.items()))
 
 
-_ENV_REF: dict[str, tuple[tuple[tuple[bytes, bytes], ...], str]] = {}
-"""The environment last hashed, as bytes pairs, and its env ref."""
+@functools.lru_cache(maxsize=1)
+def _env_ref_of(environment: tuple[tuple[bytes, bytes], ...]) -> str:
+    """The env ref of an environment given as bytes pairs (decoded as ``os.environ`` does)."""
+    return env_ref_for({os.fsdecode(name): os.fsdecode(value) for name, value in environment})
 
 
 def _checked_stdin(stdin: object) -> Stdin:

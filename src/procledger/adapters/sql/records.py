@@ -43,20 +43,25 @@ _UPDATE_GOING = (
     + ", ".join(f"{column}=?" for column in _GOING_COLUMNS)
     + " WHERE process_id=? AND terminal=0 AND status=?"
 )
+_ON_CONFLICT_SET_ALL = "ON CONFLICT (process_id) DO UPDATE SET " + ", ".join(
+    f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS
+)
 _UPSERT = (
     f"INSERT INTO {{table}} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
-    "ON CONFLICT (process_id) DO UPDATE SET "
-    + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
+    + _ON_CONFLICT_SET_ALL
 )
-_COLUMN_TYPES = ("text", "bigint", "text", "integer", "integer", "text", "text", "text", "text")
-_COLUMN_ARRAYS = ", ".join(f"%b::{kind}[]" for kind in (*_COLUMN_TYPES, "bigint", "bigint", "text"))
+_COLUMN_TYPES = (
+    *("text", "bigint", "text", "integer", "integer"),
+    *("text", "text", "text", "text", "bigint", "bigint", "text"),
+)
+"""The PostgreSQL type of each ``RECORD_COLUMNS`` column, in order."""
+_COLUMN_ARRAYS = ", ".join(f"%b::{kind}[]" for kind in _COLUMN_TYPES)
 """One array parameter per ``RECORD_COLUMNS`` column, typed as the column (PostgreSQL only),
 sent in binary (``%b``): psycopg writes a text array's text form by escaping every element in
 Python, which for the records' JSON cost more than the whole statement on the server."""
 _UPSERT_CHANGED = (
     f"INSERT INTO {{table}} ({RECORD_COLUMNS}) SELECT * FROM unnest({_COLUMN_ARRAYS}) "
-    "ON CONFLICT (process_id) DO UPDATE SET "
-    + ", ".join(f"{column}=excluded.{column}" for column in _UPDATED_COLUMNS)
+    + _ON_CONFLICT_SET_ALL
     + f" WHERE ({', '.join(f'{{table}}.{c}' for c in _UPDATED_COLUMNS)}) IS DISTINCT FROM "
     + f"({', '.join(f'excluded.{c}' for c in _UPDATED_COLUMNS)})"
 )
