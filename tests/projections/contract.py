@@ -45,6 +45,35 @@ def ids(records: list) -> list[str]:
     return [record.id for record in records]
 
 
+def _rewritten_by(registry: ProcessRegistry, action: object) -> set[str]:
+    """The processes whose ``records`` row ``action()`` updated: by the rows' versions on
+    PostgreSQL (``xmin``), by an ``AFTER UPDATE`` trigger on SQLite."""
+    assert callable(action)
+    store = registry.store
+    table = store.table("records")
+    if store.dialect.name == "postgresql":
+
+        def versions() -> dict[str, str]:
+            with store.read() as tx:
+                rows = tx.execute(f"SELECT process_id, xmin::text AS v FROM {table}").all()
+            return {row["process_id"]: row["v"] for row in rows}
+
+        before = versions()
+        action()
+        return {pid for pid, version in versions().items() if before.get(pid) != version}
+    with store.write() as tx:
+        tx.execute("CREATE TABLE IF NOT EXISTS test_rewritten (process_id TEXT)")
+        tx.execute("DELETE FROM test_rewritten")
+        tx.execute(
+            f"CREATE TRIGGER IF NOT EXISTS test_note_rewrite AFTER UPDATE ON {table} "
+            "BEGIN INSERT INTO test_rewritten VALUES (new.process_id); END"
+        )
+    action()
+    with store.read() as tx:
+        rows = tx.execute("SELECT process_id FROM test_rewritten").all()
+    return {row["process_id"] for row in rows}
+
+
 class ProjectionContract(StoreCase):
     # -- change feed ---------------------------------------------------------------------------
 
@@ -636,6 +665,22 @@ class ProjectionContract(StoreCase):
         assert snapshot(registry) != live
         registry.rebuild()
         assert snapshot(registry) == live
+
+    def test_rebuild_rewrites_only_the_record_rows_that_differ(
+        self, registry: ProcessRegistry
+    ) -> None:
+        """The store compares each rebuilt row with the stored one: a sound row is not
+        written again (no new row version, no update), a damaged one is."""
+        for index in range(4):
+            registry.register(registration(f"p{index}"))
+        finish(registry, "p3")
+        live = snapshot(registry)
+        store = registry.store
+        with store.write() as tx:
+            tx.execute(f"UPDATE {store.table('records')} SET record='{{}}' WHERE process_id='p1'")
+        assert _rewritten_by(registry, registry.rebuild) == {"p1"}
+        assert snapshot(registry) == live
+        assert _rewritten_by(registry, registry.rebuild) == set()
 
     def test_rebuild_deletes_records_the_log_no_longer_backs(
         self, registry: ProcessRegistry, monkeypatch: pytest.MonkeyPatch

@@ -21,6 +21,8 @@ stream is rebuilt. A last transaction deletes rows the log no longer backs and s
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +46,8 @@ Row = tuple[Any, ...]
 BATCH = 2_000
 SWEEP = 2_000
 """Record ids per page of the last transaction's sweep for rows the log no longer backs."""
+_STREAM_KEY = operator.itemgetter(1)
+_POSITION = operator.itemgetter(0)
 _PROCESS_TOPIC = Process.Registered.TOPIC
 _SESSION_TOPIC = Session.Opened.TOPIC
 
@@ -101,11 +105,8 @@ def _rebuild_batch(store: Store, after: Any, tx: Tx) -> _Batch:
     rows.extend(event_rows.stream_rest(tx, last[1], last[2]))
     records: list[Row] = []
     grants: list[Row] = []
-    start = 0
-    for end in range(1, len(rows) + 1):
-        if end == len(rows) or rows[end][1] != rows[start][1]:
-            _fold_stream(rows[start:end], batch, records, grants)
-            start = end
+    for _, stream in itertools.groupby(rows, _STREAM_KEY):
+        _fold_stream(list(stream), batch, records, grants)
     record_rows.write_rebuilt(tx, records)
     _replace_changed_grants(tx, sorted(batch.sessions), grants)
     batch.last_stream = last[1]
@@ -168,7 +169,7 @@ def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: lis
         batch.damaged[stream] = _name(aggregate)
         return
     if isinstance(aggregate, Process):
-        document = record_document(aggregate, max(row[0] for row in rows))
+        document = record_document(aggregate, max(map(_POSITION, rows)))
         records.append(record_rows.document_row(document))
         return
     batch.sessions.add(aggregate.session_id)

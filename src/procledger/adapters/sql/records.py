@@ -59,14 +59,18 @@ _COLUMN_ARRAYS = ", ".join(f"%b::{kind}[]" for kind in _COLUMN_TYPES)
 """One array parameter per ``RECORD_COLUMNS`` column, typed as the column (PostgreSQL only),
 sent in binary (``%b``): psycopg writes a text array's text form by escaping every element in
 Python, which for the records' JSON cost more than the whole statement on the server."""
-_UPSERT_CHANGED = (
-    f"INSERT INTO {{table}} ({RECORD_COLUMNS}) SELECT * FROM unnest({_COLUMN_ARRAYS}) "
+_STORED_COLUMNS = ", ".join(f"{{table}}.{c}" for c in _UPDATED_COLUMNS)
+_REBUILT_COLUMNS = ", ".join(f"excluded.{c}" for c in _UPDATED_COLUMNS)
+_UPSERT_CHANGED = {
+    # ``IS DISTINCT FROM`` / ``IS NOT``: NULL equals NULL, and values of different types (a
+    # damaged row's BLOB against rebuilt text) differ.
+    "postgresql": f"INSERT INTO {{table}} ({RECORD_COLUMNS}) "
+    + f"SELECT * FROM unnest({_COLUMN_ARRAYS}) "
     + _ON_CONFLICT_SET_ALL
-    + f" WHERE ({', '.join(f'{{table}}.{c}' for c in _UPDATED_COLUMNS)}) IS DISTINCT FROM "
-    + f"({', '.join(f'excluded.{c}' for c in _UPDATED_COLUMNS)})"
-)
-_ID_BATCH = 500
-"""Ids per ``IN (...)`` list: well below every driver's parameter limit."""
+    + f" WHERE ({_STORED_COLUMNS}) IS DISTINCT FROM ({_REBUILT_COLUMNS})",
+    "sqlite": _UPSERT + f" WHERE ({_STORED_COLUMNS}) IS NOT ({_REBUILT_COLUMNS})",
+}
+"""Insert each row, or update the stored one only where it differs in some column."""
 _OPERATORS = frozenset({"=", ">=", "<", "<=", ">", "is null"})
 
 Condition = tuple[str, str, object]
@@ -324,56 +328,19 @@ def bulk_insert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
     bulk_load(tx, "records", RECORD_COLUMNS, rows)
 
 
-def bulk_upsert(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
-    """Insert or replace many ``document_row`` rows (a rebuild batch over live models)."""
-    if rows:
-        tx.executemany(_UPSERT.format(table=tx.dialect.table("records")), rows)
-
-
 def write_rebuilt(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
     """Write a rebuild batch's ``document_row`` rows, only those that differ from the stored
-    ones, compared whole: every row written costs its index pages (and on SQLite the commit's
-    fsync), more than comparing it. SQLite reads the stored rows back and compares here;
-    PostgreSQL's upsert compares on the server (``IS DISTINCT FROM``), the whole batch as one
-    statement over column arrays: measured cheaper there than a read back first, and than a
-    statement per row (docs/design.md §5.6)."""
-    if tx.dialect.name == "postgresql":
-        if rows:
-            table = tx.dialect.table("records")
-            tx.execute(
-                _UPSERT_CHANGED.format(table=table),
-                [list(column) for column in zip(*rows, strict=True)],
-            )
+    ones, compared whole by the store (``_UPSERT_CHANGED``): every row written costs its index
+    pages and its share of the commit, and the rows need not be read back to be compared
+    (docs/design.md §5.6). PostgreSQL takes the batch as one statement over column arrays;
+    SQLite runs the statement per row, in the driver."""
+    if not rows:
         return
-    stored = stored_rows(tx, [str(row[0]) for row in rows])
-    bulk_upsert(tx, [row for row in rows if stored.get(str(row[0])) != tuple(row)])
-
-
-def stored_rows(tx: Tx, process_ids: Sequence[str]) -> dict[str, tuple[object, ...]]:
-    """The stored rows of these processes as ``document_row`` tuples (the record as text, or
-    ``None`` where it is not UTF-8), so a rebuild can leave rows that are already right."""
-    found: dict[str, tuple[object, ...]] = {}
-    columns = RECORD_COLUMNS.replace("record", tx.dialect.raw_text("record") + " AS record")
-    for start in range(0, len(process_ids), _ID_BATCH):
-        batch = process_ids[start : start + _ID_BATCH]
-        rows = tx.execute(
-            f"SELECT {columns} FROM {tx.dialect.table('records')} "
-            f"WHERE process_id IN ({','.join('?' * len(batch))})",
-            tuple(batch),
-        ).all()
-        for row in rows:
-            values = tuple(row.values()) if isinstance(row, dict) else tuple(row)
-            found[str(values[0])] = (*values[:-1], _as_text(values[-1]))
-    return found
-
-
-def _as_text(value: object) -> str | None:
-    if not isinstance(value, bytes | memoryview):
-        return str(value)
-    try:
-        return bytes(value).decode()
-    except UnicodeDecodeError:
-        return None
+    statement = _UPSERT_CHANGED[tx.dialect.name].format(table=tx.dialect.table("records"))
+    if tx.dialect.name == "postgresql":
+        tx.execute(statement, [list(column) for column in zip(*rows, strict=True)])
+    else:
+        tx.executemany(statement, rows)
 
 
 def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]) -> None:
