@@ -44,7 +44,8 @@ def same_field(name: str, get: Getter, *, registered: bool = False) -> RecordFie
 def enum_field(name: str, get: Callable[[Process], Enum | None]) -> RecordField:
     def document(process: Process) -> Any:
         member = get(process)
-        return None if member is None else member.value
+        # ``_value_``: what ``.value`` returns, without its descriptor (twice the cost on 3.11).
+        return None if member is None else member._value_
 
     return RecordField(name, document, get)
 
@@ -141,7 +142,7 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     enum_field("status", status_of),
     RecordField(
         "stop_requested",
-        lambda process: [reason.value for reason in process.stop_requested],
+        lambda process: [reason._value_ for reason in process.stop_requested],
         lambda process: list(process.stop_requested),
     ),
     same_field("backgrounded", lambda process: process.backgrounded),

@@ -21,7 +21,12 @@ class ProcessState(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
-        return self not in (ProcessState.starting, ProcessState.running)
+        return self not in _GOING_STATES
+
+
+# Sets built once: spelling the members out at each call looks every one of them up on its
+# class, several times the cost of the test (these run for every write and every record read).
+_GOING_STATES = frozenset({ProcessState.starting, ProcessState.running})
 
 
 class TerminalReason(StrEnum):
@@ -69,18 +74,26 @@ class ProcessStatus(StrEnum):
 
 
 _FAILURE_REASONS = frozenset({TerminalReason.output_limit})
+_STATUS_OF_STATE: dict[ProcessState, ProcessStatus] = {
+    ProcessState.starting: ProcessStatus.running,
+    ProcessState.running: ProcessStatus.running,
+    ProcessState.failed: ProcessStatus.failed,
+    ProcessState.timed_out: ProcessStatus.failed,
+    ProcessState.signaled: ProcessStatus.failed,
+    ProcessState.lost_on_restore: ProcessStatus.abandoned,
+    ProcessState.abandoned: ProcessStatus.abandoned,
+}
+"""The states whose coarse status is theirs alone; ``exited`` depends on the exit code, and a
+stopped one (interrupted, terminated, killed) on why it was stopped."""
 
 
 def coarse_status(
     state: ProcessState, reason: TerminalReason | None, exit_code: int | None
 ) -> ProcessStatus:
     """Fold a precise state into what a person scanning a list cares about."""
-    if not state.is_terminal:
-        return ProcessStatus.running
+    status = _STATUS_OF_STATE.get(state)
+    if status is not None:
+        return status
     if state is ProcessState.exited:
         return ProcessStatus.completed if exit_code == 0 else ProcessStatus.failed
-    if state in (ProcessState.failed, ProcessState.timed_out, ProcessState.signaled):
-        return ProcessStatus.failed
-    if state in (ProcessState.interrupted, ProcessState.terminated, ProcessState.killed):
-        return ProcessStatus.failed if reason in _FAILURE_REASONS else ProcessStatus.cancelled
-    return ProcessStatus.abandoned
+    return ProcessStatus.failed if reason in _FAILURE_REASONS else ProcessStatus.cancelled

@@ -153,20 +153,31 @@ def _topic(value: Any) -> str:
 
 
 def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
-    """One stream's rows into a record row or grant rows; a damaged stream is noted instead."""
+    """One stream's rows into a record row or grant rows; a damaged stream is noted instead.
+
+    The creation event's ``mutate`` builds the aggregate, then each event's ``apply`` runs
+    without re-checking the stream id (every event here was read from the aggregate's own
+    stream); each version must follow on, so a gap in a stream is damage, as eventsourcing's
+    own replay would say. The loop makes no call per event but the decoding and the event's
+    own: it runs for every event of the log."""
     first = rows[0][1]  # the key as text: a UUID's (PostgreSQL) or as stored (SQLite)
-    stream = first if isinstance(first, str) else bytes(first).decode(errors="replace")
     aggregate: Any = None
     try:
         if _topic(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):
             return
         key = UUID(_text(first))
-        stream = key.hex  # as the sweep names keys
-        for _, _, version, event_topic, state in rows:
-            event = decode_event(key, version, _topic(event_topic), state)
-            aggregate = _apply(event, aggregate)
+        for _, _, version, topic, state in rows:
+            event = decode_event(key, version, _topic(topic), state)
+            if aggregate is None:
+                aggregate = event.mutate(None)
+            elif version == aggregate.version + 1:
+                event.apply(aggregate)
+                aggregate.version = version
+                aggregate.modified_on = event.timestamp
+            else:
+                raise ValueError(f"version {version} after {aggregate.version}")
     except Exception:  # any failure to decode or apply: this stream only is damaged
-        batch.damaged[stream] = _name(aggregate)
+        batch.damaged[_stream_name(first)] = _name(aggregate)
         return
     if isinstance(aggregate, Process):
         document = record_document(aggregate, max(map(_POSITION, rows)))
@@ -178,18 +189,14 @@ def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: lis
         grants.append((aggregate.session_id, process_id, encoded))
 
 
-def _apply(event: Any, aggregate: Any) -> Any:
-    """``event.mutate(aggregate)`` without re-checking the stream id (every event here was read
-    from the aggregate's own stream); the version must still follow on, so a gap in a stream
-    is damage, as eventsourcing's own replay would say."""
-    if aggregate is None:
-        return event.mutate(None)
-    if event.originator_version != aggregate.version + 1:
-        raise ValueError(f"version {event.originator_version} after {aggregate.version}")
-    event.apply(aggregate)
-    aggregate.version = event.originator_version
-    aggregate.modified_on = event.timestamp
-    return aggregate
+def _stream_name(key: Any) -> str:
+    """A damaged stream's key as the sweep names keys (a UUID's hex), or as stored when it is
+    not a UUID."""
+    text = key if isinstance(key, str) else bytes(key).decode(errors="replace")
+    try:
+        return UUID(text).hex
+    except ValueError:
+        return text
 
 
 def _name(aggregate: Any) -> str:
