@@ -146,6 +146,22 @@ def test_a_non_utf8_working_directory_is_refused(ledger: str, tmp_path: Path) ->
     nothing_recorded(ledger, tmp_path)
 
 
+def test_an_environment_that_is_not_utf8_is_inherited_as_it_is(ledger: str) -> None:
+    # Only its hash is recorded, so bytes a shell exported are no reason to refuse the run.
+    env: dict[bytes, bytes] = {os.fsencode(k): os.fsencode(v) for k, v in child_env().items()}
+    env[b"ODD_BYTES"] = b"caf\xe9"
+    env.pop(b"PROCLEDGER_URL", None)
+    ran = subprocess.run(
+        [*CLI, "--url", ledger, "run", "--", "sh", "-c", 'printf %s "$ODD_BYTES"'],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, b"caf\xe9", b"")
+    assert only_process(ledger)["state"] == "exited"
+
+
 # -- stdin ----------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
 import math
 import os
@@ -62,6 +63,7 @@ from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.domain.records import OsFacts, OutputSummary, ProcessRecord
 from procledger.domain.registration import (
+    ENV_REF_PREFIX,
     Originator,
     ProcessInput,
     ProcessRegistration,
@@ -1599,8 +1601,16 @@ def _inherited_env_ref() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _env_ref_of(environment: tuple[tuple[bytes, bytes], ...]) -> str:
-    """The env ref of an environment given as bytes pairs (decoded as ``os.environ`` does)."""
-    return env_ref_for({os.fsdecode(name): os.fsdecode(value) for name, value in environment})
+    """The env ref of an environment given as bytes pairs (decoded as ``os.environ`` does).
+
+    A shell can export any bytes, and text that is not UTF-8 cannot be canonical JSON: such an
+    environment is hashed as its sorted ``NAME=value`` bytes instead (NUL-separated; neither
+    holds a NUL). Its values are never stored, so the ref only has to tell it apart."""
+    try:
+        return env_ref_for({os.fsdecode(name): os.fsdecode(value) for name, value in environment})
+    except TypeError:  # orjson refuses the surrogate escape of a byte that is not UTF-8
+        lines = b"\0".join(sorted(name + b"=" + value for name, value in environment))
+        return f"{ENV_REF_PREFIX}{hashlib.sha256(lines).hexdigest()}"
 
 
 def _checked_stdin(stdin: object) -> Stdin:
