@@ -45,6 +45,9 @@ def one_line(stderr: str) -> None:
         ("run", "--grace"),
         ("run", "--stdin", "/no/such/file", "--", "true"),
         ("run", "--background", "--stdin", "inherit", "--", "true"),
+        ("run", "--", ""),
+        ("run", "--background", "--", "", "x"),
+        ("run", "--stop-signal", "FOO", "--", "true"),
     ],
 )
 def test_a_usage_error_exits_2_in_one_line_and_records_nothing(
@@ -61,6 +64,7 @@ def test_a_usage_error_exits_2_in_one_line_and_records_nothing(
 def test_a_mistyped_option_is_named(ledger: str) -> None:
     ran = run_cli("run", "--backgroud", "--", "sleep", "5", url=ledger)
     assert "--backgroud" in ran.stderr
+    assert "--stop-signal" in run_cli("run", "--stop-signal", "0", "true", url=ledger).stderr
 
 
 def test_options_after_the_command_s_first_word_are_the_command_s(ledger: str) -> None:

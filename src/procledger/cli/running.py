@@ -426,7 +426,10 @@ def _parse_stdin(value: str | None, background: bool) -> StdinSource:
 
 def checked_command(command: list[str]) -> None:
     """Refuse, before anything is recorded, what the ledger cannot keep as text: an argument
-    or a working directory that is not valid UTF-8 (docs/design.md §8)."""
+    or a working directory that is not valid UTF-8 (docs/design.md §8) -- and an empty
+    command word, which names no program."""
+    if not command[0]:
+        raise typer.BadParameter("the command is empty; nothing was recorded", param_hint="CMD")
     for index, word in enumerate(command):
         if not is_utf8(word):
             shown = os.fsencode(word)
@@ -452,7 +455,8 @@ def _parse_signal(value: str) -> signal.Signals:
             return signal.Signals(int(name))
         return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
     except (KeyError, ValueError):
-        raise typer.BadParameter(f"{value!r} is not a signal name or number") from None
+        message = f"{value!r} is not a signal name or number"
+        raise typer.BadParameter(message, param_hint="--stop-signal") from None
 
 
 class _RunSignals:
