@@ -150,6 +150,62 @@ def test_a_non_utf8_working_directory_is_refused(ledger: str, tmp_path: Path) ->
     nothing_recorded(ledger, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        ([b"run", b"--ready-file", b"/tmp/ready-\xff", b"--", b"true"], b"--ready-file"),
+        ([b"run", b"--ready-output", b"\xff", b"--", b"true"], b"--ready-output"),
+        ([b"ps", b"--label", b"\xff"], b"--label"),
+        ([b"ps", b"--state", b"running", b"--state", b"\xff"], b"--state"),
+        ([b"sweep", b"--owner", b"\xff"], b"--owner"),
+    ],
+)
+def test_an_option_that_is_not_utf8_is_a_usage_error(
+    ledger: str, tmp_path: Path, args: list[bytes], option: bytes
+) -> None:
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", ledger.encode(), *args],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 2, ran.stderr
+    one_line(ran.stderr.decode())
+    assert option + b": b'" in ran.stderr
+    assert b"not valid UTF-8" in ran.stderr
+    nothing_recorded(ledger, tmp_path)
+
+
+def test_a_url_that_is_not_utf8_is_a_usage_error_and_creates_nothing(tmp_path: Path) -> None:
+    url = b"sqlite:///" + os.fsencode(tmp_path) + b"/ledger-\xff.db"
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", url, b"run", b"--", b"true"],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 2, ran.stderr
+    one_line(ran.stderr.decode())
+    assert b"--url" in ran.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_stdin_path_that_is_not_utf8_is_read(ledger: str, tmp_path: Path) -> None:
+    # --stdin is opened here and never recorded: any bytes name a file.
+    source = os.path.join(os.fsencode(tmp_path), b"input-\xff")
+    Path(os.fsdecode(source)).write_text("from a file\n")
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", ledger.encode(), b"run", b"--stdin", source, b"cat"],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, ran.stdout) == (0, b"from a file\n"), ran.stderr
+
+
 def test_an_environment_that_is_not_utf8_is_inherited_as_it_is(ledger: str) -> None:
     # Only its hash is recorded, so bytes a shell exported are no reason to refuse the run.
     env: dict[bytes, bytes] = {os.fsencode(k): os.fsencode(v) for k, v in child_env().items()}

@@ -66,11 +66,30 @@ _USAGE_ERROR: type[Exception] = next(
 
 class Command(TyperCommand):
     """A command whose usage line names its arguments as people write them (``ID``), not in
-    typer's braces for a required one (``{ID}``)."""
+    typer's braces for a required one (``{ID}``), and whose options take only UTF-8 text."""
+
+    bytes_options: frozenset[str] = frozenset()
+    """Options whose value is used only here, as bytes (a path to read): any bytes will do."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = super().collect_usage_pieces(ctx)
         return [piece.replace("{", "").replace("}", "") for piece in pieces]
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rest: list[str] = super().parse_args(ctx, args)
+        for param in self.get_params(ctx):
+            if param.param_type_name == "option" and param.name not in self.bytes_options:
+                utf8_option(ctx.params.get(param.name), param.opts[0])
+        return rest
+
+
+def utf8_option(value: object, option: str) -> None:
+    """An option's text (or each of its values) must be UTF-8: what a shell passes as other
+    bytes is refused as a usage error, before anything is opened or recorded."""
+    for text in value if isinstance(value, list | tuple) else [value]:
+        if isinstance(text, str) and not is_utf8(text):
+            message = f"{os.fsencode(text)!r} is not valid UTF-8"
+            raise typer.BadParameter(message, param_hint=option)
 
 
 def cli_state(ctx: typer.Context) -> CliState:
@@ -117,6 +136,7 @@ def _global_options(
     ] = False,
 ) -> None:
     state = ctx.ensure_object(CliState)
+    utf8_option(url, "--url")
     state.url = url or None
     state.command = ctx.invoked_subcommand
 

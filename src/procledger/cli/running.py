@@ -71,6 +71,8 @@ class RunCommand(Command):
     """``run``'s usage line says what to type -- ``[--] CMD [ARG]...`` -- instead of typer's
     rendering of a variadic argument (``{-- CMD...}...``, ``<list[str]>``)."""
 
+    bytes_options = frozenset({"stdin"})
+
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return ["[OPTIONS]", "[--] CMD [ARG]..."]
 
