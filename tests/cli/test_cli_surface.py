@@ -138,6 +138,35 @@ def test_read_only_commands_never_create_a_ledger(tmp_path: Path, args: tuple[st
     assert list(tmp_path.iterdir()) == []
 
 
+TOO_BIG = str(2**64)
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("ps", "--limit", TOO_BIG), "--limit"),
+        (("ps", "--status", "bogus"), "--status"),
+        (("feed", "--since", TOO_BIG), "--since"),
+        (("feed", "--limit", TOO_BIG), "--limit"),
+        (("logs", "some-id", "--tail", TOO_BIG), "--tail"),
+        (("prune", "--older-than", "1d", "--status", "bogus"), "--status"),
+        (("worker", "--interval", "inf"), "--interval"),
+        (("worker", "--interval", "1e308"), "--interval"),
+        (("run", "--output-limit", TOO_BIG, "--", "true"), "--output-limit"),
+        (("run", "--output-limit", "9999999999GiB", "--", "true"), "--output-limit"),
+    ],
+)
+def test_a_value_out_of_range_is_a_usage_error(
+    tmp_path: Path, args: tuple[str, ...], option: str
+) -> None:
+    # Found while parsing: no OverflowError from the store, no ledger opened, nothing recorded.
+    ran = run_cli(*args, url=f"sqlite:///{tmp_path}/ledger.db")
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert option in ran.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_keygen_prints_a_fresh_32_byte_key() -> None:
     keys = [run_cli("keygen").stdout for _ in range(2)]
     assert keys[0] != keys[1]

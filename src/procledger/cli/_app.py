@@ -30,6 +30,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 MAX_GRACE_S = 86_400.0
 """``--grace`` is at most a day: a stop that waits longer is a mistake, not a policy."""
+MAX_COUNT = 2**63 - 1
+"""The largest count, cursor or size the ledger can hold (SQLite's INTEGER, a JSON int64): a
+larger one is a usage error, not an ``OverflowError`` from the store."""
 EXIT_STOPPED = 130
 """128 + SIGINT: what a command stopped on request (Ctrl-C, ``procledger stop``) exits with."""
 

@@ -27,6 +27,7 @@ from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
 from procledger.cli._app import (
     EXIT_FAILURE,
     EXIT_STOPPED,
+    MAX_COUNT,
     PROG,
     Command,
     cli_state,
@@ -143,7 +144,11 @@ def parse_size(text: str) -> int:
     if found is None:
         message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
         raise typer.BadParameter(message, param_hint="--output-limit")
-    return int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
+    size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
+    if size > MAX_COUNT:
+        message = f"{text!r} is more than the ledger can count ({MAX_COUNT} bytes)"
+        raise typer.BadParameter(message, param_hint="--output-limit")
+    return size
 
 
 _Text = Annotated[str | None, typer.Option(show_default=False)]
