@@ -969,7 +969,7 @@ class Supervisor:
                 pause = min(pause * 2, RETRY_MAX_S)
                 continue
             if waiting:
-                self._say(f"procledger: recorded process {entry.process_id!r} in the store")
+                self._say(f"recorded process {entry.process_id!r} in the store")
             return record
         return None
 
@@ -1576,7 +1576,7 @@ def _entry(
 def _waiting_line(entry: OutboxEntry, error: Exception) -> str:
     ended = f"exit code {entry.exit_code}" if entry.exit_code is not None else entry.state
     return (
-        f"procledger: process {entry.process_id!r} ended ({ended}); the store is unavailable, "
+        f"process {entry.process_id!r} ended ({ended}); the store is unavailable, "
         f"retrying until it accepts the outcome (saved locally meanwhile): {error}"
     )
 
