@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 
 import procledger
-from _shared import CLI, child_env, run_cli
+from _shared import CLI, Processes, child_env, run_cli
 
 COMMANDS = [
     "run",
@@ -103,6 +104,25 @@ def test_a_closed_pipe_ends_quietly_with_0(ledger: str) -> None:
         assert ran.returncode == 0, (script, ran.stderr)
         assert ran.stderr == "", script
         assert len(ran.stdout.splitlines()) == 1
+
+
+def test_a_run_whose_reader_goes_away_ends_as_its_command_would(
+    ledger: str, procs: Processes
+) -> None:
+    # `yes | head -1` ends at once with SIGPIPE; under procledger (capturing, so the child
+    # writes to procledger's pipe) it once ran forever, a core busy copying into the capture.
+    runner, child = procs.pidfile("runner.pid"), procs.pidfile("child.pid")
+    script = (
+        f"(echo $BASHPID > {runner}; exec procledger --url {ledger} run -- "
+        f"sh -c 'echo $$ > {child}; exec yes') | head -1"
+    )
+    ran = shell(script)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (128 + signal.SIGPIPE, "y\n", "")
+    record = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)["records"][0]
+    assert (record["state"], record["signal"]) == ("signaled", signal.SIGPIPE)
+    kept = run_cli("logs", record["id"], url=ledger)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.startswith("y\ny\n")
 
 
 @pytest.mark.parametrize("folder_exists", [True, False])

@@ -389,7 +389,8 @@ def _run_foreground(
             fail(cli_state(ctx), exc, _spawn_exit_code(exc))
     if as_json:
         write_json(dump(record))
-    elif exit_code and sys.stderr.isatty():
+    elif exit_code and sys.stderr.isatty() and record.signal != signal.SIGPIPE:
+        # (SIGPIPE is a pipeline's quiet end -- `| head` -- which no shell reports either.)
         sys.stderr.write(f"{PROG}: process {record.id} {ending(record)}\n")
     raise typer.Exit(exit_code)
 
