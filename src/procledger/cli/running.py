@@ -537,10 +537,13 @@ class _RunSignals:
 
 
 def _run_exit_code(record: ProcessRecord, returncode: int | None, shutdown: int | None) -> int:
-    """`run`'s exit status: the child's own code, 130 when stopped on request, 128 + signal
-    when a signal nobody asked for ended it (docs/design.md §8)."""
+    """`run`'s exit status: the child's own code, 1 when it failed once started, 130 when
+    stopped on request, 128 + signal when a signal nobody asked for ended it (docs/design.md
+    §8)."""
     if record.state is ProcessState.exited:
         return record.exit_code or 0
+    if record.state is ProcessState.failed:  # a readiness deadline, a consumer that failed:
+        return EXIT_FAILURE  # the signal that then stopped the tree is not how it ended
     if record.reason is TerminalReason.runner_shutdown:
         return 128 + (shutdown or signal.SIGTERM)
     stopped = (ProcessState.interrupted, ProcessState.terminated, ProcessState.killed)
