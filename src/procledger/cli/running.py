@@ -632,15 +632,13 @@ def _run_detached(
     command; this one waits until it is recorded `backgrounded` and returns its id."""
     from procledger.supervisor.handles import new_process_id
 
-    url = cli_state(ctx).url
     process_id = new_process_id(int(time.time() * 1000))
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-m", "procledger", *(["--url", url] if url else [])]
-    argv += ["run", "--background", "--grace", repr(grace), "--stop-signal", stop_signal]
-    argv += ["--stdin", str(stdin), "--detached-fd", str(write_fd), "--process-id", process_id]
-    argv += [*keep.options(), "--", *command]
+    argv = [sys.executable, "-m", "procledger", "run", "--background", "--grace", repr(grace)]
+    argv += ["--stop-signal", stop_signal, "--stdin", str(stdin), "--detached-fd", str(write_fd)]
+    argv += ["--process-id", process_id, *keep.options(), "--", *command]
     try:
-        _spawn_detached(argv, write_fd)
+        _spawn_detached(argv, write_fd, cli_state(ctx).url)
     finally:
         os.close(write_fd)
     with os.fdopen(read_fd, "rb") as report:
@@ -684,15 +682,23 @@ def _detached_exit_code(answer: str) -> int:
     return EXIT_NOT_FOUND if int(found.group(1)) == errno.ENOENT else EXIT_CANNOT_EXECUTE
 
 
-def _spawn_detached(argv: list[str], report_fd: int) -> None:
+_DETACHED_URL = "PROCLEDGER_DETACHED_URL"
+"""How the store URL reaches the detached `procledger`: in its environment, which only its user
+can read, never on its command line, which every user can (a PostgreSQL URL holds a password).
+The detached side takes it out again, so the command inherits the environment `run` had."""
+
+
+def _spawn_detached(argv: list[str], report_fd: int, url: str | None) -> None:
     """Its own session and no terminal: the detached `procledger` outlives this one and the
     terminal's Ctrl-C; it keeps only the pipe it reports on."""
+    env = {**os.environ, _DETACHED_URL: url} if url else None
     with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
         subprocess.Popen(
             argv,
             stdin=null_in,
             stdout=null_out,
             stderr=null_out,
+            env=env,
             pass_fds=(report_fd,),
             start_new_session=True,
         )
@@ -710,6 +716,9 @@ def _detached_main(
 ) -> NoReturn:
     """The detached side of `run --background`: report on ``fd`` once the command runs."""
     report = os.fdopen(fd, "wb")
+    url = os.environ.pop(_DETACHED_URL, None)
+    if url:
+        cli_state(ctx).url = url
 
     def started(_handle: ProcessHandle) -> None:
         report.write(b"ok\n")
