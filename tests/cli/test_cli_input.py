@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import orjson
 import psutil
 import pytest
 
-from _shared import CLI, Processes, child_env, run_cli, wait_until
+from _shared import CLI, SRC, Processes, child_env, run_cli, wait_until
 
 from .conftest import Terminal, ignoring, supervise_sleeper
 from .test_cli_run import listed, only_process
@@ -204,6 +205,25 @@ def test_a_stdin_path_that_is_not_utf8_is_read(ledger: str, tmp_path: Path) -> N
         check=False,
     )
     assert (ran.returncode, ran.stdout) == (0, b"from a file\n"), ran.stderr
+
+
+def test_a_deleted_working_directory_is_named(ledger: str, tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    remove_then_run = "import os, sys; os.rmdir(os.getcwd()); os.execv(sys.argv[1], sys.argv[1:])"
+    ran = subprocess.run(
+        [sys.executable, "-c", remove_then_run, *CLI, "--url", ledger, "run", "--", "true"],
+        cwd=gone,
+        capture_output=True,
+        env=child_env(PYTHONPATH=str(SRC)),  # no relative entry: the interpreter resolves them
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 1, ran.stderr
+    one_line(ran.stderr)
+    assert "working directory was deleted" in ran.stderr
+    nothing_recorded(ledger, tmp_path)
 
 
 def test_an_environment_that_is_not_utf8_is_inherited_as_it_is(ledger: str) -> None:

@@ -443,7 +443,11 @@ def checked_command(command: list[str]) -> None:
             shown = os.fsencode(word)
             message = f"argument {index} ({shown!r}) is not valid UTF-8; nothing was recorded"
             raise typer.BadParameter(message, param_hint="CMD")
-    workdir = os.getcwd()
+    try:
+        workdir = os.getcwd()
+    except FileNotFoundError:
+        message = "the working directory was deleted: cd to one that exists; nothing was recorded"
+        raise UnrecordableInput(message) from None
     if not is_utf8(workdir):
         raise UnrecordableInput(
             f"the working directory {os.fsencode(workdir)!r} is not valid UTF-8: "
