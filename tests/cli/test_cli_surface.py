@@ -142,6 +142,17 @@ def test_url_and_the_environment_mean_the_same(tmp_path: Path, folder_exists: bo
     assert outcomes[0][2] == folder_exists
 
 
+@pytest.mark.parametrize("args", [("ps", "--url"), ("run", "--url=x", "--", "true")])
+def test_url_after_the_command_says_where_it_goes(tmp_path: Path, args: tuple[str, ...]) -> None:
+    # Not "No such option: --url (Possible options: --all)".
+    ran = run_cli(*args, f"sqlite:///{tmp_path}/ledger.db")
+    assert ran.returncode == 2
+    assert ran.stderr == f"procledger {args[0]}: --url goes before the command: " + (
+        f"procledger --url URL {args[0]} ...\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "args", [("ps",), ("ps", "--all"), ("show", "some-id"), ("feed",), ("verify",)]
 )

@@ -234,6 +234,10 @@ def _usage(state: CliState, exc: Exception) -> NoReturn:
     named = (getattr(context, "command_path", None) or PROG).removeprefix(PROG).strip()
     state.command = named or state.command  # click may blame the group for a command's option
     path = f"{PROG} {state.command}" if state.command else PROG
+    if state.command and getattr(exc, "option_name", None) == "--url":
+        # The app's option, unknown to the command: say where it goes, not the nearest option.
+        _say(state, f"--url goes before the command: {PROG} --url URL {state.command} ...")
+        raise SystemExit(EXIT_USAGE)
     _say(state, f"{exc.format_message()} (see '{path} --help')")  # type: ignore[attr-defined]
     raise SystemExit(EXIT_USAGE)
 
