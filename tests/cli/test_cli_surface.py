@@ -106,15 +106,17 @@ def test_a_closed_pipe_ends_quietly_with_0(ledger: str) -> None:
         assert len(ran.stdout.splitlines()) == 1
 
 
+@pytest.mark.parametrize(("json", "redirect"), [("", ""), ("--json", "2>&1 >/dev/null")])
 def test_a_run_whose_reader_goes_away_ends_as_its_command_would(
-    ledger: str, procs: Processes
+    ledger: str, procs: Processes, json: str, redirect: str
 ) -> None:
     # `yes | head -1` ends at once with SIGPIPE; under procledger (capturing, so the child
     # writes to procledger's pipe) it once ran forever, a core busy copying into the capture.
+    # With --json the child's output goes to stderr: the same when that reader goes away.
     runner, child = procs.pidfile("runner.pid"), procs.pidfile("child.pid")
     script = (
-        f"(echo $BASHPID > {runner}; exec procledger --url {ledger} run -- "
-        f"sh -c 'echo $$ > {child}; exec yes') | head -1"
+        f"(echo $BASHPID > {runner}; exec procledger --url {ledger} run {json} -- "
+        f"sh -c 'echo $$ > {child}; exec yes' {redirect}) | head -1"
     )
     ran = shell(script)
     assert (ran.returncode, ran.stdout, ran.stderr) == (128 + signal.SIGPIPE, "y\n", "")

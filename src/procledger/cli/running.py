@@ -613,10 +613,17 @@ def _notice(line: str) -> None:
 
 
 def _to_stderr(chunk: bytes) -> None:
-    """With --json, stdout carries only the final record: the child's output goes to stderr."""
+    """With --json, stdout carries only the final record: the child's output goes to stderr.
+    When stderr's reader went away, the child meets the broken pipe (``ReaderGone``), as
+    without --json."""
     view = memoryview(chunk)
-    while view:
-        view = view[os.write(2, view) :]
+    try:
+        while view:
+            view = view[os.write(2, view) :]
+    except BrokenPipeError as exc:
+        from procledger.supervisor.execution import ReaderGone
+
+        raise ReaderGone from exc
 
 
 class BackgroundStartError(ProcledgerError):
