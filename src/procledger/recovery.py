@@ -81,6 +81,7 @@ from procledger.domain.vocabulary import (
     TerminalReason,
 )
 from procledger.projections.records import read_record
+from procledger.supervisor import orphans
 from procledger.supervisor.capture import (
     DEFAULT_OUTPUT_LIMIT,
     Capture,
@@ -802,12 +803,20 @@ class RecoveryWorker:
         evidence: LeaseOwner | None,
         tally: _Tally,
     ) -> None:
-        """Abandon with ``lease``; a dead holder's run keeps what its capture left here."""
+        """Abandon with ``lease``; a dead holder's run keeps what its capture left here, and a
+        child of it still running here is stopped first (``_stop_orphan``)."""
         process_id = lease.process_id
+        diagnostic = self._stop_orphan(record)
         output, tails = salvage(self.registry, record, self._output_dir)
         try:
             self.registry.record_abandoned(
-                process_id, reason, owner=evidence, lease=lease, output=output, tails=tails
+                process_id,
+                reason,
+                owner=evidence,
+                lease=lease,
+                diagnostic=diagnostic,
+                output=output,
+                tails=tails,
             )
         except LeaseLost:
             tally.lost.append(process_id)
@@ -816,6 +825,17 @@ class RecoveryWorker:
             tally.skipped.append(process_id)
         else:
             tally.abandoned.append(process_id)
+
+    def _stop_orphan(self, record: ProcessRecord) -> str | None:
+        """A recorded child still running on this host (pid and start time) outlived the holder
+        whose process is being abandoned: its tree is stopped as ``restore`` does (SIGTERM,
+        SIGKILL after the stop grace) and the diagnostic says so -- the ledger never calls a
+        process abandoned while its child runs on unmentioned (docs/design.md §3.6)."""
+        if orphans.find_live_child(record) is None:
+            return None
+        grace = default_stop_policy(self.timings).grace_s
+        stop = orphans.stop_tree(record, (signal.SIGTERM,), grace, escalate=True)
+        return clip_diagnostic(orphans.describe_stop(record, stop, "sweep"))
 
     def _drain_one(self, process_id: str, tally: _Tally) -> None:
         facts = self._facts(process_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import orjson
 import psutil
 import pytest
 
-from _shared import CLI, Processes, child_env, run_cli, wait_until
+from _shared import CLI, SRC, Processes, child_env, run_cli, wait_until
 
 from .conftest import Terminal, ignoring, supervise_sleeper
 from .test_cli_run import listed, only_process
@@ -45,6 +46,9 @@ def one_line(stderr: str) -> None:
         ("run", "--grace"),
         ("run", "--stdin", "/no/such/file", "--", "true"),
         ("run", "--background", "--stdin", "inherit", "--", "true"),
+        ("run", "--", ""),
+        ("run", "--background", "--", "", "x"),
+        ("run", "--stop-signal", "FOO", "--", "true"),
     ],
 )
 def test_a_usage_error_exits_2_in_one_line_and_records_nothing(
@@ -61,6 +65,7 @@ def test_a_usage_error_exits_2_in_one_line_and_records_nothing(
 def test_a_mistyped_option_is_named(ledger: str) -> None:
     ran = run_cli("run", "--backgroud", "--", "sleep", "5", url=ledger)
     assert "--backgroud" in ran.stderr
+    assert "--stop-signal" in run_cli("run", "--stop-signal", "0", "true", url=ledger).stderr
 
 
 def test_options_after_the_command_s_first_word_are_the_command_s(ledger: str) -> None:
@@ -144,6 +149,97 @@ def test_a_non_utf8_working_directory_is_refused(ledger: str, tmp_path: Path) ->
     one_line(ran.stderr.decode())
     assert b"working directory" in ran.stderr
     nothing_recorded(ledger, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        ([b"run", b"--ready-file", b"/tmp/ready-\xff", b"--", b"true"], b"--ready-file"),
+        ([b"run", b"--ready-output", b"\xff", b"--", b"true"], b"--ready-output"),
+        ([b"ps", b"--label", b"\xff"], b"--label"),
+        ([b"ps", b"--state", b"running", b"--state", b"\xff"], b"--state"),
+        ([b"sweep", b"--owner", b"\xff"], b"--owner"),
+    ],
+)
+def test_an_option_that_is_not_utf8_is_a_usage_error(
+    ledger: str, tmp_path: Path, args: list[bytes], option: bytes
+) -> None:
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", ledger.encode(), *args],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 2, ran.stderr
+    one_line(ran.stderr.decode())
+    assert option + b": b'" in ran.stderr
+    assert b"not valid UTF-8" in ran.stderr
+    nothing_recorded(ledger, tmp_path)
+
+
+def test_a_url_that_is_not_utf8_is_a_usage_error_and_creates_nothing(tmp_path: Path) -> None:
+    url = b"sqlite:///" + os.fsencode(tmp_path) + b"/ledger-\xff.db"
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", url, b"run", b"--", b"true"],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 2, ran.stderr
+    one_line(ran.stderr.decode())
+    assert b"--url" in ran.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_stdin_path_that_is_not_utf8_is_read(ledger: str, tmp_path: Path) -> None:
+    # --stdin is opened here and never recorded: any bytes name a file.
+    source = os.path.join(os.fsencode(tmp_path), b"input-\xff")
+    Path(os.fsdecode(source)).write_text("from a file\n")
+    ran = subprocess.run(
+        [*map(os.fsencode, CLI), b"--url", ledger.encode(), b"run", b"--stdin", source, b"cat"],
+        capture_output=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, ran.stdout) == (0, b"from a file\n"), ran.stderr
+
+
+def test_a_deleted_working_directory_is_named(ledger: str, tmp_path: Path) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    remove_then_run = "import os, sys; os.rmdir(os.getcwd()); os.execv(sys.argv[1], sys.argv[1:])"
+    ran = subprocess.run(
+        [sys.executable, "-c", remove_then_run, *CLI, "--url", ledger, "run", "--", "true"],
+        cwd=gone,
+        capture_output=True,
+        env=child_env(PYTHONPATH=str(SRC)),  # no relative entry: the interpreter resolves them
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 1, ran.stderr
+    one_line(ran.stderr)
+    assert "working directory was deleted" in ran.stderr
+    nothing_recorded(ledger, tmp_path)
+
+
+def test_an_environment_that_is_not_utf8_is_inherited_as_it_is(ledger: str) -> None:
+    # Only its hash is recorded, so bytes a shell exported are no reason to refuse the run.
+    env: dict[bytes, bytes] = {os.fsencode(k): os.fsencode(v) for k, v in child_env().items()}
+    env[b"ODD_BYTES"] = b"caf\xe9"
+    env.pop(b"PROCLEDGER_URL", None)
+    ran = subprocess.run(
+        [*CLI, "--url", ledger, "run", "--", "sh", "-c", 'printf %s "$ODD_BYTES"'],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, b"caf\xe9", b"")
+    assert only_process(ledger)["state"] == "exited"
 
 
 # -- stdin ----------------------------------------------------------------------------------

@@ -191,6 +191,24 @@ def test_background_returns_once_running_and_stops_on_request(
     assert (final.state, final.reason) == (ProcessState.killed, TerminalReason.killed)
 
 
+def test_the_store_url_is_not_on_the_detached_supervisor_s_command_line(
+    ledger: str, procs: Processes, tmp_path: Path
+) -> None:
+    # Every user can read a command line; a PostgreSQL URL holds a password. The URL goes in
+    # the environment, and the command's environment is the one `run` had.
+    seen = tmp_path / "environment"
+    command = ["sh", "-c", f'env > "{seen}.tmp" && mv "{seen}.tmp" "{seen}" && exec sleep 60']
+    ran = run_cli("run", "--background", "--json", "--", *command, url=ledger)
+    assert ran.returncode == 0, ran.stderr
+    record = orjson.loads(ran.stdout)
+    detached = procs.add(record["first_started"]["owner"]["liveness"]["pid"])
+    procs.add(record["os_pid"])
+    assert not [arg for arg in detached.cmdline() if "ledger.db" in arg or arg == "--url"]
+    wait_until(seen.exists, 30, "the command's environment")
+    assert "PROCLEDGER_" not in seen.read_text().replace("PROCLEDGER_RUN=", "")
+    assert run_cli("stop", record["id"], "--mode", "kill", url=ledger).returncode == 0
+
+
 def test_run_usage_errors_exit_2(ledger: str) -> None:
     assert run_cli("run", url=ledger).returncode == 2
     bad_signal = run_cli("run", "--stop-signal", "NOPE", "--", "true", url=ledger)

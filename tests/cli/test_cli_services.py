@@ -115,6 +115,20 @@ def test_ready_timeout_stops_the_tree_and_wait_says_not_ready(
     assert waited.returncode == 1, waited.stderr
 
 
+def test_a_foreground_run_that_is_never_ready_exits_1(ledger: str, procs: Processes) -> None:
+    # Recorded `failed`: the SIGTERM that then stopped the tree is not how it ended (it exited
+    # 143, as if someone had sent it; a failure exits 1).
+    pidfile = procs.pidfile("never-ready-here")
+    ran = run_cli(
+        "run", "--ready-port", str(free_port()), "--ready-timeout", "1s", "--", *sleeper(pidfile),
+        url=ledger,
+    )  # fmt: skip
+    assert ran.returncode == 1, ran.stderr
+    (record,) = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)["records"]
+    assert (record["state"], record["reason"]) == ("failed", "ready_timeout")
+    assert _gone(record["os"]["pid"])
+
+
 def test_wait_ready_with_sd_notify_then_wait_and_timeout(ledger: str, procs: Processes) -> None:
     pidfile = procs.pidfile("notifier")
     command = [sys.executable, "-c", NOTIFIES, str(pidfile)]

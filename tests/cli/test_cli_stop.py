@@ -161,3 +161,18 @@ def test_abandon_is_refused_while_the_orphaned_child_runs(ledger: str, procs: Pr
     one_line_failure(ran)
     assert str(child.pid) in ran.stderr
     assert record(ledger, process_id)["state"] == "running"
+
+
+def test_a_sweep_that_abandons_an_orphan_stops_its_child_and_says_so(
+    ledger: str, procs: Processes
+) -> None:
+    # It once recorded `abandoned/owner_dead` and left the child running, unmentioned; `stop`
+    # then said "already ended" and nothing would ever stop it.
+    process_id, _, child = orphaned(ledger, procs)
+    swept = run_cli("sweep", url=ledger)
+    assert swept.returncode == 0, swept.stderr
+    assert process_id in swept.stdout
+    assert is_dead(child)
+    final = record(ledger, process_id)
+    assert (final["state"], final["reason"]) == ("abandoned", "owner_dead")
+    assert f"sweep stopped orphaned child OS pid {child.pid}" in final["diagnostic"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import orjson
 import pytest
 
 import procledger
-from _shared import CLI, child_env, run_cli
+from _shared import CLI, Processes, child_env, run_cli
 
 COMMANDS = [
     "run",
@@ -105,6 +106,27 @@ def test_a_closed_pipe_ends_quietly_with_0(ledger: str) -> None:
         assert len(ran.stdout.splitlines()) == 1
 
 
+@pytest.mark.parametrize(("json", "redirect"), [("", ""), ("--json", "2>&1 >/dev/null")])
+def test_a_run_whose_reader_goes_away_ends_as_its_command_would(
+    ledger: str, procs: Processes, json: str, redirect: str
+) -> None:
+    # `yes | head -1` ends at once with SIGPIPE; under procledger (capturing, so the child
+    # writes to procledger's pipe) it once ran forever, a core busy copying into the capture.
+    # With --json the child's output goes to stderr: the same when that reader goes away.
+    runner, child = procs.pidfile("runner.pid"), procs.pidfile("child.pid")
+    script = (
+        f"(echo $BASHPID > {runner}; exec procledger --url {ledger} run {json} -- "
+        f"sh -c 'echo $$ > {child}; exec yes' {redirect}) | head -1"
+    )
+    ran = shell(script)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (128 + signal.SIGPIPE, "y\n", "")
+    record = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)["records"][0]
+    assert (record["state"], record["signal"]) == ("signaled", signal.SIGPIPE)
+    kept = run_cli("logs", record["id"], url=ledger)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.startswith("y\ny\n")
+
+
 @pytest.mark.parametrize("folder_exists", [True, False])
 def test_url_and_the_environment_mean_the_same(tmp_path: Path, folder_exists: bool) -> None:
     outcomes = []
@@ -122,6 +144,17 @@ def test_url_and_the_environment_mean_the_same(tmp_path: Path, folder_exists: bo
     assert outcomes[0][2] == folder_exists
 
 
+@pytest.mark.parametrize("args", [("ps", "--url"), ("run", "--url=x", "--", "true")])
+def test_url_after_the_command_says_where_it_goes(tmp_path: Path, args: tuple[str, ...]) -> None:
+    # Not "No such option: --url (Possible options: --all)".
+    ran = run_cli(*args, f"sqlite:///{tmp_path}/ledger.db")
+    assert ran.returncode == 2
+    assert ran.stderr == f"procledger {args[0]}: --url goes before the command: " + (
+        f"procledger --url URL {args[0]} ...\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "args", [("ps",), ("ps", "--all"), ("show", "some-id"), ("feed",), ("verify",)]
 )
@@ -135,6 +168,35 @@ def test_read_only_commands_never_create_a_ledger(tmp_path: Path, args: tuple[st
         assert ran.stderr.count("\n") == 1
         assert "mistyped.db" in ran.stderr
         assert "Traceback" not in ran.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+TOO_BIG = str(2**64)
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("ps", "--limit", TOO_BIG), "--limit"),
+        (("ps", "--status", "bogus"), "--status"),
+        (("feed", "--since", TOO_BIG), "--since"),
+        (("feed", "--limit", TOO_BIG), "--limit"),
+        (("logs", "some-id", "--tail", TOO_BIG), "--tail"),
+        (("prune", "--older-than", "1d", "--status", "bogus"), "--status"),
+        (("worker", "--interval", "inf"), "--interval"),
+        (("worker", "--interval", "1e308"), "--interval"),
+        (("run", "--output-limit", TOO_BIG, "--", "true"), "--output-limit"),
+        (("run", "--output-limit", "9999999999GiB", "--", "true"), "--output-limit"),
+    ],
+)
+def test_a_value_out_of_range_is_a_usage_error(
+    tmp_path: Path, args: tuple[str, ...], option: str
+) -> None:
+    # Found while parsing: no OverflowError from the store, no ledger opened, nothing recorded.
+    ran = run_cli(*args, url=f"sqlite:///{tmp_path}/ledger.db")
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.count("\n") == 1, ran.stderr
+    assert option in ran.stderr
     assert list(tmp_path.iterdir()) == []
 
 

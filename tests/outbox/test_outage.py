@@ -63,6 +63,7 @@ def test_an_exit_during_an_outage_is_recorded_once_the_store_is_back(
                 if outage.kind == "sqlite":  # a full disk fails at once: the wait is said
                     wait_until(lambda: lines, 30, "the waiting notice")
                     assert "retrying" in lines[0]
+                    assert not lines[0].startswith("procledger")  # the CLI names itself
                     assert handle.process_id in lines[0]
                 time.sleep(OUTAGE_S)  # not a synchronisation: the outage outlasts many retries
                 assert len(lines) <= 1  # said once, not once per retry

@@ -47,6 +47,15 @@ class PrefixContract(StoreCase):
         with pytest.raises(AmbiguousProcessId) as many:
             ledger.resolve_process_id("a")
         assert many.value.candidates[:2] == ["abc", "abcd-1"]
+        assert "more" not in str(many.value)  # all four are named
+
+    def test_more_matches_than_are_named_say_so(self, ledger: ProcessRegistry) -> None:
+        for n in range(7):
+            ledger.register(registration(f"many-{n}"))
+        with pytest.raises(AmbiguousProcessId) as caught:
+            ledger.resolve_process_id("many")
+        assert caught.value.candidates == [f"many-{n}" for n in range(5)]
+        assert str(caught.value).endswith("many-4 and more")
 
 
 class TestMemoryPrefixes(MemoryCase, PrefixContract):

@@ -160,6 +160,16 @@ def test_a_non_zero_exit_is_a_result(supervisor: Supervisor) -> None:
     )
 
 
+@pytest.mark.parametrize("limit", [-1, 2**63])
+def test_an_output_limit_the_ledger_cannot_hold_is_refused_before_registering(
+    supervisor: Supervisor, registry: ProcessRegistry, limit: int
+) -> None:
+    # 2**63 once failed after the registration, leaving a record `starting` that nothing ran.
+    with pytest.raises(ValueError, match="output_limit"):
+        supervisor.start(["true"], output_limit=limit)
+    assert registry.list_processes() == []
+
+
 def test_starting_is_durable_before_the_child_runs(
     shared_url: str, registry: ProcessRegistry, supervisor: Supervisor
 ) -> None:

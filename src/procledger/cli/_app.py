@@ -30,6 +30,9 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 MAX_GRACE_S = 86_400.0
 """``--grace`` is at most a day: a stop that waits longer is a mistake, not a policy."""
+MAX_COUNT = 2**63 - 1
+"""The largest count, cursor or size the ledger can hold (SQLite's INTEGER, a JSON int64): a
+larger one is a usage error, not an ``OverflowError`` from the store."""
 EXIT_STOPPED = 130
 """128 + SIGINT: what a command stopped on request (Ctrl-C, ``procledger stop``) exits with."""
 
@@ -66,11 +69,30 @@ _USAGE_ERROR: type[Exception] = next(
 
 class Command(TyperCommand):
     """A command whose usage line names its arguments as people write them (``ID``), not in
-    typer's braces for a required one (``{ID}``)."""
+    typer's braces for a required one (``{ID}``), and whose options take only UTF-8 text."""
+
+    bytes_options: frozenset[str] = frozenset()
+    """Options whose value is used only here, as bytes (a path to read): any bytes will do."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = super().collect_usage_pieces(ctx)
         return [piece.replace("{", "").replace("}", "") for piece in pieces]
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        rest: list[str] = super().parse_args(ctx, args)
+        for param in self.get_params(ctx):
+            if param.param_type_name == "option" and param.name not in self.bytes_options:
+                utf8_option(ctx.params.get(param.name), param.opts[0])
+        return rest
+
+
+def utf8_option(value: object, option: str) -> None:
+    """An option's text (or each of its values) must be UTF-8: what a shell passes as other
+    bytes is refused as a usage error, before anything is opened or recorded."""
+    for text in value if isinstance(value, list | tuple) else [value]:
+        if isinstance(text, str) and not is_utf8(text):
+            message = f"{os.fsencode(text)!r} is not valid UTF-8"
+            raise typer.BadParameter(message, param_hint=option)
 
 
 def cli_state(ctx: typer.Context) -> CliState:
@@ -117,6 +139,7 @@ def _global_options(
     ] = False,
 ) -> None:
     state = ctx.ensure_object(CliState)
+    utf8_option(url, "--url")
     state.url = url or None
     state.command = ctx.invoked_subcommand
 
@@ -211,6 +234,10 @@ def _usage(state: CliState, exc: Exception) -> NoReturn:
     named = (getattr(context, "command_path", None) or PROG).removeprefix(PROG).strip()
     state.command = named or state.command  # click may blame the group for a command's option
     path = f"{PROG} {state.command}" if state.command else PROG
+    if state.command and getattr(exc, "option_name", None) == "--url":
+        # The app's option, unknown to the command: say where it goes, not the nearest option.
+        _say(state, f"--url goes before the command: {PROG} --url URL {state.command} ...")
+        raise SystemExit(EXIT_USAGE)
     _say(state, f"{exc.format_message()} (see '{path} --help')")  # type: ignore[attr-defined]
     raise SystemExit(EXIT_USAGE)
 

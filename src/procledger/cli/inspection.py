@@ -11,6 +11,7 @@ import typer
 from procledger import ProcessState
 from procledger.cli._app import (
     EXIT_STOPPED,
+    MAX_COUNT,
     JsonOption,
     cli_state,
     dump,
@@ -54,6 +55,21 @@ def parse_states(values: list[str]) -> set[ProcessState]:
                 message = f"{name!r} is not a state (one of: {_STATES})"
                 raise typer.BadParameter(message, param_hint="--state") from None
     return states
+
+
+_FILTER_OPTIONS = {"status": "--status", "identity_label": "--label"}
+
+
+def decode_filter(keys: dict[str, object]) -> ProcessListFilter:
+    """The list filter the options name; a value it refuses (``--status bogus``) is a usage
+    error naming the option, like a bad ``--state``."""
+    from procledger import FilterError, ProcessListFilter
+
+    try:
+        return ProcessListFilter.decode(keys)
+    except FilterError as error:
+        message = str(error).removeprefix(f"filter key {error.key!r}: ")
+        raise typer.BadParameter(message, param_hint=_FILTER_OPTIONS.get(error.key)) from None
 
 
 def list_options(
@@ -101,7 +117,8 @@ def ps(
     ] = None,
     since: _SinceOption = None,
     limit: Annotated[
-        int | None, typer.Option("--limit", min=0, metavar="N", help="Only the N newest.")
+        int | None,
+        typer.Option("--limit", min=0, max=MAX_COUNT, metavar="N", help="Only the N newest."),
     ] = None,
     attempts: Annotated[
         bool, typer.Option("--attempts", help="Every attempt of a service, not only its newest.")
@@ -115,12 +132,10 @@ def ps(
     Running ones unless --all, --state or --status; oldest first, with full ids. Into a pipe,
     tab-separated columns. Records that cannot be read are named on stderr and never hide
     the others."""
-    from procledger import ProcessListFilter
-
     keys, wanted = list_options(
         show_all=show_all, states=state or [], status=status, label=label, since=since
     )
-    selection = ProcessListFilter.decode(keys)
+    selection = decode_filter(keys)
     with open_ledger(cli_state(ctx).url, create=False) as registry:
         records, damaged = _listing(
             registry, selection, wanted=wanted, limit=limit, attempts=attempts
@@ -285,11 +300,16 @@ def feed(
     ctx: typer.Context,
     *,
     since: Annotated[
-        int, typer.Option("--since", min=0, metavar="N", help="Print changes after cursor N.")
+        int,
+        typer.Option(
+            "--since", min=0, max=MAX_COUNT, metavar="N", help="Print changes after cursor N."
+        ),
     ] = 0,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", min=0, metavar="N", help="Print at most N changes, then exit."),
+        typer.Option(
+            "--limit", min=0, max=MAX_COUNT, metavar="N", help="Print at most N changes, then exit."
+        ),
     ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing changes as they happen.")

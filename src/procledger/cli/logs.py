@@ -11,8 +11,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from procledger.cli._app import EXIT_STOPPED, cli_state, open_ledger, resolve_id, warn, write_json
-from procledger.cli.inspection import parse_age
+from procledger.cli._app import (
+    EXIT_STOPPED,
+    MAX_COUNT,
+    cli_state,
+    open_ledger,
+    resolve_id,
+    warn,
+    write_json,
+)
+from procledger.cli.inspection import decode_filter, parse_age
 
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
@@ -37,10 +45,14 @@ def logs(
         Stream | None, typer.Option("--stream", help="Only this stream (default: both, merged).")
     ] = None,
     tail: Annotated[
-        int | None, typer.Option("--tail", min=0, metavar="N", help="Only the last N lines.")
+        int | None,
+        typer.Option("--tail", min=0, max=MAX_COUNT, metavar="N", help="Only the last N lines."),
     ] = None,
     since_offset: Annotated[
-        int, typer.Option("--since-offset", min=0, metavar="K", help="From byte K of each stream.")
+        int,
+        typer.Option(
+            "--since-offset", min=0, max=MAX_COUNT, metavar="K", help="From byte K of each stream."
+        ),
     ] = 0,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait for new output until the process ends.")
@@ -180,10 +192,8 @@ def prune(
     ] = None,
 ) -> None:
     """Delete ended processes last updated long ago, with their events and output."""
-    from procledger import ProcessListFilter
-
     cutoff = int(time.time() * 1000) - parse_age(older_than, "--older-than")
-    selection = ProcessListFilter.decode({"status": status or "any"})
+    selection = decode_filter({"status": status or "any"})
     with open_ledger(cli_state(ctx).url, create=False) as registry:
         report = registry.prune_terminal(cutoff, selection)
     sys.stdout.write(f"pruned {len(report.processes)} processes ({report.events} events)\n")

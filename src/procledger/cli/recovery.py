@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from procledger.cli._app import cli_state, open_ledger
+from procledger.cli._app import MAX_GRACE_S, cli_state, open_ledger
 from procledger.supervisor.control import host_id
 
 if TYPE_CHECKING:
@@ -215,7 +215,10 @@ def worker(
     ctx: typer.Context,
     *,
     interval: Annotated[
-        float, typer.Option("--interval", min=0.0, help="Seconds to wait between sweeps.")
+        float,
+        typer.Option(
+            "--interval", min=0.0, max=MAX_GRACE_S, help="Seconds to wait between sweeps."
+        ),
     ] = 1.0,
     max_sweeps: Annotated[
         int | None, typer.Option("--max-sweeps", min=1, help="Exit 0 after this many sweeps.")

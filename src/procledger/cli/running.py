@@ -27,6 +27,7 @@ from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
 from procledger.cli._app import (
     EXIT_FAILURE,
     EXIT_STOPPED,
+    MAX_COUNT,
     PROG,
     Command,
     cli_state,
@@ -70,6 +71,8 @@ _HINT_AFTER_S = 0.5
 class RunCommand(Command):
     """``run``'s usage line says what to type -- ``[--] CMD [ARG]...`` -- instead of typer's
     rendering of a variadic argument (``{-- CMD...}...``, ``<list[str]>``)."""
+
+    bytes_options = frozenset({"stdin"})
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return ["[OPTIONS]", "[--] CMD [ARG]..."]
@@ -141,7 +144,11 @@ def parse_size(text: str) -> int:
     if found is None:
         message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
         raise typer.BadParameter(message, param_hint="--output-limit")
-    return int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
+    size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
+    if size > MAX_COUNT:
+        message = f"{text!r} is more than the ledger can count ({MAX_COUNT} bytes)"
+        raise typer.BadParameter(message, param_hint="--output-limit")
+    return size
 
 
 _Text = Annotated[str | None, typer.Option(show_default=False)]
@@ -382,7 +389,8 @@ def _run_foreground(
             fail(cli_state(ctx), exc, _spawn_exit_code(exc))
     if as_json:
         write_json(dump(record))
-    elif exit_code and sys.stderr.isatty():
+    elif exit_code and sys.stderr.isatty() and record.signal != signal.SIGPIPE:
+        # (SIGPIPE is a pipeline's quiet end -- `| head` -- which no shell reports either.)
         sys.stderr.write(f"{PROG}: process {record.id} {ending(record)}\n")
     raise typer.Exit(exit_code)
 
@@ -426,13 +434,20 @@ def _parse_stdin(value: str | None, background: bool) -> StdinSource:
 
 def checked_command(command: list[str]) -> None:
     """Refuse, before anything is recorded, what the ledger cannot keep as text: an argument
-    or a working directory that is not valid UTF-8 (docs/design.md §8)."""
+    or a working directory that is not valid UTF-8 (docs/design.md §8) -- and an empty
+    command word, which names no program."""
+    if not command[0]:
+        raise typer.BadParameter("the command is empty; nothing was recorded", param_hint="CMD")
     for index, word in enumerate(command):
         if not is_utf8(word):
             shown = os.fsencode(word)
             message = f"argument {index} ({shown!r}) is not valid UTF-8; nothing was recorded"
             raise typer.BadParameter(message, param_hint="CMD")
-    workdir = os.getcwd()
+    try:
+        workdir = os.getcwd()
+    except FileNotFoundError:
+        message = "the working directory was deleted: cd to one that exists; nothing was recorded"
+        raise UnrecordableInput(message) from None
     if not is_utf8(workdir):
         raise UnrecordableInput(
             f"the working directory {os.fsencode(workdir)!r} is not valid UTF-8: "
@@ -452,7 +467,8 @@ def _parse_signal(value: str) -> signal.Signals:
             return signal.Signals(int(name))
         return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
     except (KeyError, ValueError):
-        raise typer.BadParameter(f"{value!r} is not a signal name or number") from None
+        message = f"{value!r} is not a signal name or number"
+        raise typer.BadParameter(message, param_hint="--stop-signal") from None
 
 
 class _RunSignals:
@@ -525,10 +541,13 @@ class _RunSignals:
 
 
 def _run_exit_code(record: ProcessRecord, returncode: int | None, shutdown: int | None) -> int:
-    """`run`'s exit status: the child's own code, 130 when stopped on request, 128 + signal
-    when a signal nobody asked for ended it (docs/design.md §8)."""
+    """`run`'s exit status: the child's own code, 1 when it failed once started, 130 when
+    stopped on request, 128 + signal when a signal nobody asked for ended it (docs/design.md
+    §8)."""
     if record.state is ProcessState.exited:
         return record.exit_code or 0
+    if record.state is ProcessState.failed:  # a readiness deadline, a consumer that failed:
+        return EXIT_FAILURE  # the signal that then stopped the tree is not how it ended
     if record.reason is TerminalReason.runner_shutdown:
         return 128 + (shutdown or signal.SIGTERM)
     stopped = (ProcessState.interrupted, ProcessState.terminated, ProcessState.killed)
@@ -594,10 +613,17 @@ def _notice(line: str) -> None:
 
 
 def _to_stderr(chunk: bytes) -> None:
-    """With --json, stdout carries only the final record: the child's output goes to stderr."""
+    """With --json, stdout carries only the final record: the child's output goes to stderr.
+    When stderr's reader went away, the child meets the broken pipe (``ReaderGone``), as
+    without --json."""
     view = memoryview(chunk)
-    while view:
-        view = view[os.write(2, view) :]
+    try:
+        while view:
+            view = view[os.write(2, view) :]
+    except BrokenPipeError as exc:
+        from procledger.supervisor.execution import ReaderGone
+
+        raise ReaderGone from exc
 
 
 class BackgroundStartError(ProcledgerError):
@@ -617,15 +643,13 @@ def _run_detached(
     command; this one waits until it is recorded `backgrounded` and returns its id."""
     from procledger.supervisor.handles import new_process_id
 
-    url = cli_state(ctx).url
     process_id = new_process_id(int(time.time() * 1000))
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-m", "procledger", *(["--url", url] if url else [])]
-    argv += ["run", "--background", "--grace", repr(grace), "--stop-signal", stop_signal]
-    argv += ["--stdin", str(stdin), "--detached-fd", str(write_fd), "--process-id", process_id]
-    argv += [*keep.options(), "--", *command]
+    argv = [sys.executable, "-m", "procledger", "run", "--background", "--grace", repr(grace)]
+    argv += ["--stop-signal", stop_signal, "--stdin", str(stdin), "--detached-fd", str(write_fd)]
+    argv += ["--process-id", process_id, *keep.options(), "--", *command]
     try:
-        _spawn_detached(argv, write_fd)
+        _spawn_detached(argv, write_fd, cli_state(ctx).url)
     finally:
         os.close(write_fd)
     with os.fdopen(read_fd, "rb") as report:
@@ -669,15 +693,23 @@ def _detached_exit_code(answer: str) -> int:
     return EXIT_NOT_FOUND if int(found.group(1)) == errno.ENOENT else EXIT_CANNOT_EXECUTE
 
 
-def _spawn_detached(argv: list[str], report_fd: int) -> None:
+_DETACHED_URL = "PROCLEDGER_DETACHED_URL"
+"""How the store URL reaches the detached `procledger`: in its environment, which only its user
+can read, never on its command line, which every user can (a PostgreSQL URL holds a password).
+The detached side takes it out again, so the command inherits the environment `run` had."""
+
+
+def _spawn_detached(argv: list[str], report_fd: int, url: str | None) -> None:
     """Its own session and no terminal: the detached `procledger` outlives this one and the
     terminal's Ctrl-C; it keeps only the pipe it reports on."""
+    env = {**os.environ, _DETACHED_URL: url} if url else None
     with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
         subprocess.Popen(
             argv,
             stdin=null_in,
             stdout=null_out,
             stderr=null_out,
+            env=env,
             pass_fds=(report_fd,),
             start_new_session=True,
         )
@@ -695,6 +727,9 @@ def _detached_main(
 ) -> NoReturn:
     """The detached side of `run --background`: report on ``fd`` once the command runs."""
     report = os.fdopen(fd, "wb")
+    url = os.environ.pop(_DETACHED_URL, None)
+    if url:
+        cli_state(ctx).url = url
 
     def started(_handle: ProcessHandle) -> None:
         report.write(b"ok\n")

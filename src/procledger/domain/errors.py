@@ -143,10 +143,11 @@ class OutputUnavailable(NotFound):
 
 
 class AmbiguousProcessId(NotFound):
-    """An id prefix that matches more than one process; ``candidates`` lists some of them."""
+    """An id prefix that matches more than one process; ``candidates`` lists some of them
+    (``more``: and there are others, which the message says)."""
 
-    def __init__(self, prefix: str, candidates: list[str]) -> None:
-        shown = ", ".join(candidates)
+    def __init__(self, prefix: str, candidates: list[str], *, more: bool = False) -> None:
+        shown = ", ".join(candidates) + (" and more" if more else "")
         super().__init__(f"process id prefix {prefix!r} is ambiguous: it matches {shown}")
         self.prefix = prefix
         self.candidates = candidates

@@ -86,7 +86,8 @@ class ReadModels:
         if len(found) > 1:
             service = self._one_service(prefix, found[0])
             if service is None:
-                raise AmbiguousProcessId(prefix, found[:PREFIX_CANDIDATES])
+                more = len(found) > PREFIX_CANDIDATES
+                raise AmbiguousProcessId(prefix, found[:PREFIX_CANDIDATES], more=more)
             return service
         return found[0]
 

@@ -29,7 +29,7 @@ from procledger.adapters.output_files import (
 from procledger.application.outbox import store_key, this_host_id
 from procledger.application.output import output_folder
 from procledger.domain.records import OutputSummary, ProcessRecord, StreamOutput
-from procledger.supervisor.execution import Borrower, Consumer
+from procledger.supervisor.execution import Borrower, Consumer, ReaderGone
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -74,7 +74,10 @@ def open_capture(
 
 
 class _LiveFd:
-    """Writes chunks to one of this process's descriptors until that fails once."""
+    """Writes chunks to one of this process's descriptors until that fails once. When its
+    reader went away (EPIPE: ``procledger run -- yes | head -1``), the child's pipe is closed
+    too (``ReaderGone``), so the child meets the broken pipe it would have met writing there
+    itself; any other failure (a terminal gone) stops only the live copy."""
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
@@ -84,9 +87,11 @@ class _LiveFd:
         while self._fd is not None and done < len(view):
             try:
                 done += os.write(self._fd, view[done:])
-            except OSError as error:  # the reader went away: the capture goes on
+            except OSError as error:
                 log.info("live output to descriptor %s stopped: %s", self._fd, error)
                 self._fd = None
+                if isinstance(error, BrokenPipeError):
+                    raise ReaderGone from error
 
 
 class _Sink(Borrower):

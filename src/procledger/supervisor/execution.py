@@ -53,6 +53,7 @@ __all__ = [
     "Consumer",
     "Input",
     "OwnedChild",
+    "ReaderGone",
     "StdinSource",
     "StopPolicy",
     "Streamed",
@@ -80,6 +81,12 @@ class Borrower:
 
     def __call__(self, chunk: bytes | memoryview) -> None:
         raise NotImplementedError
+
+
+class ReaderGone(Exception):
+    """Raised by a sink whose live reader went away (``| head`` closed the pipe): the pump
+    closes that output pipe, so the child's next write to it fails -- SIGPIPE -- as it would
+    have had the child inherited the reader's descriptor itself."""
 
 
 Input = bytes | str | None
@@ -341,10 +348,14 @@ class _Pump:
                 self._close_output(pipe)
             return False
         if not self._muted:
-            if borrower is not None:
-                borrower(chunk)
-            else:
-                sink(bytes(chunk))  # already bytes: no copy
+            try:
+                if borrower is not None:
+                    borrower(chunk)
+                else:
+                    sink(bytes(chunk))  # already bytes: no copy
+            except ReaderGone:
+                self._close_output(pipe)
+                return False
         return True
 
     def _read_into(self, pipe: IO[bytes]) -> memoryview | None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
 import math
 import os
@@ -62,6 +63,7 @@ from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.domain.records import OsFacts, OutputSummary, ProcessRecord
 from procledger.domain.registration import (
+    ENV_REF_PREFIX,
     Originator,
     ProcessInput,
     ProcessRegistration,
@@ -967,7 +969,7 @@ class Supervisor:
                 pause = min(pause * 2, RETRY_MAX_S)
                 continue
             if waiting:
-                self._say(f"procledger: recorded process {entry.process_id!r} in the store")
+                self._say(f"recorded process {entry.process_id!r} in the store")
             return record
         return None
 
@@ -1539,8 +1541,8 @@ def _checked_ready(ready: object, capture: bool) -> Readiness | None:
 def _checked_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"output_limit must be an int (bytes), not {limit!r}")
-    if limit < 0:
-        raise ValueError(f"output_limit must be >= 0 bytes, not {limit}")
+    if not 0 <= limit < 2**63:  # the ledger's integers are 64-bit
+        raise ValueError(f"output_limit must be from 0 to 2**63 - 1 bytes, not {limit}")
     return limit
 
 
@@ -1574,7 +1576,7 @@ def _entry(
 def _waiting_line(entry: OutboxEntry, error: Exception) -> str:
     ended = f"exit code {entry.exit_code}" if entry.exit_code is not None else entry.state
     return (
-        f"procledger: process {entry.process_id!r} ended ({ended}); the store is unavailable, "
+        f"process {entry.process_id!r} ended ({ended}); the store is unavailable, "
         f"retrying until it accepts the outcome (saved locally meanwhile): {error}"
     )
 
@@ -1599,8 +1601,16 @@ def _inherited_env_ref() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _env_ref_of(environment: tuple[tuple[bytes, bytes], ...]) -> str:
-    """The env ref of an environment given as bytes pairs (decoded as ``os.environ`` does)."""
-    return env_ref_for({os.fsdecode(name): os.fsdecode(value) for name, value in environment})
+    """The env ref of an environment given as bytes pairs (decoded as ``os.environ`` does).
+
+    A shell can export any bytes, and text that is not UTF-8 cannot be canonical JSON: such an
+    environment is hashed as its sorted ``NAME=value`` bytes instead (NUL-separated; neither
+    holds a NUL). Its values are never stored, so the ref only has to tell it apart."""
+    try:
+        return env_ref_for({os.fsdecode(name): os.fsdecode(value) for name, value in environment})
+    except TypeError:  # orjson refuses the surrogate escape of a byte that is not UTF-8
+        lines = b"\0".join(sorted(name + b"=" + value for name, value in environment))
+        return f"{ENV_REF_PREFIX}{hashlib.sha256(lines).hexdigest()}"
 
 
 def _checked_stdin(stdin: object) -> Stdin:
