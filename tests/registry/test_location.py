@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from procledger import StoreURLError, open_registry
+from procledger import StoreError, StoreURLError, open_registry
 from procledger.adapters.sql.location import DEFAULT_RETRY_S, parse_store_url
 
 from .conformance import registration
@@ -157,3 +157,36 @@ def test_create_false_never_creates_a_postgres_schema(postgres_schema_url: str) 
         open_registry(postgres_schema_url, create=False)
     open_registry(postgres_schema_url).close()
     open_registry(postgres_schema_url, create=False).close()
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("sqlite:///l.db?mode=ro", "?mode=ro"),
+        ("postgresql://u@localhost/db?sslmode=require", "'sslmode'"),
+        ("postgresql://u@localhost/db?schema=s&connect_timeout=5", "'connect_timeout'"),
+    ],
+)
+def test_a_parameter_procledger_would_not_honour_is_refused(url: str, named: str) -> None:
+    """Dropping it silently would mislead (``?mode=ro`` would still write, ``sslmode`` would
+    not encrypt); the URL is refused before anything is opened or created."""
+    with pytest.raises(StoreURLError, match="parameter") as caught:
+        parse_store_url(url)
+    assert named in str(caught.value)
+
+
+def test_a_folder_or_a_file_that_is_not_a_ledger_is_named_and_not_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``sqlite:////tmp`` names a folder (a URL error, not an outage to retry); a file that is
+    not a SQLite database gets no advice to chmod it, only the error that it is no ledger."""
+    with pytest.raises(StoreURLError, match="is a folder, not a ledger file"):
+        open_registry(f"sqlite:///{tmp_path}")
+    other = tmp_path / "notes.txt"
+    other.write_text("not a database, by a long way\n")
+    other.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="procledger.store"):
+        with pytest.raises(StoreError, match="not a database"):
+            open_registry(f"sqlite:///{other}")
+    assert not [r for r in caplog.records if "readable by other users" in r.getMessage()]
+    assert other.read_text() == "not a database, by a long way\n"

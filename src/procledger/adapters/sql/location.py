@@ -39,6 +39,7 @@ class StoreLocation:
 DEFAULT_RETRY_S = 30.0
 """The default window a PostgreSQL call keeps retrying a lost connection (docs/design.md §7.1)."""
 _MAX_RETRY_S = 86_400.0
+_POSTGRES_PARAMETERS = frozenset({"schema", "retry_s"})
 
 
 def default_url() -> str:
@@ -106,7 +107,12 @@ def _parse_sqlite(url: str, masked: str) -> StoreLocation:
         )
     else:
         path = rest
-    path = path.split("?", 1)[0]
+    path, _, query = path.partition("?")
+    if query:
+        raise StoreURLError(
+            f"store URL {masked!r}: a SQLite URL takes no parameters (?{query}); "
+            "procledger opens the file read-write itself"
+        )
     if not path or path.endswith("/"):
         raise StoreURLError(f"store URL {masked!r}: no database path")
     return StoreLocation("sqlite", masked, sqlite_path=unquote(path))
@@ -114,7 +120,13 @@ def _parse_sqlite(url: str, masked: str) -> StoreLocation:
 
 def _parse_postgres(url: str, masked: str) -> StoreLocation:
     parts = urlsplit(url)
-    query = parse_qs(parts.query)
+    query = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(query.keys() - _POSTGRES_PARAMETERS)
+    if unknown:  # silently ignoring one (sslmode=require, say) would mislead
+        raise StoreURLError(
+            f"store URL {masked!r}: unknown parameter {unknown[0]!r} "
+            "(a PostgreSQL URL takes schema and retry_s)"
+        )
     schema = query.get("schema", ["public"])[0]
     retry_s = _retry_window(query.get("retry_s", [str(DEFAULT_RETRY_S)])[0], masked)
     if not _SCHEMA_NAME.match(schema):

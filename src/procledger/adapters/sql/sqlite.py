@@ -268,6 +268,8 @@ def sqlite_env(location: StoreLocation) -> dict[str, str]:
     }
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+"""How every SQLite database file begins (an empty file is a ledger not written yet)."""
 LEDGER_MODE = 0o600
 """A ledger file procledger creates: its owner only (env values, argv and outputs are private)."""
 FOLDER_MODE = 0o700
@@ -281,6 +283,8 @@ def prepare_sqlite_file(location: StoreLocation, *, create: bool) -> None:
     ledger file (``0600``, and for the default ledger its folder, ``0700``) only when
     ``create`` — otherwise a missing file is a ``StoreURLError`` naming the path."""
     path = Path(location.sqlite_path)
+    if path.is_dir():
+        raise StoreURLError(f"store URL {location.masked!r}: {path} is a folder, not a ledger file")
     if not path.exists():
         if not create:
             raise StoreURLError(
@@ -332,7 +336,11 @@ def _warn_if_readable_by_others(path: Path) -> None:
     and, for rerunnable processes, environments)."""
     try:
         mode = path.stat().st_mode
+        with path.open("rb") as file:
+            header = file.read(len(SQLITE_HEADER))
     except OSError:
+        return
+    if header not in (b"", SQLITE_HEADER):  # not a ledger: opening it will say so
         return
     key = str(path.absolute())
     if mode & 0o044 and key not in _warned:
