@@ -185,8 +185,10 @@ def test_a_folder_or_a_file_that_is_not_a_ledger_is_named_and_not_warned_about(
     other = tmp_path / "notes.txt"
     other.write_text("not a database, by a long way\n")
     other.chmod(0o644)
-    with caplog.at_level(logging.WARNING, logger="procledger.store"):
-        with pytest.raises(StoreError, match="not a database"):
-            open_registry(f"sqlite:///{other}")
+    with (
+        caplog.at_level(logging.WARNING, logger="procledger.store"),
+        pytest.raises(StoreError, match="not a database"),
+    ):
+        open_registry(f"sqlite:///{other}")
     assert not [r for r in caplog.records if "readable by other users" in r.getMessage()]
     assert other.read_text() == "not a database, by a long way\n"
