@@ -176,3 +176,29 @@ def test_a_sweep_that_abandons_an_orphan_stops_its_child_and_says_so(
     final = record(ledger, process_id)
     assert (final["state"], final["reason"]) == ("abandoned", "owner_dead")
     assert f"sweep stopped orphaned child OS pid {child.pid}" in final["diagnostic"]
+
+
+def test_waiting_on_a_process_whose_supervisor_is_gone_says_so(
+    ledger: str, terminal: Callable[..., Terminal], procs: Processes
+) -> None:
+    # `wait --until exit` and `logs -f` on an orphan once waited forever without a word.
+    process_id, _, child = orphaned(ledger, procs)
+    waited = run_cli("wait", process_id, "--until", "exit", "--timeout", "0.5s", url=ledger)
+    assert waited.returncode == 124, waited.stderr
+    assert "has no live supervisor" in waited.stderr
+    assert f"procledger abandon {process_id}" in waited.stderr
+    assert "Traceback" not in waited.stderr
+    following = terminal("--url", ledger, "logs", process_id, "-f")
+    following.expect("has no live supervisor")
+    following.ctrl_c()
+    assert following.wait() == 130
+    assert not is_dead(child)  # a hint only: nothing was stopped or recorded
+    assert record(ledger, process_id)["state"] == "running"
+    term, _ = supervise_sleeper(terminal, procs, ledger)  # a live one gets no such hint
+    listed = orjson.loads(run_cli("ps", "--json", url=ledger).stdout)["records"]
+    live = next(r["id"] for r in listed if r["id"] != process_id)
+    waited = run_cli("wait", live, "--until", "exit", "--timeout", "0.2s", url=ledger)
+    assert waited.returncode == 124
+    assert "no live supervisor" not in waited.stderr
+    term.ctrl_c()
+    assert term.wait() == 130

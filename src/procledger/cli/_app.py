@@ -186,6 +186,24 @@ def warn(text: str) -> None:
     sys.stderr.write(line.encode(errors="backslashreplace").decode())
 
 
+def warn_if_unowned(registry: ProcessRegistry, process_id: str) -> None:
+    """Before waiting on a process: if it was started but nobody live holds it now (its
+    supervisor was killed, say), say that nothing will record its end by itself -- a wait
+    would otherwise hang without a word. The wait goes on (``restore`` or a recovery worker
+    may still record it)."""
+    from procledger.supervisor.control import host_owner, live_owner
+
+    record = registry.get(process_id)
+    if record.is_terminal or record.first_started is None:
+        return
+    if live_owner(registry, process_id, host_owner("procledger-cli")) is None:
+        warn(
+            f"process {process_id} has no live supervisor, so nothing will record how it ends "
+            f"until 'procledger restore' runs on its host (or: procledger abandon "
+            f"{process_id}); waiting anyway"
+        )
+
+
 def one_line(text: str) -> str:
     """Collapse whitespace: an error is reported on exactly one line, whatever its message."""
     return " ".join(text.split())

@@ -18,6 +18,7 @@ from procledger.cli._app import (
     open_ledger,
     resolve_id,
     warn,
+    warn_if_unowned,
     write_json,
 )
 from procledger.cli.inspection import decode_filter, parse_age
@@ -70,6 +71,8 @@ def logs(
     name = None if stream is None else stream.value
     with open_ledger(cli_state(ctx).url, create=False) as registry:
         found = resolve_id(registry, process_id)
+        if follow:
+            warn_if_unowned(registry, found)
         try:
             _show(
                 registry,

@@ -23,6 +23,7 @@ from procledger.cli._app import (
     option_errors,
     resolve_id,
     warn,
+    warn_if_unowned,
     write_json,
 )
 from procledger.cli._format import ending
@@ -71,6 +72,7 @@ def wait(
         seconds = None if timeout is None else parse_duration(timeout, option="--timeout")
     with open_ledger(cli_state(ctx).url, create=False) as registry:
         found = resolve_id(registry, process_id)
+        warn_if_unowned(registry, found)
         waiting = registry.await_ready if until is Until.ready else registry.await_end
         try:
             record = waiting(found, timeout=seconds)
