@@ -8,12 +8,14 @@ with the one version constant of ``procledger``, before ``procledger.cli`` is im
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``procledger`` script."""
+    _discard_closed_streams()
     args = list(sys.argv[1:] if argv is None else argv)
     if args in (["--version"], ["-V"]):
         import procledger  # noqa: PLC0415 -- nothing else is imported
@@ -24,6 +26,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     from procledger.cli import main as cli_main  # noqa: PLC0415 -- not for --version
 
     cli_main(args)
+
+
+def _discard_closed_streams() -> None:
+    """A caller that closed our stdout or stderr (``procledger run --json -- true >&-``) gets
+    what a closed stream gets -- nothing -- instead of a traceback from writing to ``None``
+    (Python sets ``sys.stdout`` to ``None`` when descriptor 1 is closed at start-up)."""
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w"))  # noqa: SIM115 -- for the process's life
 
 
 if __name__ == "__main__":

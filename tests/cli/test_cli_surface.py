@@ -106,6 +106,18 @@ def test_a_closed_pipe_ends_quietly_with_0(ledger: str) -> None:
         assert len(ran.stdout.splitlines()) == 1
 
 
+def test_a_closed_stdout_or_stderr_is_no_traceback(ledger: str) -> None:
+    # `run --json -- true >&-` once failed with AttributeError after recording the run.
+    for script, code in (
+        (f"procledger --url {ledger} run --json -- true >&-", 0),
+        (f"procledger --url {ledger} ps --all 2>&-", 0),
+        (f"procledger --url {ledger} show nosuch 2>&-", 1),
+    ):
+        ran = shell(script)
+        assert ran.returncode == code, (script, ran.stderr)
+        assert "Traceback" not in ran.stdout + ran.stderr, script
+
+
 @pytest.mark.parametrize(("json", "redirect"), [("", ""), ("--json", "2>&1 >/dev/null")])
 def test_a_run_whose_reader_goes_away_ends_as_its_command_would(
     ledger: str, procs: Processes, json: str, redirect: str
