@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from procledger import StoreError, StoreURLError, open_registry
+from procledger import StoreError, StoreUnavailable, StoreURLError, open_registry
 from procledger.adapters.sql.location import DEFAULT_RETRY_S, parse_store_url
 
 from .conformance import registration
@@ -192,3 +192,24 @@ def test_a_folder_or_a_file_that_is_not_a_ledger_is_named_and_not_warned_about(
         open_registry(f"sqlite:///{other}")
     assert not [r for r in caplog.records if "readable by other users" in r.getMessage()]
     assert other.read_text() == "not a database, by a long way\n"
+
+
+def test_an_unreachable_server_is_said_once_while_the_open_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Opening rides through a restarting server for ``retry_s``; a person waiting on a
+    mistyped port hears why at the first failure, once, and gets the error at the end."""
+    pytest.importorskip("psycopg")
+    url = "postgresql://nobody@127.0.0.1:1/db?retry_s=0.6"
+    with (
+        caplog.at_level(logging.WARNING, logger="procledger.store"),
+        pytest.raises(StoreUnavailable),
+    ):
+        open_registry(url)
+    said = [r.getMessage() for r in caplog.records if "retrying for up to" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "127.0.0.1:1" in said[0] or "port 1" in said[0]
+    caplog.clear()
+    with pytest.raises(StoreUnavailable):
+        open_registry(url.replace("retry_s=0.6", "retry_s=0"))
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]

@@ -7,6 +7,7 @@ commands (and ``procledger`` start-up) from paying for them.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -24,7 +25,9 @@ from procledger.adapters.sql.dialect import Dialect
 from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.store import Store, Tx, append_in, ride_through
-from procledger.domain.errors import StoreError, StoreURLError
+from procledger.domain.errors import StoreError, StoreUnavailable, StoreURLError
+
+_logger = logging.getLogger("procledger.store")
 
 CONNECT_TIMEOUT_S = 5
 """How long one connection attempt may take (a server that does not answer at all)."""
@@ -311,13 +314,25 @@ class PostgresListener:
 
 
 def _connect(location: StoreLocation) -> psycopg.Connection[Any]:
-    """A side connection (opening only), waiting out a restarting server like a call does."""
+    """A side connection (opening only), waiting out a restarting server like a call does --
+    and saying so once it has failed, since the wait may be long (``retry_s``, 30 s by
+    default) and, for a mistyped host or port, in vain."""
+    said = False
 
     def connect() -> psycopg.Connection[Any]:
+        nonlocal said
         try:
             return psycopg.connect(conninfo(location), autocommit=True)
         except psycopg.Error as error:
-            raise translate(error, f"store URL {location.masked!r}: cannot connect") from None
+            failure = translate(error, f"store URL {location.masked!r}: cannot connect")
+            if isinstance(failure, StoreUnavailable) and location.retry_s > 0 and not said:
+                said = True
+                _logger.warning(
+                    "%s; retrying for up to %g s (?retry_s=0 fails at once)",
+                    failure,
+                    location.retry_s,
+                )
+            raise failure from None
 
     return ride_through(location, connect)
 
