@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NoReturn
@@ -25,9 +26,11 @@ from procledger.adapters.sql.dialect import Dialect
 from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.store import Store, Tx, append_in, ride_through
-from procledger.domain.errors import StoreError, StoreUnavailable, StoreURLError
+from procledger.domain.errors import StoreError, StoreURLError
 
 _logger = logging.getLogger("procledger.store")
+SAY_WAITING_AFTER_S = 2.0
+"""How long opening waits for an unreachable server before it says that it is waiting."""
 
 CONNECT_TIMEOUT_S = 5
 """How long one connection attempt may take (a server that does not answer at all)."""
@@ -315,20 +318,23 @@ class PostgresListener:
 
 def _connect(location: StoreLocation) -> psycopg.Connection[Any]:
     """A side connection (opening only), waiting out a restarting server like a call does --
-    and saying so once it has failed, since the wait may be long (``retry_s``, 30 s by
-    default) and, for a mistyped host or port, in vain."""
+    and, once the wait has lasted ``SAY_WAITING_AFTER_S``, saying so once: the whole wait may
+    be long (``retry_s``, 30 s by default) and, for a mistyped host or port, in vain."""
+    first_failure: float | None = None
     said = False
 
     def connect() -> psycopg.Connection[Any]:
-        nonlocal said
+        nonlocal first_failure, said
         try:
             return psycopg.connect(conninfo(location), autocommit=True)
         except psycopg.Error as error:
             failure = translate(error, f"store URL {location.masked!r}: cannot connect")
-            if isinstance(failure, StoreUnavailable) and location.retry_s > 0 and not said:
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            if not said and now - first_failure >= SAY_WAITING_AFTER_S:
                 said = True
                 _logger.warning(
-                    "%s; retrying for up to %g s (?retry_s=0 fails at once)",
+                    "%s; still retrying, for up to %g s in all (?retry_s=0 fails at once)",
                     failure,
                     location.retry_s,
                 )
