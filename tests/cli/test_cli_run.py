@@ -205,7 +205,9 @@ def test_the_store_url_is_not_on_the_detached_supervisor_s_command_line(
     procs.add(record["os_pid"])
     assert not [arg for arg in detached.cmdline() if "ledger.db" in arg or arg == "--url"]
     wait_until(seen.exists, 30, "the command's environment")
-    assert "PROCLEDGER_" not in seen.read_text().replace("PROCLEDGER_RUN=", "")
+    environment = seen.read_text()
+    assert "PROCLEDGER_DETACHED_URL" not in environment
+    assert "ledger.db" not in environment
     assert run_cli("stop", record["id"], "--mode", "kill", url=ledger).returncode == 0
 
 
