@@ -133,6 +133,31 @@ async def test_leaving_the_block_stops_and_records_every_child(
         assert is_dead(child)
 
 
+class _Boom(Exception):
+    pass
+
+
+async def test_an_exception_leaves_the_block_unwrapped_and_the_children_are_stopped(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    """The block's own exception is what the caller catches, not an ``ExceptionGroup`` of
+    the watchers' task group, and the children are still stopped and recorded."""
+    started: list[tuple[AsyncProcessHandle, psutil.Process]] = []
+
+    async def harness() -> None:
+        async with AsyncSupervisor(registry, owner=owner) as sup:
+            handle = await sup.start(LONG)
+            started.append((handle, await child_of(handle, procs)))
+            raise _Boom("the harness failed")
+
+    with pytest.raises(_Boom, match="the harness failed"):
+        await harness()
+    [(handle, child)] = started
+    record = registry.get(handle.process_id)
+    assert (record.state, record.reason) == ("terminated", "runner_shutdown")
+    assert is_dead(child)
+
+
 async def test_on_exit_leave_keeps_children_supervised(
     registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
 ) -> None:

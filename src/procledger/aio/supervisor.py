@@ -211,7 +211,9 @@ class AsyncSupervisor:
         traceback: TracebackType | None,
     ) -> bool | None:
         """Stop (or leave) the children still running, as ``on_exit`` says; the terminals of
-        those stopped are recorded before this returns."""
+        those stopped are recorded before this returns. An exception that ended the block
+        leaves it as it was raised, not wrapped in the watchers' task group's
+        ``ExceptionGroup`` (the watchers raise nothing of their own)."""
         group, self._group = self._group, None
         assert group is not None, "AsyncSupervisor: __aexit__ without __aenter__"
         try:
@@ -221,7 +223,12 @@ class AsyncSupervisor:
             else:
                 group.cancel_scope.cancel()  # each watcher hands its child to an owner thread
         finally:
-            suppressed = await group.__aexit__(exc_type, exc, traceback)
+            try:
+                suppressed = await group.__aexit__(exc_type, exc, traceback)
+            except BaseExceptionGroup as wrapped:
+                if exc is None or list(wrapped.exceptions) != [exc]:
+                    raise
+                suppressed = False  # the block's own exception propagates, unwrapped
         return suppressed
 
     async def _shutdown(self) -> None:
