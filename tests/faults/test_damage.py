@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +19,7 @@ from procledger import ProcessRegistry, StoreCorrupt, open_registry
 from registry.conformance import registration
 
 IDS = ("a-good", "b-bad", "c-good")
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -171,3 +174,56 @@ def test_a_stored_event_with_an_unknown_state_is_corrupt_not_a_key_error(
         reopened.request_stop("c-good", "terminated")  # the others are unaffected
     finally:
         reopened.close()
+
+
+def _within(seconds: float, call: Callable[[], T]) -> T:
+    """``call()`` in a daemon thread, failing (not hanging) if it has not returned in time."""
+    outcome: list[T] = []
+    worker = threading.Thread(target=lambda: outcome.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    assert outcome, "it raised (see the thread's traceback above)"
+    return outcome[0]
+
+
+def test_rebuild_ends_when_a_stream_id_is_a_blob(registry: ProcessRegistry, path: Path) -> None:
+    """A BLOB sorts after every text in SQLite: paging ``id > last`` must not find it for ever."""
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE stored_events SET originator_id=X'FFFE' WHERE originator_id=?",
+            (process_uuid("b-bad").hex,),
+        )
+    raw.close()
+    report = _within(60, registry.rebuild)
+    assert len(report.damaged) == 1
+    assert [r.id for r in registry.list_processes({"status": "any"})] == ["a-good", "c-good"]
+
+
+def test_rebuild_ends_and_drops_a_record_row_whose_id_is_a_blob(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE procledger_records SET process_id=X'FFFE' WHERE process_id='b-bad'")
+    raw.close()
+    assert not registry.verify().ok
+    report = _within(60, registry.rebuild)
+    assert report.damaged == []
+    assert [r.id for r in registry.list_processes({"status": "any"})] == list(IDS)
+    assert registry.verify().ok  # the row no log backs is gone, b-bad's is rebuilt
+
+
+def test_verify_reports_a_head_row_with_a_damaged_version(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    registry.record_started("b-bad", 1)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE procledger_heads SET version='garbage' WHERE process_id='b-bad'")
+    raw.close()
+    report = registry.verify()
+    assert report.failed == ["b-bad"]
+    [problem] = report.problems
+    assert (problem.check, problem.process_id) == ("head", "b-bad")
+    assert "'garbage'" in problem.detail

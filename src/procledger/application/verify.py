@@ -291,6 +291,9 @@ class _Checker:
                 self.problem("head", "no head row, although it has chained events", s.process_id)
             return
         version, digest = head
+        if isinstance(version, bool) or not isinstance(version, int):
+            self.problem("head", f"its head row is damaged (version {version!r})", s.process_id)
+            return
         if s.broken:
             return
         if version > s.version:

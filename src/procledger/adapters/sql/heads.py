@@ -56,10 +56,11 @@ def delete(tx: Tx, process_id: str) -> None:
     tx.execute(f"DELETE FROM {tx.dialect.table('heads')} WHERE process_id=?", (process_id,))
 
 
-def all_heads(tx: Tx) -> dict[str, tuple[int, str]]:
-    """``process_id -> (version, digest)`` for every process that has a head row."""
+def all_heads(tx: Tx) -> dict[str, tuple[Any, str]]:
+    """``process_id -> (version, digest)`` for every process that has a head row; the version
+    as stored (a damaged SQLite file may hold any value there: the verifier says so)."""
     rows = tx.execute(f"SELECT process_id, version, digest FROM {tx.dialect.table('heads')}").all()
-    return {str(row["process_id"]): (int(row["version"]), str(row["digest"])) for row in rows}
+    return {str(row["process_id"]): (row["version"], str(row["digest"])) for row in rows}
 
 
 def last_event(tx: Tx, key: UUID, version: int) -> Any:
