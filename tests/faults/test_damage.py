@@ -94,6 +94,23 @@ def test_the_feed_passes_a_damaged_record_and_names_it(
     assert cursor == page.cursor
 
 
+@pytest.mark.parametrize("change_seq", ["garbage", b"\xff\xfe"], ids=["text", "blob"])
+def test_the_feed_names_a_row_whose_change_seq_is_damaged(
+    registry: ProcessRegistry, path: Path, change_seq: str | bytes
+) -> None:
+    """Text or a BLOB sorts after every number: the row is named, never made the cursor."""
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE procledger_records SET change_seq=? WHERE process_id='b-bad'", (change_seq,)
+        )
+    raw.close()
+    page = registry.scan_changes(0, 10)
+    assert [r.id for r in page.records] == ["a-good", "c-good"]
+    assert page.damaged == ["b-bad"]
+    assert page.cursor.value == registry.get("c-good").change_seq
+    assert registry.changes_since(page.cursor, 10) == ([], page.cursor)
+
+
 def test_rebuild_repairs_a_damaged_record_row(registry: ProcessRegistry, path: Path) -> None:
     before = registry.get("b-bad")
     damage_record(path, "b-bad", b"{broken")
@@ -227,3 +244,48 @@ def test_verify_reports_a_head_row_with_a_damaged_version(
     [problem] = report.problems
     assert (problem.check, problem.process_id) == ("head", "b-bad")
     assert "'garbage'" in problem.detail
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "detail"),
+    [
+        ("originator_id", "garbage", "stream id is damaged ('garbage')"),
+        ("originator_version", None, "event row"),
+        ("state", "garbage", "state of type str"),
+        ("state", 2**62, "state of type int"),
+        ("state", None, "state of type NoneType"),
+    ],
+)
+def test_verify_reports_a_damaged_event_row(
+    registry: ProcessRegistry, path: Path, column: str, value: object, detail: str
+) -> None:
+    """A column of ``stored_events`` holding what procledger never writes is a ``log``
+    problem in the report, not an exception out of ``verify``."""
+    registry.record_started("b-bad", 1)
+    damage_event_column(path, column, value)
+    report = registry.verify()
+    assert not report.ok
+    assert any(p.check == "log" and detail in p.detail for p in report.problems), report.problems
+    assert "b-bad" in report.failed
+
+
+def test_events_of_a_damaged_version_is_corrupt_naming_the_process(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    registry.record_started("b-bad", 1)
+    damage_event_column(path, "originator_version", "garbage")
+    with pytest.raises(StoreCorrupt, match=r"'b-bad'.*version is damaged \('garbage'\)"):
+        registry.events("b-bad")
+    assert [e.kind for e in registry.events("c-good")] == ["registered"]
+
+
+def damage_event_column(path: Path, column: str, value: object) -> None:
+    """Set ``column`` of the ``b-bad`` process's second event to ``value``."""
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            f"UPDATE stored_events SET {column}=? WHERE originator_id=? AND originator_version=2",
+            (value, process_uuid("b-bad").hex),
+        )
+    raw.close()
