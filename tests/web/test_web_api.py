@@ -100,6 +100,21 @@ def test_the_api_mirrors_the_cli_json(server: Server, ledger: str, procs: Proces
     assert final
 
 
+@pytest.mark.parametrize("value", ["abc", "-5", "1.5"])
+def test_a_count_parameter_that_is_no_count_is_a_400_naming_it(server: Server, value: str) -> None:
+    with server.client() as client:
+        for path, name in [
+            ("/api/feed", "since"),
+            ("/api/feed", "limit"),
+            ("/api/processes/nope/output", "since_offset"),
+        ]:
+            answer = client.get(path, params={name: value})
+            assert answer.status_code == 400, (path, name, answer.text)
+            assert answer.json()["message"] == (
+                f"{name} must be a whole number of at least 0, not {value!r}"
+            )
+
+
 def test_actions_need_the_csrf_token_with_a_cookie(
     server: Server, ledger: str, procs: Processes
 ) -> None:
