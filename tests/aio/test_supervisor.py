@@ -18,6 +18,7 @@ from procledger import (
     NotFound,
     ProcessRegistry,
     Readiness,
+    RestartPolicy,
     StopPolicy,
     SupervisorClosed,
     open_registry,
@@ -156,6 +157,36 @@ async def test_an_exception_leaves_the_block_unwrapped_and_the_children_are_stop
     record = registry.get(handle.process_id)
     assert (record.state, record.reason) == ("terminated", "runner_shutdown")
     assert is_dead(child)
+
+
+async def test_a_service_restarts_and_wait_returns_its_last_attempt(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    """Attempts after the first are started by the Supervisor's service thread, not by an
+    awaited ``start``: each must still be owned (its terminal recorded) -- they used to be
+    handed to nobody, so the service and every ``wait`` on it hung. A timeout around that
+    ``wait`` ends the waiting, nothing else."""
+    policy = RestartPolicy(mode="on-failure", max_restarts=2, backoff_initial_s=0.01)
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        failing = await sup.start(["sh", "-c", "exit 3"], restart=policy)
+        with anyio.fail_after(60):
+            record = await failing.wait()
+        assert (record.id, record.state, record.exit_code) == (
+            f"{failing.process_id}.3",
+            "exited",
+            3,
+        )
+        assert [r.exit_code for r in registry.attempts(failing.process_id)] == [3, 3, 3]
+        service = await sup.start(LONG, restart=RestartPolicy(mode="always"))
+        child = await child_of(service, procs)
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.2):
+                await service.wait()
+        assert alive(child)
+        assert (await service.record()).state == "running"
+        with anyio.fail_after(60):
+            stopped = await service.stop("kill")
+        assert stopped.state == "killed"
 
 
 async def test_on_exit_leave_keeps_children_supervised(
