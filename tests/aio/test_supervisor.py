@@ -53,6 +53,22 @@ async def test_start_wait_and_output(registry: ProcessRegistry, owner: LeaseOwne
         assert [c.data async for c in stdout] == [b"one\n"]
 
 
+async def test_an_output_dir_that_does_not_exist_yet_is_made(
+    registry: ProcessRegistry, owner: LeaseOwner, tmp_path: Path
+) -> None:
+    """As the default ``<state dir>/output`` is: capture used to stop at once (``ENOENT``),
+    so nothing was kept and ``output()`` said the output was gone."""
+    output_dir = tmp_path / "not" / "yet"
+    async with AsyncSupervisor(registry, owner=owner, output_dir=output_dir) as sup:
+        handle = await sup.start(["sh", "-c", "echo kept"], stdout=lambda chunk: None)
+        record = await handle.wait()
+        async with aclosing(handle.output(follow=False)) as output:
+            assert [c.data async for c in output] == [b"kept\n"]
+    assert record.output is not None
+    assert (record.output.stopped, record.output.stdout.written) == (None, 5)
+    assert output_dir.is_dir()
+
+
 async def test_stop_records_the_request_and_the_signal(
     registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
 ) -> None:
