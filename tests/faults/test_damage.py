@@ -289,3 +289,31 @@ def damage_event_column(path: Path, column: str, value: object) -> None:
             (value, process_uuid("b-bad").hex),
         )
     raw.close()
+
+
+def test_verify_reports_a_damaged_chain_tracking_row(registry: ProcessRegistry, path: Path) -> None:
+    from procledger.adapters.sql.heads import CHAIN_TRACKING
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE procledger_tracking SET position='garbage' WHERE name=?", (CHAIN_TRACKING,)
+        )
+    raw.close()
+    report = registry.verify()
+    assert [(p.check, p.process_id) for p in report.problems] == [("chain", None)]
+    assert "'garbage'" in report.problems[0].detail
+
+
+def test_rebuild_names_a_stream_whose_id_is_null(registry: ProcessRegistry, path: Path) -> None:
+    """It used to fail the whole rebuild with a ``TypeError`` (``bytes(None)``)."""
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE stored_events SET originator_id=NULL WHERE originator_id=?",
+            (process_uuid("b-bad").hex,),
+        )
+    raw.close()
+    report = _within(60, registry.rebuild)
+    assert report.damaged == ["stream NULL"]
+    assert [r.id for r in registry.list_processes({"status": "any"})] == ["a-good", "c-good"]

@@ -162,6 +162,9 @@ class _Checker:
         self.bad_keys: set[Any] = set()
         self.unchained: set[str] = set()
         self.problems: list[VerifyProblem] = []
+        if isinstance(self.since, bool) or not isinstance(self.since, int):
+            self.problem("chain", f"the chain tracking row is damaged ({self.since!r})")
+            self.since = 0  # then every event must be chained: the strictest reading
         self.stream: _Stream | None = None
         self.process_count = 0
         self.event_count = 0

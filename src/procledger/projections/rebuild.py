@@ -157,7 +157,12 @@ def _topic(value: Any) -> str:
 def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
     """One stream's rows into a record row or grant rows; a damaged stream is noted instead."""
     first = rows[0][1]  # the key as text: a UUID's (PostgreSQL) or as stored (SQLite)
-    stream = first if isinstance(first, str) else bytes(first).decode(errors="replace")
+    if isinstance(first, str):
+        stream = first
+    elif first is None:  # a NULL key, which only a damaged SQLite file holds
+        stream = "NULL"
+    else:
+        stream = bytes(first).decode(errors="replace")
     aggregate: Any = None
     try:
         if _topic(rows[0][3]) not in (_PROCESS_TOPIC, _SESSION_TOPIC):

@@ -73,13 +73,14 @@ def last_event(tx: Tx, key: UUID, version: int) -> Any:
     ).one()
 
 
-def chain_since(tx: Tx) -> int:
+def chain_since(tx: Tx) -> Any:
     """The log position after which every event must be chained (0 when the row is missing:
-    everything must then be)."""
+    everything must then be), as stored (a damaged SQLite file may hold any value there: the
+    verifier says so)."""
     row = tx.execute(
         f"SELECT position FROM {tx.dialect.table('tracking')} WHERE name=?", (CHAIN_TRACKING,)
     ).one()
-    return 0 if row is None else int(row["position"])
+    return 0 if row is None else row["position"]
 
 
 def integrity_problems(tx: Tx) -> list[str] | None:
