@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import threading
 import uuid
@@ -70,6 +71,26 @@ async def test_follow_sees_every_change_of_a_concurrent_writer(registry: Process
     assert [c.cursor.value for c in got] == seqs  # one event per change here: every cursor
     resumed = await take(registry, got[29].cursor, 30)
     assert [c.record.id for c in resumed] == [c.record.id for c in got[30:]]
+
+
+async def test_follow_passes_a_page_of_damaged_rows_only(
+    registry: ProcessRegistry, tmp_path: Path
+) -> None:
+    """A page holding only damaged rows (here ``limit=1`` and one damaged record) still moves
+    the follower on: the change after it is yielded, not waited for for ever."""
+    for process_id in ("a-good", "b-bad", "c-good"):
+        register(registry, process_id)
+    with sqlite3.connect(tmp_path / "ledger.db") as raw:
+        raw.execute("UPDATE procledger_records SET record='{broken' WHERE process_id='b-bad'")
+    raw.close()
+    got: list[str] = []
+    with anyio.fail_after(30):
+        async with aclosing(follow(registry, 0, limit=1)) as changes:
+            async for change in changes:
+                got.append(change.record.id)
+                if change.record.id == "c-good":
+                    break
+    assert got == ["a-good", "c-good"]
 
 
 async def test_follow_is_woken_by_another_process(shared_url: str) -> None:

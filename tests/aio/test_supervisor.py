@@ -18,6 +18,7 @@ from procledger import (
     NotFound,
     ProcessRegistry,
     Readiness,
+    RestartPolicy,
     StopPolicy,
     SupervisorClosed,
     open_registry,
@@ -50,6 +51,22 @@ async def test_start_wait_and_output(registry: ProcessRegistry, owner: LeaseOwne
     assert {(c.stream, c.data) for c in chunks} == {("stdout", b"one\n"), ("stderr", b"two\n")}
     async with aclosing(handle.output(follow=False, stream="stdout")) as stdout:
         assert [c.data async for c in stdout] == [b"one\n"]
+
+
+async def test_an_output_dir_that_does_not_exist_yet_is_made(
+    registry: ProcessRegistry, owner: LeaseOwner, tmp_path: Path
+) -> None:
+    """As the default ``<state dir>/output`` is: capture used to stop at once (``ENOENT``),
+    so nothing was kept and ``output()`` said the output was gone."""
+    output_dir = tmp_path / "not" / "yet"
+    async with AsyncSupervisor(registry, owner=owner, output_dir=output_dir) as sup:
+        handle = await sup.start(["sh", "-c", "echo kept"], stdout=lambda chunk: None)
+        record = await handle.wait()
+        async with aclosing(handle.output(follow=False)) as output:
+            assert [c.data async for c in output] == [b"kept\n"]
+    assert record.output is not None
+    assert (record.output.stopped, record.output.stdout.written) == (None, 5)
+    assert output_dir.is_dir()
 
 
 async def test_stop_records_the_request_and_the_signal(
@@ -131,6 +148,61 @@ async def test_leaving_the_block_stops_and_records_every_child(
         record = registry.get(handle.process_id)
         assert (record.state, record.reason) == ("terminated", "runner_shutdown")
         assert is_dead(child)
+
+
+class _Boom(Exception):
+    pass
+
+
+async def test_an_exception_leaves_the_block_unwrapped_and_the_children_are_stopped(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    """The block's own exception is what the caller catches, not an ``ExceptionGroup`` of
+    the watchers' task group, and the children are still stopped and recorded."""
+    started: list[tuple[AsyncProcessHandle, psutil.Process]] = []
+
+    async def harness() -> None:
+        async with AsyncSupervisor(registry, owner=owner) as sup:
+            handle = await sup.start(LONG)
+            started.append((handle, await child_of(handle, procs)))
+            raise _Boom("the harness failed")
+
+    with pytest.raises(_Boom, match="the harness failed"):
+        await harness()
+    [(handle, child)] = started
+    record = registry.get(handle.process_id)
+    assert (record.state, record.reason) == ("terminated", "runner_shutdown")
+    assert is_dead(child)
+
+
+async def test_a_service_restarts_and_wait_returns_its_last_attempt(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    """Attempts after the first are started by the Supervisor's service thread, not by an
+    awaited ``start``: each must still be owned (its terminal recorded) -- they used to be
+    handed to nobody, so the service and every ``wait`` on it hung. A timeout around that
+    ``wait`` ends the waiting, nothing else."""
+    policy = RestartPolicy(mode="on-failure", max_restarts=2, backoff_initial_s=0.01)
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        failing = await sup.start(["sh", "-c", "exit 3"], restart=policy)
+        with anyio.fail_after(60):
+            record = await failing.wait()
+        assert (record.id, record.state, record.exit_code) == (
+            f"{failing.process_id}.3",
+            "exited",
+            3,
+        )
+        assert [r.exit_code for r in registry.attempts(failing.process_id)] == [3, 3, 3]
+        service = await sup.start(LONG, restart=RestartPolicy(mode="always"))
+        child = await child_of(service, procs)
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(0.2):
+                await service.wait()
+        assert alive(child)
+        assert (await service.record()).state == "running"
+        with anyio.fail_after(60):
+            stopped = await service.stop("kill")
+        assert stopped.state == "killed"
 
 
 async def test_on_exit_leave_keeps_children_supervised(

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +19,7 @@ from procledger import ProcessRegistry, StoreCorrupt, open_registry
 from registry.conformance import registration
 
 IDS = ("a-good", "b-bad", "c-good")
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -89,6 +92,23 @@ def test_the_feed_passes_a_damaged_record_and_names_it(
     records, cursor = registry.changes_since(first.cursor, 10)
     assert [r.id for r in records] == ["c-good"]
     assert cursor == page.cursor
+
+
+@pytest.mark.parametrize("change_seq", ["garbage", b"\xff\xfe"], ids=["text", "blob"])
+def test_the_feed_names_a_row_whose_change_seq_is_damaged(
+    registry: ProcessRegistry, path: Path, change_seq: str | bytes
+) -> None:
+    """Text or a BLOB sorts after every number: the row is named, never made the cursor."""
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE procledger_records SET change_seq=? WHERE process_id='b-bad'", (change_seq,)
+        )
+    raw.close()
+    page = registry.scan_changes(0, 10)
+    assert [r.id for r in page.records] == ["a-good", "c-good"]
+    assert page.damaged == ["b-bad"]
+    assert page.cursor.value == registry.get("c-good").change_seq
+    assert registry.changes_since(page.cursor, 10) == ([], page.cursor)
 
 
 def test_rebuild_repairs_a_damaged_record_row(registry: ProcessRegistry, path: Path) -> None:
@@ -171,3 +191,129 @@ def test_a_stored_event_with_an_unknown_state_is_corrupt_not_a_key_error(
         reopened.request_stop("c-good", "terminated")  # the others are unaffected
     finally:
         reopened.close()
+
+
+def _within(seconds: float, call: Callable[[], T]) -> T:
+    """``call()`` in a daemon thread, failing (not hanging) if it has not returned in time."""
+    outcome: list[T] = []
+    worker = threading.Thread(target=lambda: outcome.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still running after {seconds} s"
+    assert outcome, "it raised (see the thread's traceback above)"
+    return outcome[0]
+
+
+def test_rebuild_ends_when_a_stream_id_is_a_blob(registry: ProcessRegistry, path: Path) -> None:
+    """A BLOB sorts after every text in SQLite: paging ``id > last`` must not find it for ever."""
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE stored_events SET originator_id=X'FFFE' WHERE originator_id=?",
+            (process_uuid("b-bad").hex,),
+        )
+    raw.close()
+    report = _within(60, registry.rebuild)
+    assert len(report.damaged) == 1
+    assert [r.id for r in registry.list_processes({"status": "any"})] == ["a-good", "c-good"]
+
+
+def test_rebuild_ends_and_drops_a_record_row_whose_id_is_a_blob(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE procledger_records SET process_id=X'FFFE' WHERE process_id='b-bad'")
+    raw.close()
+    assert not registry.verify().ok
+    report = _within(60, registry.rebuild)
+    assert report.damaged == []
+    assert [r.id for r in registry.list_processes({"status": "any"})] == list(IDS)
+    assert registry.verify().ok  # the row no log backs is gone, b-bad's is rebuilt
+
+
+def test_verify_reports_a_head_row_with_a_damaged_version(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    registry.record_started("b-bad", 1)
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE procledger_heads SET version='garbage' WHERE process_id='b-bad'")
+    raw.close()
+    report = registry.verify()
+    assert report.failed == ["b-bad"]
+    [problem] = report.problems
+    assert (problem.check, problem.process_id) == ("head", "b-bad")
+    assert "'garbage'" in problem.detail
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "detail"),
+    [
+        ("originator_id", "garbage", "stream id is damaged ('garbage')"),
+        ("originator_version", None, "event row"),
+        ("state", "garbage", "state of type str"),
+        ("state", 2**62, "state of type int"),
+        ("state", None, "state of type NoneType"),
+    ],
+)
+def test_verify_reports_a_damaged_event_row(
+    registry: ProcessRegistry, path: Path, column: str, value: object, detail: str
+) -> None:
+    """A column of ``stored_events`` holding what procledger never writes is a ``log``
+    problem in the report, not an exception out of ``verify``."""
+    registry.record_started("b-bad", 1)
+    damage_event_column(path, column, value)
+    report = registry.verify()
+    assert not report.ok
+    assert any(p.check == "log" and detail in p.detail for p in report.problems), report.problems
+    assert "b-bad" in report.failed
+
+
+def test_events_of_a_damaged_version_is_corrupt_naming_the_process(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    registry.record_started("b-bad", 1)
+    damage_event_column(path, "originator_version", "garbage")
+    with pytest.raises(StoreCorrupt, match=r"'b-bad'.*version is damaged \('garbage'\)"):
+        registry.events("b-bad")
+    assert [e.kind for e in registry.events("c-good")] == ["registered"]
+
+
+def damage_event_column(path: Path, column: str, value: object) -> None:
+    """Set ``column`` of the ``b-bad`` process's second event to ``value``."""
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            f"UPDATE stored_events SET {column}=? WHERE originator_id=? AND originator_version=2",
+            (value, process_uuid("b-bad").hex),
+        )
+    raw.close()
+
+
+def test_verify_reports_a_damaged_chain_tracking_row(registry: ProcessRegistry, path: Path) -> None:
+    from procledger.adapters.sql.heads import CHAIN_TRACKING
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE procledger_tracking SET position='garbage' WHERE name=?", (CHAIN_TRACKING,)
+        )
+    raw.close()
+    report = registry.verify()
+    assert [(p.check, p.process_id) for p in report.problems] == [("chain", None)]
+    assert "'garbage'" in report.problems[0].detail
+
+
+def test_rebuild_names_a_stream_whose_id_is_null(registry: ProcessRegistry, path: Path) -> None:
+    """It used to fail the whole rebuild with a ``TypeError`` (``bytes(None)``)."""
+    from procledger.domain.process import process_uuid
+
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "UPDATE stored_events SET originator_id=NULL WHERE originator_id=?",
+            (process_uuid("b-bad").hex,),
+        )
+    raw.close()
+    report = _within(60, registry.rebuild)
+    assert report.damaged == ["stream NULL"]
+    assert [r.id for r in registry.list_processes({"status": "any"})] == ["a-good", "c-good"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from _shared import Processes, child_env, end_process, wait_until
-from procledger import LeaseOwner, open_registry
+from procledger import LeaseOwner, LeaseTimings, open_registry
 from procledger.adapters.outbox import default_outbox
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.recovery import RecoveryWorker
@@ -79,6 +79,39 @@ def test_an_exit_during_an_outage_is_recorded_once_the_store_is_back(
         if lines:  # said once when waiting began, once when it got through
             assert len(lines) == 2
             assert "recorded" in lines[1]
+    finally:
+        registry.close()
+    assert _completed_events(outage.url, handle.process_id) == 1
+
+
+def test_an_outage_that_outlasts_the_lease_keeps_the_outcome(
+    outage: Outage, tmp_path: Path
+) -> None:
+    """The lease lapses during the outage, so the terminal write meets ``LeaseLost`` and the
+    lease must be claimed again -- while the store is still down. That claim's failure is
+    retried like the write's; it used to end the wait and delete the outbox entry, leaving the
+    process ``running`` and ``restore`` with "outcome unknown"."""
+    gate, lines = tmp_path / "gate", []
+    registry = open_registry(outage.url)
+    outbox = default_outbox()
+    timings = LeaseTimings(ttl_ms=600, renew_ms=200)
+    try:
+        with Supervisor(
+            registry, owner=LeaseOwner.local_process("outage"), timings=timings, notice=lines.append
+        ) as sup:
+            handle = sup.start(_gated_exit(gate, 7))
+            outage.begin()
+            try:
+                gate.touch()
+                wait_until(lambda: sup.returncode(handle) == 7, 30, "the child to exit")
+                wait_until(outbox.entries, 30, "the outcome in the outbox")
+                time.sleep(3)  # not a synchronisation: the outage outlasts the 0.6 s lease
+                assert len(outbox.entries()) == 1
+            finally:
+                outage.end()
+            record = sup.wait(handle, timeout=120)
+        assert (record.state, record.exit_code) == (ProcessState.exited, 7)
+        assert outbox.entries() == []
     finally:
         registry.close()
     assert _completed_events(outage.url, handle.process_id) == 1

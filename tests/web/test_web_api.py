@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import select
 import subprocess
+from pathlib import Path
 
 import httpx
 import orjson
@@ -98,6 +99,31 @@ def test_the_api_mirrors_the_cli_json(server: Server, ledger: str, procs: Proces
         what="the stop to be carried out",
     )
     assert final
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "1.5"])
+def test_a_count_parameter_that_is_no_count_is_a_400_naming_it(server: Server, value: str) -> None:
+    with server.client() as client:
+        for path, name in [
+            ("/api/feed", "since"),
+            ("/api/feed", "limit"),
+            ("/api/processes/nope/output", "since_offset"),
+        ]:
+            answer = client.get(path, params={name: value})
+            assert answer.status_code == 400, (path, name, answer.text)
+            assert answer.json()["message"] == (
+                f"{name} must be a whole number of at least 0, not {value!r}"
+            )
+
+
+def test_a_ledger_that_cannot_be_opened_is_one_error_line_and_no_url(tmp_path: Path) -> None:
+    """It used to print the URL, then uvicorn's traceback of the failed start-up (exit 3)."""
+    result = run_cli("serve", "--port", "0", url=f"sqlite:///{tmp_path}/no-such-folder/l.db")
+    assert result.returncode == 1, result
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    assert "no-such-folder" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_actions_need_the_csrf_token_with_a_cookie(

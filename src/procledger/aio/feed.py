@@ -129,7 +129,7 @@ async def follow(
             records, after = await to_thread.run_sync(registry.changes_since, position, limit)
             for change in _with_cursors(records, position, after):
                 yield change
-            if records:
+            if after != position:  # also past a page of damaged rows only (none yielded)
                 position = after
                 pushes.read()
             else:

@@ -211,7 +211,9 @@ class AsyncSupervisor:
         traceback: TracebackType | None,
     ) -> bool | None:
         """Stop (or leave) the children still running, as ``on_exit`` says; the terminals of
-        those stopped are recorded before this returns."""
+        those stopped are recorded before this returns. An exception that ended the block
+        leaves it as it was raised, not wrapped in the watchers' task group's
+        ``ExceptionGroup`` (the watchers raise nothing of their own)."""
         group, self._group = self._group, None
         assert group is not None, "AsyncSupervisor: __aexit__ without __aenter__"
         try:
@@ -221,7 +223,12 @@ class AsyncSupervisor:
             else:
                 group.cancel_scope.cancel()  # each watcher hands its child to an owner thread
         finally:
-            suppressed = await group.__aexit__(exc_type, exc, traceback)
+            try:
+                suppressed = await group.__aexit__(exc_type, exc, traceback)
+            except BaseExceptionGroup as wrapped:
+                if exc is None or list(wrapped.exceptions) != [exc]:
+                    raise
+                suppressed = False  # the block's own exception propagates, unwrapped
         return suppressed
 
     async def _shutdown(self) -> None:
@@ -255,16 +262,22 @@ class AsyncSupervisor:
     # -- start ------------------------------------------------------------------------------
 
     def _hand_over(self, child: OwnedChild, settle: Settle) -> None:
-        """The Supervisor's ``watch``: called on the worker thread running ``start``."""
-        self._local.watched = _Watched(child, settle)
+        """The Supervisor's ``watch``: called on the worker thread running ``start`` -- or on
+        a service's thread starting the next attempt of a restart policy (§15), which no
+        ``start`` here awaits: that attempt gets an owner thread, as with the plain
+        Supervisor (whose ``shutdown`` waits for it)."""
+        if getattr(self._local, "starting", False):
+            self._local.watched = _Watched(child, settle)
+        else:
+            threading.Thread(target=settle, name="procledger-run", daemon=True).start()
 
     def _start_in_thread(self, argv: Sequence[str], options: dict[str, Any]) -> Any:
-        self._local.watched = None
+        self._local.watched, self._local.starting = None, True
         try:
             handle = self.supervisor.start(argv, **options)
             return handle, self._local.watched
         finally:
-            self._local.watched = None
+            self._local.watched, self._local.starting = None, False
 
     async def start(self, argv: Sequence[str], **options: Any) -> AsyncProcessHandle:
         """Start ``argv`` as ``Supervisor.start`` does, with every one of its options (and
@@ -349,8 +362,7 @@ class AsyncSupervisor:
             await watched.done.wait()
             if watched.record is not None:
                 return watched.record
-        record: ProcessRecord = await self.run_sync(self.supervisor.wait, handle.sync)
-        return record
+        return await self._ask(self.supervisor.wait, handle, None)
 
     async def wait_ready(
         self, handle: AsyncProcessHandle, timeout: float | None = None
@@ -363,13 +375,19 @@ class AsyncSupervisor:
             NotFound: ``handle`` was not started here.
             TimeoutError: not ready, and not ended, within ``timeout`` seconds.
         """
+        return await self._ask(self.supervisor.wait_ready, handle, timeout)
+
+    async def _ask(
+        self, wait: Any, handle: AsyncProcessHandle, timeout: float | None
+    ) -> ProcessRecord:
+        """``wait(handle, 0)`` in a worker thread until it answers, sleeping on the loop
+        between asks (5 ms, doubling to 100 ms): a waiter holds no thread, and cancelling
+        it (or ``timeout``) ends only the waiting."""
         pause = READY_POLL_FIRST_S
         with anyio.fail_after(timeout):
             while True:
                 try:
-                    record: ProcessRecord = await self.run_sync(
-                        self.supervisor.wait_ready, handle.sync, 0
-                    )
+                    record: ProcessRecord = await self.run_sync(wait, handle.sync, 0)
                     return record
                 except TimeoutError:
                     await anyio.sleep(pause)

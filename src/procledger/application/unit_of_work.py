@@ -350,6 +350,12 @@ class Ledger:
     def decode(self, stored: StoredEvent, process_id: str | None = None) -> Any:
         """One stored event; a corrupt one is a ``StoreCorrupt`` naming its process. The chain
         link (``prev_digest``) is the store's, not the domain's: it is dropped here."""
+        version = stored.originator_version
+        if isinstance(version, bool) or not isinstance(version, int):  # a damaged SQLite file
+            where = "a stored event" if process_id is None else f"process {process_id!r}"
+            raise StoreCorrupt(
+                f"{where}: an event's version is damaged ({version!r})", process_id=process_id
+            )
         try:
             event = self.mapper.to_domain_event(stored)
             event.__dict__.pop("prev_digest", None)

@@ -120,6 +120,12 @@ def verify_ledger(store: Store) -> VerifyReport:
     )
 
 
+def _is_bytes(state: Any) -> bool:
+    """Whether an event's state column holds bytes, as procledger writes it (a damaged SQLite
+    file may hold text, a number or NULL there)."""
+    return isinstance(state, bytes | bytearray | memoryview)
+
+
 class _Stream:
     """The events of one stream seen so far."""
 
@@ -153,8 +159,12 @@ class _Checker:
         self.expected_grants: set[tuple[str, str, str | None]] = set()
         self.names = {process_uuid(pid): pid for pid in (*self.heads, *self.records)}
         self.seen: set[str] = set()
+        self.bad_keys: set[Any] = set()
         self.unchained: set[str] = set()
         self.problems: list[VerifyProblem] = []
+        if isinstance(self.since, bool) or not isinstance(self.since, int):
+            self.problem("chain", f"the chain tracking row is damaged ({self.since!r})")
+            self.since = 0  # then every event must be chained: the strictest reading
         self.stream: _Stream | None = None
         self.process_count = 0
         self.event_count = 0
@@ -174,13 +184,24 @@ class _Checker:
 
     def add(self, row: tuple[Any, ...]) -> None:
         position, originator_id, version, topic, state = row
-        key = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
         self.event_count += 1
+        try:
+            key = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+        except ValueError:  # a damaged SQLite file: the stream it left has a gap, reported
+            if originator_id not in self.bad_keys:
+                self.bad_keys.add(originator_id)
+                self.problem("log", f"an event's stream id is damaged ({originator_id!r})")
+            return
         if self.stream is None or self.stream.key != key:
             self.finish_stream()
             self.stream = self.start_stream(key, topic)
         stream = self.stream
         if stream.kind is None or stream.broken:
+            return
+        if isinstance(version, bool) or not isinstance(version, int) or not _is_bytes(state):
+            detail = f"version {version!r}, state of type {type(state).__name__}"
+            self.problem("log", f"event row {position} is damaged ({detail})", stream.process_id)
+            stream.broken = True
             return
         stream.last_position = max(stream.last_position, int(position))
         if not self.follows(stream, int(version), int(position), topic, bytes(state)):
@@ -291,6 +312,9 @@ class _Checker:
                 self.problem("head", "no head row, although it has chained events", s.process_id)
             return
         version, digest = head
+        if isinstance(version, bool) or not isinstance(version, int):
+            self.problem("head", f"its head row is damaged (version {version!r})", s.process_id)
+            return
         if s.broken:
             return
         if version > s.version:

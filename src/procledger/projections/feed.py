@@ -109,5 +109,14 @@ def read_page(tx: Tx, cursor: ChangeCursor, limit: int) -> FeedPage:
     rows = record_rows.select_changed(tx, cursor.value, limit)
     if not rows:
         return FeedPage([], cursor, [])
-    records, damaged = decode_rows(rows)
-    return FeedPage(records, ChangeCursor(int(rows[-1]["change_seq"])), damaged)
+    # A damaged SQLite file may hold text or a BLOB in ``change_seq``, which sorts after every
+    # number: such a row is named damaged and never becomes the cursor.
+    sequenced = [row for row in rows if _is_seq(row["change_seq"])]
+    unsequenced = [str(row["process_id"]) for row in rows if not _is_seq(row["change_seq"])]
+    records, damaged = decode_rows(sequenced)
+    end = ChangeCursor(sequenced[-1]["change_seq"]) if sequenced else cursor
+    return FeedPage(records, end, [*damaged, *unsequenced])
+
+
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

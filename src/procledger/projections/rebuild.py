@@ -82,7 +82,10 @@ def rebuild_read_models(store: Store, progress: Progress | None = None) -> Rebui
     after: Any = None
     while True:
         batch = store.attempt(functools.partial(_rebuild_batch, store, after), write=True)
-        if batch.last_stream is None:
+        if batch.last_stream is None or batch.last_stream == after:
+            # The end -- or no step past it: in a damaged SQLite file a key may be a BLOB,
+            # which sorts after every text, so ``key > after`` finds it again for ever (the
+            # batch that met it first has folded it or named it damaged).
             break
         totals.merge(batch)
         after = batch.last_stream
@@ -191,7 +194,9 @@ def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: lis
 
 def _stream_name(key: Any) -> str:
     """A damaged stream's key as the sweep names keys (a UUID's hex), or as stored when it is
-    not a UUID."""
+    not a UUID (``NULL``: a NULL key, which only a damaged SQLite file holds)."""
+    if key is None:
+        return "NULL"
     text = key if isinstance(key, str) else bytes(key).decode(errors="replace")
     try:
         return UUID(text).hex
@@ -228,15 +233,22 @@ def _delete_stale_records(tx: Tx, damaged: dict[str, str]) -> None:
     """Delete the records whose process has no events left, a page of ids at a time (so
     memory stays flat however many processes there are); a damaged stream's record stays,
     and names it."""
-    after = ""
+    after: Any = ""
     while ids := record_rows.ids_after(tx, after, SWEEP):
-        keys = {process_key_hex(process_id): process_id for process_id in ids}
+        keys = {process_key_hex(process_id): process_id for process_id in ids if _is_id(process_id)}
         for key, process_id in keys.items() if damaged else ():
             _name_damaged(damaged, key, process_id)
-        missing = event_rows.streams_missing(tx, list(keys))
-        if missing:
-            record_rows.delete_ids(tx, [keys[key] for key in missing])
+        stale = [process_id for process_id in ids if not _is_id(process_id)]  # no log backs them
+        stale.extend(keys[key] for key in event_rows.streams_missing(tx, list(keys)))
+        if stale:
+            record_rows.delete_ids(tx, stale)
         after = ids[-1]
+
+
+def _is_id(process_id: Any) -> bool:
+    """Whether a stored id is text, as every id procledger writes (a damaged SQLite file may
+    hold a BLOB in the column: it names no process, so no log backs its row)."""
+    return isinstance(process_id, str)
 
 
 def _name_damaged(damaged: dict[str, str], key: str, name: str) -> bool:

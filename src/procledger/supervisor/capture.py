@@ -61,10 +61,13 @@ def open_capture(
 ) -> Capture:
     """A run's capture, in the folder every reader of this store looks in (by store and
     process id; an in-memory store, which no other process can read, by this registry object)
-    under ``output_dir`` (``<state dir>/output`` when None). A folder that cannot be made stops
-    the capture at once, and the run goes on."""
+    under ``output_dir`` (``<state dir>/output`` when None; either is created ``0700`` if it
+    does not exist). A folder that cannot be made stops the capture at once, and the run goes
+    on."""
     folder: Path | None = None
     try:
+        if output_dir is not None:
+            output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         root = output_dir if output_dir is not None else output_root()
         store = store_key(registry.location) or f"memory:{id(registry)}"
         folder = folder_for(root, store, process_id)

@@ -953,13 +953,14 @@ class Supervisor:
         pause, waiting = RETRY_FIRST_S, False
         while lease is not None:
             try:
-                record = record_entry(self._registry, entry, lease)
-            except LeaseLost:
-                lease, after = self._lease_again(entry.process_id)
-                if lease is not None:
-                    continue
-                return after
-            except Exception as error:
+                try:
+                    record = record_entry(self._registry, entry, lease)
+                except LeaseLost:  # e.g. it lapsed during an outage: take it again, if ours
+                    lease, after = self._lease_again(entry.process_id)
+                    if lease is not None:
+                        continue
+                    return after
+            except Exception as error:  # the store failed (also while taking the lease again)
                 if not _transient(error):
                     raise
                 if not waiting:

@@ -57,7 +57,7 @@ async def output(request: Request) -> Response:
     """The output on disk now as ``logs --json`` chunks (a list: a response has one body)."""
     registry = request.app.state.registry
     stream = request.query_params.get("stream") or None
-    since = int(request.query_params.get("since_offset") or 0)
+    since = _whole(request, "since_offset", 0)
     chunks = await to_thread.run_sync(
         read_chunks, registry, request.path_params["pid"], stream, since
     )
@@ -75,11 +75,26 @@ def read_chunks(registry: Any, text: str, stream: str | None, since: int) -> lis
 async def feed(request: Request) -> Response:
     """``feed --json`` lines as a list: at most 500 changes after ``since``; page with the
     last cursor."""
-    since = int(request.query_params.get("since") or 0)
-    limit = min(int(request.query_params.get("limit") or FEED_LIMIT), FEED_LIMIT)
+    since = _whole(request, "since", 0)
+    limit = min(_whole(request, "limit", FEED_LIMIT), FEED_LIMIT)
     registry = request.app.state.registry
     records, _ = await to_thread.run_sync(registry.changes_since, since, limit)
     return JSONResponse([{"record": dump(r), "cursor": r.change_seq} for r in records])
+
+
+def _whole(request: Request, name: str, default: int) -> int:
+    """A query parameter that counts (a cursor, an offset, a limit): a bare ``400`` naming it
+    when it is not a whole number of at least 0.
+
+    Raises:
+        ValueError: it is not.
+    """
+    text = request.query_params.get(name) or ""
+    if not text:
+        return default
+    if not text.isascii() or not text.isdigit():
+        raise ValueError(f"{name} must be a whole number of at least 0, not {text!r}")
+    return int(text)
 
 
 async def stop(request: Request) -> Response:

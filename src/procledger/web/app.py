@@ -40,10 +40,10 @@ class LoopbackOnly(ValueError):
     """A non-loopback address without an explicit token: refused before anything binds."""
 
 
-def create_app(url: str | None, token: str) -> Any:
+def create_app(url: str | None, token: str, registry: ProcessRegistry | None = None) -> Any:
     """The ASGI app for the ledger at ``url`` (``None``: the default ledger), behind
-    ``token``."""
-    app = Starlette(routes=_routes(), lifespan=_lifespan(url))
+    ``token``; ``registry``, if given, is that ledger opened already (the app closes it)."""
+    app = Starlette(routes=_routes(), lifespan=_lifespan(url, registry))
     app.state.ledger_name = mask_url(url) if url else "the default ledger"  # no password shown
     for kind in (NotFound, ProcledgerError, QueryError, BadAction, HTTPException, ValueError):
         app.add_exception_handler(kind, _failure)
@@ -77,12 +77,12 @@ async def _output_stream(request: Request) -> Response:
     return streams.output(request, found)
 
 
-def _lifespan(url: str | None) -> Any:
+def _lifespan(url: str | None, opened: ProcessRegistry | None) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         from procledger import open_registry
 
-        registry: ProcessRegistry = open_registry(url)
+        registry: ProcessRegistry = opened if opened is not None else open_registry(url)
         app.state.registry = registry
         app.state.actions = Actions(registry)
         app.state.hub = hub = FeedHub(registry)
@@ -147,9 +147,15 @@ def serve(
 ) -> None:
     """Run the web view until stopped. Without ``token`` a random one is made and printed in
     the URL; a non-loopback ``host`` needs an explicit token (``LoopbackOnly``) and is warned
-    about on stderr."""
+    about on stderr. The ledger is opened before anything is printed or bound.
+
+    Raises:
+        LoopbackOnly: a non-loopback ``host`` without ``token``.
+        StoreError: the ledger cannot be opened (as ``open_registry``).
+    """
     import uvicorn
 
+    from procledger import open_registry
     from procledger.web.auth import new_token
 
     if not is_loopback(host):
@@ -160,11 +166,15 @@ def serve(
             "anyone with the token can stop processes\n"
         )
     token = token or new_token()
-    sock = bind(host, port)
+    registry = open_registry(url)  # a ledger that cannot be opened is one error line, not a URL
+    try:
+        sock = bind(host, port)
+    except BaseException:
+        registry.close()
+        raise
     where = f"[{host}]" if ":" in host else host
     out.write(f"procledger serve: http://{where}:{sock.getsockname()[1]}/?token={token}\n")
     out.flush()
-    config = uvicorn.Config(
-        create_app(url, token), log_level="warning", lifespan="on", timeout_graceful_shutdown=1
-    )
+    app = create_app(url, token, registry)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     uvicorn.Server(config).run(sockets=[sock])

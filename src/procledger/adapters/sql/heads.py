@@ -56,10 +56,11 @@ def delete(tx: Tx, process_id: str) -> None:
     tx.execute(f"DELETE FROM {tx.dialect.table('heads')} WHERE process_id=?", (process_id,))
 
 
-def all_heads(tx: Tx) -> dict[str, tuple[int, str]]:
-    """``process_id -> (version, digest)`` for every process that has a head row."""
+def all_heads(tx: Tx) -> dict[str, tuple[Any, str]]:
+    """``process_id -> (version, digest)`` for every process that has a head row; the version
+    as stored (a damaged SQLite file may hold any value there: the verifier says so)."""
     rows = tx.execute(f"SELECT process_id, version, digest FROM {tx.dialect.table('heads')}").all()
-    return {str(row["process_id"]): (int(row["version"]), str(row["digest"])) for row in rows}
+    return {str(row["process_id"]): (row["version"], str(row["digest"])) for row in rows}
 
 
 def last_event(tx: Tx, key: UUID, version: int) -> Any:
@@ -72,13 +73,14 @@ def last_event(tx: Tx, key: UUID, version: int) -> Any:
     ).one()
 
 
-def chain_since(tx: Tx) -> int:
+def chain_since(tx: Tx) -> Any:
     """The log position after which every event must be chained (0 when the row is missing:
-    everything must then be)."""
+    everything must then be), as stored (a damaged SQLite file may hold any value there: the
+    verifier says so)."""
     row = tx.execute(
         f"SELECT position FROM {tx.dialect.table('tracking')} WHERE name=?", (CHAIN_TRACKING,)
     ).one()
-    return 0 if row is None else int(row["position"])
+    return 0 if row is None else row["position"]
 
 
 def integrity_problems(tx: Tx) -> list[str] | None:

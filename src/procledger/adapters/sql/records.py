@@ -242,16 +242,17 @@ def ids_from(tx: Tx, prefix: str, limit: int) -> list[str]:
     return [str(row["process_id"]) for row in rows]
 
 
-def ids_after(tx: Tx, after: str, limit: int) -> list[str]:
+def ids_after(tx: Tx, after: Any, limit: int) -> list[Any]:
     """Up to ``limit`` process ids with a record, after ``after`` in the primary key's order:
     a rebuild sweeps rows the log no longer backs a page at a time, in memory flat in the
-    number of processes."""
+    number of processes. Ids as stored: text, or in a damaged SQLite file a BLOB (``bytes``,
+    which sorts after every text), so that the last one read is where the next page starts."""
     rows = tx.execute(
         f"SELECT process_id FROM {tx.dialect.table('records')} WHERE process_id>? "
         "ORDER BY process_id LIMIT ?",
         (after, limit),
     ).all()
-    return [str(row["process_id"]) for row in rows]
+    return [row["process_id"] for row in rows]
 
 
 def delete_ids(tx: Tx, process_ids: Sequence[str]) -> None:
