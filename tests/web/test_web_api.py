@@ -4,6 +4,7 @@ CLI's ``--json`` shapes, escaping, CSRF, the loopback rule, and two servers on o
 from __future__ import annotations
 
 import select
+import signal
 import subprocess
 from pathlib import Path
 
@@ -124,6 +125,36 @@ def test_a_ledger_that_cannot_be_opened_is_one_error_line_and_no_url(tmp_path: P
     assert "Traceback" not in result.stderr
     assert "no-such-folder" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_ctrl_c_ends_serve_with_130(ledger: str, procs: Processes) -> None:
+    """As every command stopped on request (docs/design.md §8); it exited 0."""
+    server = Server(ledger, procs).start()
+    assert server.proc is not None
+    try:
+        server.proc.send_signal(signal.SIGINT)  # what Ctrl-C at its terminal sends
+        assert server.proc.wait(timeout=30) == 130
+    finally:
+        server.kill()
+
+
+def test_an_address_serve_cannot_listen_on_is_one_error_line(ledger: str, procs: Processes) -> None:
+    """A port in use, or a host that is no address here: named in one line, before any
+    warning or URL (it printed the non-loopback warning, then a bare gaierror)."""
+    busy = Server(ledger, procs).start()
+    try:
+        for args in (
+            ("--port", str(busy.port)),
+            ("--host", "999.1.1.1", "--port", "0", "--token", TOKEN),
+        ):
+            refused = run_cli("serve", *args, url=ledger)
+            assert refused.returncode == 1, refused
+            assert refused.stdout == ""
+            assert "Traceback" not in refused.stderr
+            assert refused.stderr.count("\n") == 1, refused.stderr
+            assert "cannot listen on" in refused.stderr
+    finally:
+        busy.kill()
 
 
 def test_actions_need_the_csrf_token_with_a_cookie(

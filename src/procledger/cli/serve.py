@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from procledger.cli._app import cli_state
+from procledger.cli._app import EXIT_STOPPED, cli_state
 
 
 def serve(
@@ -47,5 +47,5 @@ def serve(
         serve(cli_state(ctx).url, host, port, token)
     except LoopbackOnly as exc:
         raise typer.BadParameter(str(exc), param_hint="--host") from None
-    except KeyboardInterrupt:
-        return
+    except KeyboardInterrupt:  # uvicorn shuts down on Ctrl-C, then raises it again
+        raise typer.Exit(EXIT_STOPPED) from None

@@ -131,13 +131,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class CannotListen(ProcledgerError):
+    """The address or port cannot be listened on (no such address here, a port in use)."""
+
+
 def bind(host: str, port: int) -> socket.socket:
-    """A listening socket (reusable address: a restarted server gets its port back)."""
+    """A listening socket (reusable address: a restarted server gets its port back).
+
+    Raises:
+        CannotListen: naming the address and port, and why.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as error:
+        sock.close()
+        why = error.strerror or str(error)
+        raise CannotListen(f"cannot listen on {host} port {port}: {why}") from None
     sock.set_inheritable(True)
     return sock
 
@@ -151,6 +164,7 @@ def serve(
 
     Raises:
         LoopbackOnly: a non-loopback ``host`` without ``token``.
+        CannotListen: ``host`` and ``port`` cannot be listened on.
         StoreError: the ledger cannot be opened (as ``open_registry``).
     """
     import uvicorn
@@ -158,13 +172,9 @@ def serve(
     from procledger import open_registry
     from procledger.web.auth import new_token
 
-    if not is_loopback(host):
-        if token is None:
-            raise LoopbackOnly(f"serving on {host} (not loopback) needs an explicit --token")
-        sys.stderr.write(
-            f"procledger serve: warning: {host} is reachable from other machines; "
-            "anyone with the token can stop processes\n"
-        )
+    loopback = is_loopback(host)
+    if not loopback and token is None:
+        raise LoopbackOnly(f"serving on {host} (not loopback) needs an explicit --token")
     token = token or new_token()
     registry = open_registry(url)  # a ledger that cannot be opened is one error line, not a URL
     try:
@@ -172,6 +182,11 @@ def serve(
     except BaseException:
         registry.close()
         raise
+    if not loopback:
+        sys.stderr.write(
+            f"procledger serve: warning: {host} is reachable from other machines; "
+            "anyone with the token can stop processes\n"
+        )
     where = f"[{host}]" if ":" in host else host
     out.write(f"procledger serve: http://{where}:{sock.getsockname()[1]}/?token={token}\n")
     out.flush()
