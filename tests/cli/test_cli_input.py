@@ -118,16 +118,21 @@ def test_a_command_that_cannot_be_executed_exits_126(ledger: str, tmp_path: Path
 # -- non-UTF-8 input: refused before anything is recorded -----------------------------------
 
 
-def test_a_non_utf8_argument_is_refused_before_anything_is_recorded(
-    ledger: str, tmp_path: Path
-) -> None:
-    ran = subprocess.run(
-        [*map(os.fsencode, CLI), b"--url", ledger.encode(), b"run", b"--", b"echo", b"\xff\xfe"],
+def run_bytes(*args: bytes) -> subprocess.CompletedProcess[bytes]:
+    """``procledger ARGS...`` with arguments as the bytes a shell may pass (any, not UTF-8)."""
+    return subprocess.run(
+        [*map(os.fsencode, CLI), *args],
         capture_output=True,
         env=child_env(),
         timeout=60,
         check=False,
     )
+
+
+def test_a_non_utf8_argument_is_refused_before_anything_is_recorded(
+    ledger: str, tmp_path: Path
+) -> None:
+    ran = run_bytes(b"--url", ledger.encode(), b"run", b"--", b"echo", b"\xff\xfe")
     assert ran.returncode == 2
     one_line(ran.stderr.decode())
     assert b"UTF-8" in ran.stderr
@@ -164,13 +169,7 @@ def test_a_non_utf8_working_directory_is_refused(ledger: str, tmp_path: Path) ->
 def test_an_option_that_is_not_utf8_is_a_usage_error(
     ledger: str, tmp_path: Path, args: list[bytes], option: bytes
 ) -> None:
-    ran = subprocess.run(
-        [*map(os.fsencode, CLI), b"--url", ledger.encode(), *args],
-        capture_output=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    ran = run_bytes(b"--url", ledger.encode(), *args)
     assert ran.returncode == 2, ran.stderr
     one_line(ran.stderr.decode())
     assert option + b": b'" in ran.stderr
@@ -180,13 +179,7 @@ def test_an_option_that_is_not_utf8_is_a_usage_error(
 
 def test_a_url_that_is_not_utf8_is_a_usage_error_and_creates_nothing(tmp_path: Path) -> None:
     url = b"sqlite:///" + os.fsencode(tmp_path) + b"/ledger-\xff.db"
-    ran = subprocess.run(
-        [*map(os.fsencode, CLI), b"--url", url, b"run", b"--", b"true"],
-        capture_output=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    ran = run_bytes(b"--url", url, b"run", b"--", b"true")
     assert ran.returncode == 2, ran.stderr
     one_line(ran.stderr.decode())
     assert b"--url" in ran.stderr
@@ -197,13 +190,7 @@ def test_a_stdin_path_that_is_not_utf8_is_read(ledger: str, tmp_path: Path) -> N
     # --stdin is opened here and never recorded: any bytes name a file.
     source = os.path.join(os.fsencode(tmp_path), b"input-\xff")
     Path(os.fsdecode(source)).write_text("from a file\n")
-    ran = subprocess.run(
-        [*map(os.fsencode, CLI), b"--url", ledger.encode(), b"run", b"--stdin", source, b"cat"],
-        capture_output=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    ran = run_bytes(b"--url", ledger.encode(), b"run", b"--stdin", source, b"cat")
     assert (ran.returncode, ran.stdout) == (0, b"from a file\n"), ran.stderr
 
 
