@@ -81,7 +81,7 @@ from procledger.domain.vocabulary import (
     TerminalReason,
 )
 from procledger.projections.records import read_record
-from procledger.supervisor import orphans
+from procledger.supervisor import orphans, os_seam
 from procledger.supervisor.capture import (
     DEFAULT_OUTPUT_LIMIT,
     Capture,
@@ -89,6 +89,7 @@ from procledger.supervisor.capture import (
     open_capture,
     salvage,
 )
+from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import StopPolicy, run_streaming
 from procledger.supervisor.readiness import (
     NotReadyInTime,
@@ -355,11 +356,13 @@ class DefaultRunner:
         stop = StopOnTimeout(cancel)
         registry = self.registry
         ready = lambda probes: registry.record_ready(record.id, registry.now_ms(), probes=probes)  # noqa: E731
+        marker = event_ids(record.id, record.registration_hash).run_marker
+        self._stop_leftovers(record, marker)
         try:
             with watching(watch, ready, stop):
                 ran = run_streaming(
                     argv, stdout, cwd=record.input.cwd, env=env, stop=self.stop, cancel=stop,
-                    stderr=stderr,
+                    stderr=stderr, marker=marker,
                 )  # fmt: skip
         except SpawnError:
             _finished(capture, watch)
@@ -378,6 +381,23 @@ class DefaultRunner:
             killed = ExecutionError(f"process {record.id!r}: {argv[0]!r} was killed by {name}")
             raise RunFailed(killed, summary, tails)
         return RunResult(exit_code=ran.returncode, output=summary, tails=tails)
+
+    def _stop_leftovers(self, record: ProcessRecord, marker: str) -> None:
+        """Stop what an earlier run of this process left running on this host before running
+        it again: a worker (or supervisor) that was SIGKILLed leaves its command alive, and
+        the lease this attempt holds means that run is no longer anybody's -- without this, a
+        rerunnable command would run twice at once. Found by the run marker every run's
+        environment carries (``os_seam.RUN_MARKER``). Said on the log, naming the pids (an
+        exited terminal carries no diagnostic)."""
+        stopped, survivors = os_seam.stop_marked(marker, self.stop.grace_s)
+        if stopped:
+            log.warning(
+                "process %r: stopped what an earlier run left running on this host before "
+                "running it again (OS pids %s%s)",
+                record.id,
+                ", ".join(map(str, stopped)),
+                f"; {', '.join(map(str, survivors))} outlived SIGKILL" if survivors else "",
+            )
 
     def _capture_for(self, process_id: str) -> Capture | None:
         """The re-run's capture, in the folder the Supervisor would use for this process (so

@@ -4,13 +4,16 @@ liveness of a real process that has exited."""
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from _shared import wait_until
+from _shared import Processes, wait_until
 from procledger import (
     Acquired,
     Busy,
@@ -28,6 +31,7 @@ from procledger import (
 from procledger.adapters.output_files import OutputWriter
 from procledger.application.output import output_folder, stored_tail
 from procledger.recovery import RecoveryWorker, RunResult, SweepReport
+from procledger.supervisor.decide import event_ids
 from procledger.testing import FakeClock
 
 from ._support import RecordingRunner, dead_owner, kinds, opaque_owner, register
@@ -598,3 +602,47 @@ def test_serve_sweeps_until_its_limit_or_stop(
     assert worker.stopping
     assert worker.sweep() == SweepReport()  # a stopped worker starts nothing
     assert runner.ran == ["job"]
+
+
+def test_a_rerun_first_stops_what_an_earlier_run_left_running_here(
+    registry: ProcessRegistry, procs: Processes, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker SIGKILLed mid-run leaves its command alive and unrecorded; the next sweep
+    used to run the command again beside it (two copies at once). The leftover carries the
+    run's marker in its environment, as every run's child now does: it is stopped first, and
+    the log says so."""
+    seen = tmp_path / "marker-seen"
+    record = register(
+        registry,
+        "job",
+        "rerunnable",
+        argv=["sh", "-c", f'printf %s "$PROCLEDGER_RUN" > "{seen}"'],
+    )
+    marker = event_ids(record.id, record.registration_hash).run_marker
+    leftover = subprocess.Popen(
+        ["sleep", "600"], env={**os.environ, "PROCLEDGER_RUN": marker}, start_new_session=True
+    )
+    left = procs.add(leftover.pid)
+    worker = RecoveryWorker(registry, LeaseOwner.local_process("w"), timings=TIMINGS)
+    with caplog.at_level(logging.WARNING, logger="procledger.recovery"):
+        report = worker.sweep()
+    assert report.ran == ["job"], report
+    leftover.wait(timeout=30)  # its status: psutil, waiting for it as our child, reaped it
+    Processes.assert_dead(left)
+    final = registry.get("job")
+    assert (final.state, final.exit_code) == (ProcessState.exited, 0)
+    assert [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()] == [
+        f"process 'job': stopped what an earlier run left running on this host before running "
+        f"it again (OS pids {leftover.pid})"
+    ]
+    assert seen.read_text() == marker  # the rerun's own child is marked the same way
+
+
+def test_a_rerun_with_nothing_left_over_stops_nothing(
+    registry: ProcessRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    register(registry, "job", "rerunnable", argv=["true"])
+    worker = RecoveryWorker(registry, LeaseOwner.local_process("w"), timings=TIMINGS)
+    with caplog.at_level(logging.WARNING, logger="procledger.recovery"):
+        assert worker.sweep().ran == ["job"]
+    assert not [r for r in caplog.records if "earlier run" in r.getMessage()]

@@ -65,9 +65,6 @@ __all__ = [
 POLL_S: Final = 0.02
 """How often a waiting owner looks at ``cancel``: the bound on interruption latency."""
 
-KILL_SETTLE_S: Final = 1.0
-"""How long, after SIGKILL, to wait for the known tree to be dead before going on anyway (a
-process stuck in uninterruptible sleep must not hang its owner)."""
 
 Consumer = Callable[[bytes], None]
 """Receives raw output chunks as they arrive, on the owner's thread."""
@@ -173,15 +170,25 @@ def run_streaming(
     stop: StopPolicy = StopPolicy(),  # an immutable value, not infrastructure
     cancel: Cancel | None = None,
     stderr: Consumer | None = None,
+    marker: str | None = None,
 ) -> Streamed:
     """Run ``argv`` to completion, handing raw stdout chunks to ``consumer`` and stderr chunks
-    to ``stderr`` (inherited when ``None``).
+    to ``stderr`` (inherited when ``None``); ``marker`` names the run in the child's
+    environment, as ``OwnedChild.spawn``'s.
 
     Errors as ``run_captured``; an exception from a consumer stops the tree and is re-raised
     as the same object. No consumer is called if the command cannot start.
     """
     returncode = _run(
-        argv, consumer, stderr, cwd=cwd, env=env, stdin=stdin, stop=stop, cancel=cancel
+        argv,
+        consumer,
+        stderr,
+        cwd=cwd,
+        env=env,
+        stdin=stdin,
+        stop=stop,
+        cancel=cancel,
+        marker=marker,
     )
     return Streamed(returncode)
 
@@ -196,12 +203,13 @@ def _run(
     stdin: Input,
     stop: StopPolicy,
     cancel: Cancel | None,
+    marker: str | None = None,
 ) -> int:
     """The whole lifetime, shared by both public operations."""
     if _is_set(cancel):
         raise Interrupted(f"command {os_seam.describe(argv)!r} not started: cancel was already set")
     with OwnedChild.spawn(
-        argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, stop=stop
+        argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, stop=stop, marker=marker
     ) as child:
         return child.wait(cancel)
 
@@ -610,7 +618,7 @@ class OwnedChild:
             return exited
         self._signal(signal.SIGKILL)
         self._killed = True
-        if not self._tree.await_gone(KILL_SETTLE_S):
+        if not self._tree.await_gone(os_seam.KILL_SETTLE_S):
             self._survivors = self._tree.survivors()
         self._tree.reap_adopted(self._child.pid)
         return (yield None)

@@ -28,7 +28,6 @@ from procledger.domain.vocabulary import ProcessState
 from procledger.supervisor import os_seam
 from procledger.supervisor.capture import salvage
 from procledger.supervisor.decide import event_ids
-from procledger.supervisor.execution import KILL_SETTLE_S
 from procledger.supervisor.modes import StopMode
 
 if TYPE_CHECKING:
@@ -84,13 +83,13 @@ def stop_tree(
             tree.discover()  # the leader runs with its start time: its group is still its own
         tree.signal(sig, child_unreaped=alive)
         sent.append(int(sig))
-        wait = KILL_SETTLE_S if sig == signals.SIGKILL else grace_s
+        wait = os_seam.KILL_SETTLE_S if sig == signals.SIGKILL else grace_s
         if alive and _await_end(pid, start, wait):
             ended = int(sig)
         if ended is not None and not escalate:
             break
     survivors: list[int] = []
-    if escalate and not tree.await_gone(KILL_SETTLE_S):
+    if escalate and not tree.await_gone(os_seam.KILL_SETTLE_S):
         survivors = tree.survivors()
     return OrphanStop(ended, tuple(sent), survivors)
 

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Final
 
 from procledger.domain.errors import SpawnError
@@ -343,15 +343,45 @@ def _marked(marker: str | None, child_pid: int) -> list[int]:
         born = psutil.Process(child_pid).create_time()
     except psutil.Error:
         return []
-    me = os.getpid()
     found = []
-    for process in psutil.process_iter():
+    for process in _carrying(marker):
         with contextlib.suppress(psutil.Error, OSError):
-            if process.pid == me or process.create_time() < born:
-                continue
-            if process.environ().get(RUN_MARKER) == marker:
+            if process.create_time() >= born:
                 found.append(process.pid)
     return found
+
+
+def _carrying(marker: str) -> Iterator[psutil.Process]:
+    """The processes on this host (but this one) whose environment carries ``RUN_MARKER=marker``
+    -- as far as this user may read environments."""
+    import psutil
+
+    me = os.getpid()
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.pid != me and process.environ().get(RUN_MARKER) == marker:
+                yield process
+
+
+def stop_marked(marker: str, grace_s: float) -> tuple[list[int], list[int]]:
+    """Stop every process carrying ``marker``: SIGTERM, SIGKILL to those left after
+    ``grace_s``. ``(stopped, survivors)`` as pids: what was found, and what outlived SIGKILL.
+    For a run's leftovers with no child of ours to start from (its supervisor died)."""
+    import psutil
+
+    found = list(_carrying(marker))
+    for process in found:
+        _signal_process(process, signal.SIGTERM)
+    _, alive = psutil.wait_procs(found, timeout=grace_s)
+    for process in alive:
+        _signal_process(process, signal.SIGKILL)
+    _, alive = psutil.wait_procs(alive, timeout=KILL_SETTLE_S)
+    return [p.pid for p in found], [p.pid for p in alive]
+
+
+KILL_SETTLE_S: Final = 1.0
+"""How long, after SIGKILL, to wait for the known tree to be dead before going on anyway (a
+process stuck in uninterruptible sleep must not hang its owner)."""
 
 
 def set_child_subreaper(enabled: bool) -> bool:
