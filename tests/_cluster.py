@@ -14,12 +14,30 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
 from _shared import wait_until
+
+SERVER_BACK_WITHIN_S = 60.0
+"""How long to wait for the cluster to accept connections before failing: fault tests on
+other workers stop and restart it for a few seconds at a time."""
+
+
+def connect_waiting(conninfo: str, **options: Any) -> psycopg.Connection[Any]:
+    """A connection to the test cluster, waiting out an outage another worker's fault test
+    made (``SERVER_BACK_WITHIN_S``)."""
+    deadline = time.monotonic() + SERVER_BACK_WITHIN_S
+    while True:
+        try:
+            return psycopg.connect(conninfo, connect_timeout=5, **options)
+        except psycopg.OperationalError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)  # the server is down: nothing to wait on but time
 
 
 @dataclass(frozen=True)
@@ -83,11 +101,8 @@ def find_cluster(url: str) -> Cluster:
     parts = urlsplit(url)
     conninfo = url.split("?", 1)[0]
     admin = f"host={parts.hostname} port={parts.port or 5432} user=postgres dbname=postgres"
-    try:
-        with psycopg.connect(admin, connect_timeout=5) as conn:
-            row = conn.execute("SHOW data_directory").fetchone()
-    except psycopg.Error as error:
-        pytest.skip(f"cannot ask the test cluster where its data is: {error}")
+    with connect_waiting(admin) as conn:
+        row = conn.execute("SHOW data_directory").fetchone()
     assert row is not None
     bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
     if not bins:

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from psycopg import sql
 
+from _cluster import connect_waiting
 from _shared import IN_CI, Processes
 
 # A suite started from a non-interactive shell's background job inherits SIGINT *ignored*
@@ -64,7 +65,7 @@ def _conninfo(url: str) -> str:
 
 
 def _drop_schema(url: str, schema: str) -> None:
-    with psycopg.connect(_conninfo(url), autocommit=True, connect_timeout=10) as conn:
+    with connect_waiting(_conninfo(url), autocommit=True) as conn:
         # A connection left idle in a transaction on the schema must fail the teardown, not
         # hang it.
         conn.execute("SET lock_timeout = '10s'")
@@ -90,7 +91,7 @@ def postgres_url() -> str:
             pytest.fail(f"{message}: CI must run the PostgreSQL tests (.ci/run starts a server)")
         pytest.skip(f"{message} (run .ci/pg-dev to start a throwaway server)")
     try:
-        with psycopg.connect(_conninfo(url), connect_timeout=10) as conn:
+        with connect_waiting(_conninfo(url)) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         pytest.fail(f"${POSTGRES_URL_VARIABLE} names a server that does not answer: {exc}")

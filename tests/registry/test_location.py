@@ -215,3 +215,30 @@ def test_an_unreachable_server_is_said_once_while_the_open_waits(
     with pytest.raises(StoreUnavailable):
         open_registry(url.replace("retry_s=0.8", "retry_s=0.1"))
     assert not [r for r in caplog.records if "retrying" in r.getMessage()]
+
+
+@pytest.mark.postgres
+def test_opening_rides_through_a_server_restarting_meanwhile(
+    postgres_schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart between connecting and creating the tables ("terminating connection due to
+    administrator command") failed the open at once, unlike every other call (§7.3); it is
+    tried again within ``retry_s`` now, and the half-opened store is closed."""
+    from procledger.adapters.sql import opening
+
+    calls: list[object] = []
+    real = opening.create_tables
+
+    def flaky(store: object) -> None:
+        calls.append(store)
+        if len(calls) == 1:
+            raise StoreUnavailable("terminating connection due to administrator command")
+        real(store)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(opening, "create_tables", flaky)
+    registry = open_registry(postgres_schema_url)
+    try:
+        registry.register(registration("after-a-restart"))
+    finally:
+        registry.close()
+    assert len(calls) == 2

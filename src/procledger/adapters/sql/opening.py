@@ -9,7 +9,7 @@ inheriting ``Application``, whose public methods would bypass our transactions.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, cast
@@ -21,7 +21,7 @@ from procledger.adapters.sql.dialect import APPLICATION_NAME
 from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.schema import create_tables
-from procledger.adapters.sql.store import Store
+from procledger.adapters.sql.store import Store, ride_through
 from procledger.domain.errors import StoreError, WriteConflict
 
 _OPEN_ATTEMPTS = 3
@@ -50,31 +50,48 @@ def open_store(location: StoreLocation, *, create: bool = True) -> OpenedStore:
         StoreError: anything else that stops the store from opening, naming the URL.
     """
     _prepare(location, create=create)
+
+    def open_once() -> OpenedStore:
+        with _opening_lock(location):
+            return _construct(location)
+
     failure: StoreError | None = None
     for _ in range(_OPEN_ATTEMPTS):
-        try:
-            with _opening_lock(location):
-                return _construct(location)
+        try:  # a server restarting meanwhile is ridden through, as by every call (§7.3)
+            return ride_through(location, open_once)
         except WriteConflict as error:  # two processes creating the same tables at once
             failure = error
     raise StoreError(f"store URL {location.masked!r}: cannot open: {failure}")
 
 
 def _construct(location: StoreLocation) -> OpenedStore:
+    """eventsourcing's factory and recorder, our store on the same database, the tables;
+    whatever was opened is closed again if a later step fails (opening may be retried)."""
     where = f"store URL {location.masked!r}: cannot open"
+    factory: Any = None
+    store: Store | None = None
     try:
         factory = InfrastructureFactory.construct(Environment(APPLICATION_NAME, _env(location)))
         recorder = factory.application_recorder()
         store = Store(location)
         _attach(store, recorder, cast(Any, factory).datastore)
         create_tables(store)
-    except StoreError:
-        raise
     except Exception as error:
+        _close_quietly(factory, store)
+        if isinstance(error, StoreError):
+            raise
         if is_driver_error(error):
             raise translate(error, where) from None
         raise StoreError(f"{where}: {error}") from None
     return OpenedStore(store, recorder, factory)
+
+
+def _close_quietly(factory: Any, store: Store | None) -> None:
+    """Close a half-opened store; a failure to close adds nothing to the failure to open."""
+    for part in (store, factory):
+        if part is not None:
+            with suppress(Exception):
+                part.close()
 
 
 def _env(location: StoreLocation) -> dict[str, str]:
