@@ -5,15 +5,18 @@ without hiding the others."""
 
 from __future__ import annotations
 
+import re
 import signal
 import sqlite3
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import orjson
 import pytest
 
 from _shared import run_cli
+from procledger.cli._format import short_time
 
 from .conftest import Terminal
 
@@ -41,7 +44,17 @@ def test_on_an_80_column_terminal_ids_are_whole_and_the_command_is_cut(
     assert lines[0].split() == ["ID", "STATE", "STATUS", "OUTCOME", "UPDATED", "COMMAND"]
     assert all(len(line.rstrip("\r")) <= 80 for line in lines), lines
     assert lines[1].rstrip("\r").endswith("…")
-    assert "echo xxx" in lines[1]
+    # Today's time alone (the full date took 11 more of the 80 columns): room for the command.
+    assert re.search(r"  \d\d:\d\d:\d\d  echo x{12}", lines[1]), lines[1]
+
+
+def test_a_terminal_shows_today_s_time_this_year_s_day_and_older_dates() -> None:
+    now = datetime(2026, 12, 2, 15, 0)
+    at = lambda *parts: int(datetime(*parts).timestamp() * 1000)  # noqa: E731 -- local time
+    assert short_time(at(2026, 12, 2, 9, 5, 7), now) == "09:05:07"
+    assert short_time(at(2026, 11, 30, 23, 59, 1), now) == "11-30 23:59"
+    assert short_time(at(2025, 12, 2, 9, 5, 7), now) == "2025-12-02"
+    assert short_time(None, now) == ""
 
 
 def test_into_a_pipe_columns_are_tab_separated_and_nothing_is_cut(ledger: str) -> None:
@@ -51,6 +64,7 @@ def test_into_a_pipe_columns_are_tab_separated_and_nothing_is_cut(ledger: str) -
     assert header == "ID\tSTATE\tSTATUS\tOUTCOME\tUPDATED\tCOMMAND"
     fields = row.split("\t")
     assert fields[:4] == [record["id"], "exited", "completed", "exit 0"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", fields[4])  # whole, for scripts
     assert fields[5] == f"echo {long_word}"
     assert "  " not in row  # no padding
 

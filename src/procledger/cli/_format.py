@@ -21,6 +21,7 @@ __all__ = [
     "local_time",
     "outcome",
     "shell_word",
+    "short_time",
     "to_terminal",
     "write_table",
 ]
@@ -58,3 +59,17 @@ def local_time(ms: int | None) -> str:
     if ms is None:
         return ""
     return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")  # local, naive
+
+
+def short_time(ms: int | None, now: datetime | None = None) -> str:
+    """``local_time`` as a column a person scans at a terminal, as ps(1) and ls(1) do: the time
+    alone for today, the day and minute this year, the date before that. Eleven characters
+    at most, where the full form takes nineteen: on an 80-column terminal those are the
+    command line's (into a pipe, ``ps`` writes the full form)."""
+    if ms is None:
+        return ""
+    when = datetime.fromtimestamp(ms / 1000)
+    today = (now or datetime.now()).date()
+    if when.date() == today:
+        return when.strftime("%H:%M:%S")
+    return when.strftime("%m-%d %H:%M" if when.year == today.year else "%Y-%m-%d")

@@ -21,7 +21,14 @@ from procledger.cli._app import (
     warn,
     write_json,
 )
-from procledger.cli._format import command_text, local_time, outcome, write_table
+from procledger.cli._format import (
+    command_text,
+    local_time,
+    outcome,
+    short_time,
+    to_terminal,
+    write_table,
+)
 from procledger.domain.wording import event_details
 
 if TYPE_CHECKING:
@@ -180,13 +187,14 @@ def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:
         what = "processes match" if everything else "running processes (ps --all lists every one)"
         warn(f"no {what}")
         return
+    when = short_time if to_terminal() else local_time
     rows = [
         (
             record.id,
             record.state.value,
             record.status.value,
             outcome(record) + _attempt_note(record),
-            local_time(record.updated_at_ms),
+            when(record.updated_at_ms),
             command_text(record),
         )
         for record in records
