@@ -29,7 +29,7 @@ from procledger.adapters.sql import events as event_rows
 from procledger.adapters.sql import heads as head_rows
 from procledger.adapters.sql import leases as lease_rows
 from procledger.adapters.sql import records as record_rows
-from procledger.adapters.sql.store import Store, Tx
+from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application.retry import retry_on_conflict
 from procledger.application.waiting import ChangeSignal
 from procledger.domain.errors import (
@@ -351,7 +351,7 @@ class Ledger:
         """One stored event; a corrupt one is a ``StoreCorrupt`` naming its process. The chain
         link (``prev_digest``) is the store's, not the domain's: it is dropped here."""
         version = stored.originator_version
-        if isinstance(version, bool) or not isinstance(version, int):  # a damaged SQLite file
+        if not is_stored_int(version):  # a damaged SQLite file
             where = "a stored event" if process_id is None else f"process {process_id!r}"
             raise StoreCorrupt(
                 f"{where}: an event's version is damaged ({version!r})", process_id=process_id

@@ -31,7 +31,7 @@ from procledger.adapters.codec import decode_event
 from procledger.adapters.sql import events as event_rows
 from procledger.adapters.sql import heads as head_rows
 from procledger.adapters.sql.records import document_row
-from procledger.adapters.sql.store import Store, Tx
+from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application import cipher
 from procledger.application.unit_of_work import event_digest
 from procledger.domain.errors import StoreCorrupt
@@ -162,7 +162,7 @@ class _Checker:
         self.bad_keys: set[Any] = set()
         self.unchained: set[str] = set()
         self.problems: list[VerifyProblem] = []
-        if isinstance(self.since, bool) or not isinstance(self.since, int):
+        if not is_stored_int(self.since):
             self.problem("chain", f"the chain tracking row is damaged ({self.since!r})")
             self.since = 0  # then every event must be chained: the strictest reading
         self.stream: _Stream | None = None
@@ -198,7 +198,7 @@ class _Checker:
         stream = self.stream
         if stream.kind is None or stream.broken:
             return
-        if isinstance(version, bool) or not isinstance(version, int) or not _is_bytes(state):
+        if not is_stored_int(version) or not _is_bytes(state):
             detail = f"version {version!r}, state of type {type(state).__name__}"
             self.problem("log", f"event row {position} is damaged ({detail})", stream.process_id)
             stream.broken = True
@@ -312,7 +312,7 @@ class _Checker:
                 self.problem("head", "no head row, although it has chained events", s.process_id)
             return
         version, digest = head
-        if isinstance(version, bool) or not isinstance(version, int):
+        if not is_stored_int(version):
             self.problem("head", f"its head row is damaged (version {version!r})", s.process_id)
             return
         if s.broken:

@@ -21,6 +21,8 @@ import typer
 import typer.main
 from typer.core import TyperCommand
 
+from procledger.domain.vocabulary import MAX_LEDGER_INT
+
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
 
@@ -30,9 +32,6 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 MAX_GRACE_S = 86_400.0
 """``--grace`` is at most a day: a stop that waits longer is a mistake, not a policy."""
-MAX_COUNT = 2**63 - 1
-"""The largest count, cursor or size the ledger can hold (SQLite's INTEGER, a JSON int64): a
-larger one is a usage error, not an ``OverflowError`` from the store."""
 EXIT_STOPPED = 130
 """128 + SIGINT: what a command stopped on request (Ctrl-C, ``procledger stop``) exits with."""
 
@@ -93,6 +92,12 @@ def utf8_option(value: object, option: str) -> None:
         if isinstance(text, str) and not is_utf8(text):
             message = f"{os.fsencode(text)!r} is not valid UTF-8"
             raise typer.BadParameter(message, param_hint=option)
+
+
+def count_option(name: str, metavar: str, help: str) -> Any:
+    """An option that counts (a limit, a cursor, an offset): from 0 to the largest integer
+    the ledger keeps, so a larger one is a usage error, not an ``OverflowError`` later."""
+    return typer.Option(name, min=0, max=MAX_LEDGER_INT, metavar=metavar, help=help)
 
 
 def cli_state(ctx: typer.Context) -> CliState:

@@ -11,9 +11,9 @@ import typer
 from procledger import ProcessState
 from procledger.cli._app import (
     EXIT_STOPPED,
-    MAX_COUNT,
     JsonOption,
     cli_state,
+    count_option,
     dump,
     open_ledger,
     option_errors,
@@ -125,7 +125,7 @@ def ps(
     since: _SinceOption = None,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", min=0, max=MAX_COUNT, metavar="N", help="Only the N newest."),
+        count_option("--limit", "N", "Only the N newest."),
     ] = None,
     attempts: Annotated[
         bool, typer.Option("--attempts", help="Every attempt of a service, not only its newest.")
@@ -309,15 +309,11 @@ def feed(
     *,
     since: Annotated[
         int,
-        typer.Option(
-            "--since", min=0, max=MAX_COUNT, metavar="N", help="Print changes after cursor N."
-        ),
+        count_option("--since", "N", "Print changes after cursor N."),
     ] = 0,
     limit: Annotated[
         int | None,
-        typer.Option(
-            "--limit", min=0, max=MAX_COUNT, metavar="N", help="Print at most N changes, then exit."
-        ),
+        count_option("--limit", "N", "Print at most N changes, then exit."),
     ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing changes as they happen.")

@@ -13,8 +13,8 @@ import typer
 
 from procledger.cli._app import (
     EXIT_STOPPED,
-    MAX_COUNT,
     cli_state,
+    count_option,
     open_ledger,
     resolve_id,
     warn,
@@ -47,13 +47,11 @@ def logs(
     ] = None,
     tail: Annotated[
         int | None,
-        typer.Option("--tail", min=0, max=MAX_COUNT, metavar="N", help="Only the last N lines."),
+        count_option("--tail", "N", "Only the last N lines."),
     ] = None,
     since_offset: Annotated[
         int,
-        typer.Option(
-            "--since-offset", min=0, max=MAX_COUNT, metavar="K", help="From byte K of each stream."
-        ),
+        count_option("--since-offset", "K", "From byte K of each stream."),
     ] = 0,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Wait for new output until the process ends.")

@@ -27,7 +27,6 @@ from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
 from procledger.cli._app import (
     EXIT_FAILURE,
     EXIT_STOPPED,
-    MAX_COUNT,
     PROG,
     Command,
     cli_state,
@@ -42,6 +41,7 @@ from procledger.cli._app import (
 )
 from procledger.cli._format import ending
 from procledger.cli._owner import cli_notifier, cli_owner
+from procledger.domain.vocabulary import MAX_LEDGER_INT
 
 if TYPE_CHECKING:
     from procledger import (
@@ -145,8 +145,8 @@ def parse_size(text: str) -> int:
         message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
         raise typer.BadParameter(message, param_hint="--output-limit")
     size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
-    if size > MAX_COUNT:
-        message = f"{text!r} is more than the ledger can count ({MAX_COUNT} bytes)"
+    if size > MAX_LEDGER_INT:
+        message = f"{text!r} is more than the ledger can count ({MAX_LEDGER_INT} bytes)"
         raise typer.BadParameter(message, param_hint="--output-limit")
     return size
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
+
+MAX_LEDGER_INT: Final = 2**63 - 1
+"""The largest integer the ledger keeps (SQLite's INTEGER, PostgreSQL's bigint, a JSON int64):
+a count, cursor or size beyond it is refused where it is given, before anything is written."""
 
 
 class ProcessState(StrEnum):

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_serializer, model_validator
 
 from procledger.adapters.sql import records as record_rows
-from procledger.adapters.sql.store import Tx
+from procledger.adapters.sql.store import Tx, is_stored_int
 from procledger.domain.records import ProcessRecord
 from procledger.projections.records import decode_rows
 
@@ -111,12 +111,12 @@ def read_page(tx: Tx, cursor: ChangeCursor, limit: int) -> FeedPage:
         return FeedPage([], cursor, [])
     # A damaged SQLite file may hold text or a BLOB in ``change_seq``, which sorts after every
     # number: such a row is named damaged and never becomes the cursor.
-    sequenced = [row for row in rows if _is_seq(row["change_seq"])]
-    unsequenced = [str(row["process_id"]) for row in rows if not _is_seq(row["change_seq"])]
+    sequenced, unsequenced = [], []
+    for row in rows:
+        if is_stored_int(row["change_seq"]):
+            sequenced.append(row)
+        else:
+            unsequenced.append(str(row["process_id"]))
     records, damaged = decode_rows(sequenced)
     end = ChangeCursor(sequenced[-1]["change_seq"]) if sequenced else cursor
     return FeedPage(records, end, [*damaged, *unsequenced])
-
-
-def _is_seq(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

@@ -78,6 +78,7 @@ from procledger.domain.service import (
     plan_restart,
 )
 from procledger.domain.vocabulary import (
+    MAX_LEDGER_INT,
     ProcessState,
     ProcessStatus,
     RecoveryDisposition,
@@ -1542,8 +1543,8 @@ def _checked_ready(ready: object, capture: bool) -> Readiness | None:
 def _checked_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"output_limit must be an int (bytes), not {limit!r}")
-    if not 0 <= limit < 2**63:  # the ledger's integers are 64-bit
-        raise ValueError(f"output_limit must be from 0 to 2**63 - 1 bytes, not {limit}")
+    if not 0 <= limit <= MAX_LEDGER_INT:
+        raise ValueError(f"output_limit must be from 0 to {MAX_LEDGER_INT} bytes, not {limit}")
     return limit
 
 

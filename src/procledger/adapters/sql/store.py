@@ -45,6 +45,13 @@ def retry_pauses(window_s: float) -> Any:
         pause = min(pause * 2, RETRY_MAX_PAUSE_S)
 
 
+def is_stored_int(value: object) -> bool:
+    """Whether a column read back holds an integer, as procledger writes every integer column:
+    SQLite does not enforce a column's type, so a damaged file may hold text, a BLOB, a float
+    or NULL there."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def ride_through(location: StoreLocation, action: Callable[[], T]) -> T:
     """``action()``, called again while it raises ``StoreUnavailable`` and the location's retry
     window lasts (the one ride-through loop: connecting, and whole transactions). Past the
