@@ -32,6 +32,7 @@ from anyio import CapacityLimiter, to_thread
 from anyio.abc import TaskGroup
 
 from procledger.adapters.output_files import Chunk
+from procledger.aio.batches import Batches
 from procledger.aio.output import output_chunks
 from procledger.domain.errors import SupervisorClosed
 from procledger.domain.leases import LeaseOwner
@@ -40,6 +41,8 @@ from procledger.supervisor.execution import POLL_S, OwnedChild, StopPolicy
 from procledger.supervisor.modes import StopMode
 from procledger.supervisor.supervisor import ProcessHandle, Settle, Supervisor
 
+_Started = tuple[ProcessHandle, "_Watched | None"]
+
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
@@ -47,6 +50,10 @@ __all__ = ["AsyncProcessHandle", "AsyncSupervisor", "OnExit"]
 
 OnExit = Literal["stop", "leave"]
 
+
+BATCH_MOST = 32
+"""Starts (or terminals) one worker-thread call makes at most: a burst of starts is spawned
+in batches of this many, the first returning after its batch's writes."""
 
 READY_POLL_FIRST_S = 0.005
 READY_POLL_MAX_S = 0.1
@@ -192,6 +199,12 @@ class AsyncSupervisor:
         self.output_dir: Path | None = options.get("output_dir")
         self.limiter = CapacityLimiter(threads)
         self._settlers = CapacityLimiter(self.SETTLE_THREADS)
+        self._starts: Batches[tuple[Sequence[str], dict[str, Any]], _Started] = Batches(
+            self._start_all_in_thread, self.limiter, width=threads, most=BATCH_MOST
+        )
+        self._settles: Batches[_Watched, ProcessRecord | None] = Batches(
+            self._settle_all, self._settlers, width=self.SETTLE_THREADS, most=BATCH_MOST
+        )
         self._on_exit: OnExit = on_exit
         self._local = threading.local()
         self._watched: dict[str, _Watched] = {}
@@ -267,15 +280,29 @@ class AsyncSupervisor:
         ``start`` here awaits: that attempt gets an owner thread, as with the plain
         Supervisor (whose ``shutdown`` waits for it)."""
         if getattr(self._local, "starting", False):
-            self._local.watched = _Watched(child, settle)
+            self._local.watched[settle.handle] = _Watched(child, settle)
         else:
             threading.Thread(target=settle, name="procledger-run", daemon=True).start()
 
-    def _start_in_thread(self, argv: Sequence[str], options: dict[str, Any]) -> Any:
-        self._local.watched, self._local.starting = None, True
+    def _start_in_thread(self, argv: Sequence[str], options: dict[str, Any]) -> _Started:
+        """A start with a restart policy: its handle names the service, whose first attempt
+        is the one child handed over here."""
+        self._local.watched, self._local.starting = {}, True
         try:
             handle = self.supervisor.start(argv, **options)
-            return handle, self._local.watched
+            return handle, next(iter(self._local.watched.values()), None)
+        finally:
+            self._local.watched, self._local.starting = None, False
+
+    def _start_all_in_thread(
+        self, calls: list[tuple[Sequence[str], dict[str, Any]]]
+    ) -> list[_Started | Exception]:
+        """Starts that gathered while others were under way: ``Supervisor.start_all``."""
+        self._local.watched, self._local.starting = {}, True
+        try:
+            started = self.supervisor.start_all(calls)
+            watched: dict[str, _Watched] = self._local.watched
+            return [s if isinstance(s, Exception) else (s, watched.get(s.handle)) for s in started]
         finally:
             self._local.watched, self._local.starting = None, False
 
@@ -295,7 +322,10 @@ class AsyncSupervisor:
         if group is None:
             raise SupervisorClosed("AsyncSupervisor.start: only inside its 'async with' block")
         with anyio.CancelScope(shield=True):
-            handle, watched = await self.run_sync(self._start_in_thread, argv, options)
+            if options.get("restart") is None:
+                handle, watched = await self._starts((argv, options))
+            else:
+                handle, watched = await self.run_sync(self._start_in_thread, argv, options)
             if watched is not None:
                 watched.handle = handle
                 self._watched[handle.handle] = watched
@@ -323,7 +353,7 @@ class AsyncSupervisor:
             self._forget(watched)
             raise
         with anyio.CancelScope(shield=True):
-            watched.record = await to_thread.run_sync(self._settle, watched, limiter=self._settlers)
+            watched.record = await self._settles(watched)
             self._forget(watched)
 
     def _forget(self, watched: _Watched) -> None:
@@ -334,10 +364,14 @@ class AsyncSupervisor:
         self._watched.pop(watched.handle.handle, None)
         watched.done.set()
 
-    def _settle(self, watched: _Watched) -> ProcessRecord | None:
-        """The Supervisor's completion path, then the record it left -- read where no store
-        call is needed; ``None`` leaves ``wait`` to ask (a terminal another holder writes)."""
-        watched.settle()
+    def _settle_all(self, batch: list[_Watched]) -> list[ProcessRecord | None]:
+        """The Supervisor's completion path of children that ended (their terminals in one
+        write), then the record each left -- read where no store call is needed; ``None``
+        leaves ``wait`` to ask (a terminal another holder writes)."""
+        Settle.together([watched.settle for watched in batch])
+        return [self._record_left(watched) for watched in batch]
+
+    def _record_left(self, watched: _Watched) -> ProcessRecord | None:
         try:
             assert watched.handle is not None
             return self.supervisor.wait(watched.handle, timeout=0)

@@ -25,6 +25,7 @@ from procledger.domain.records import OutputSummary, ProcessRecord
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
+    from procledger.application.unit_of_work import Write
 
 __all__ = ["deliver_outbox", "record_entry", "store_key", "this_host_id"]
 
@@ -44,7 +45,12 @@ def record_entry(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) ->
     Raises:
         LeaseLost, InvalidTransition, StoreError: as ``record_completed``.
     """
-    return registry.record_completed(
+    return registry.make(entry_write(registry, entry, lease))
+
+
+def entry_write(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) -> Write:
+    """The write ``record_entry`` makes, for ``ProcessRegistry.write_all``."""
+    return registry.completed_write(
         entry.process_id,
         entry.state,
         entry.reason,

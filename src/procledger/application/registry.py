@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from procledger.adapters.output_files import remove_process_output
 from procledger.adapters.sql import envs as env_rows
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.opening import OpenedStore
+from procledger.adapters.sql.store import Tx
 from procledger.application import cipher
 from procledger.application.grants import Grants
 from procledger.application.journal import NotificationJournal
@@ -28,7 +30,7 @@ from procledger.application.leases import FreeProcess, Leases, check_ttl, take_i
 from procledger.application.retention import prune_filter, prune_terminal
 from procledger.application.retry import retry_on_conflict
 from procledger.application.sessions import delete_session
-from procledger.application.unit_of_work import Ledger, Loaded
+from procledger.application.unit_of_work import Ledger, Loaded, Write, outcome_of
 from procledger.application.verify import VerifyReport, verify_ledger
 from procledger.application.waiting import ChangeSignal
 from procledger.domain.attempts import attempt_id, first_attempt_id, restart_may_follow
@@ -179,23 +181,56 @@ class ProcessRegistry:
             f"process {registration.id!r}",
         )
 
+    def register_claimed_all(
+        self, registrations: Sequence[ProcessRegistration], owner: LeaseOwner, ttl_ms: int
+    ) -> list[tuple[ProcessRecord, Lease | None] | Exception]:
+        """``register_claimed`` for each registration, in one transaction when their ids are
+        distinct and new (a burst of starts, docs/design.md §7.3); otherwise, or if that
+        transaction fails, one by one. Each one's result, or the error it alone raised.
+
+        Raises:
+            ValueError: ``ttl_ms`` is below 1.
+        """
+        check_ttl(ttl_ms)
+        if len(registrations) > 1 and len({r.id for r in registrations}) == len(registrations):
+            try:
+                return list(self._register_claimed_at_once(registrations, owner, ttl_ms))
+            except Exception:  # each then meets its own error alone
+                pass
+        return [outcome_of(partial(self.register_claimed, r, owner, ttl_ms)) for r in registrations]
+
     def _register_claimed_once(
         self, registration: ProcessRegistration, owner: LeaseOwner, ttl_ms: int
     ) -> tuple[ProcessRecord, Lease | None]:
-        now = self.now_ms()
-        process = Process.register(registration, at_ms=now)
-        process.record_first_started(owner, now, at_ms=now)
-        taken: list[Lease | None] = []
         try:
-            unit = self._ledger.save(
-                [process],
-                now_ms=now,
-                also=lambda tx: taken.append(take_if_free(tx, registration.id, owner, now, ttl_ms)),
-            )
+            return self._register_claimed_at_once([registration], owner, ttl_ms)[0]
         except WriteConflict:
             return self._register_once(registration), None  # known id: as ``register``
-        self._ledger.keep(Loaded(process, unit.appended[registration.id]))
-        return unit.records[registration.id], taken[-1]
+
+    def _register_claimed_at_once(
+        self, registrations: Sequence[ProcessRegistration], owner: LeaseOwner, ttl_ms: int
+    ) -> list[tuple[ProcessRecord, Lease | None]]:
+        """New processes registered, claimed by ``owner`` and stamped, in one transaction.
+
+        Raises:
+            WriteConflict: one of the ids is registered already.
+        """
+        now = self.now_ms()
+        processes = []
+        for registration in registrations:
+            process = Process.register(registration, at_ms=now)
+            process.record_first_started(owner, now, at_ms=now)
+            processes.append(process)
+        taken: dict[str, Lease | None] = {}
+
+        def take(tx: Tx) -> None:
+            for registration in registrations:
+                taken[registration.id] = take_if_free(tx, registration.id, owner, now, ttl_ms)
+
+        unit = self._ledger.save(processes, now_ms=now, also=take)
+        for process in processes:
+            self._ledger.keep(Loaded(process, unit.appended[process.process_id]))
+        return [(unit.records[r.id], taken[r.id]) for r in registrations]
 
     def get(self, process_id: str) -> ProcessRecord:
         """The process's current record.
@@ -286,11 +321,8 @@ class ProcessRegistry:
             InvalidTransition: the process is not ``starting`` (``AlreadyTerminal`` if ended).
             ReplayConflict: ``event_id`` was used for a different fact.
         """
-        return self._ledger.write(
-            process_id,
-            lambda p, now: p.record_started(
-                started_at_ms, at_ms=now, event_id=_id(event_id), os=os
-            ),
+        return self._ledger.make(
+            self.running_write(process_id, started_at_ms, event_id=event_id, os=os)
         )
 
     def record_backgrounded(
@@ -302,10 +334,43 @@ class ProcessRegistry:
         os: OsFacts | None = None,
     ) -> ProcessRecord:
         """Record that the process runs detached from its caller; as ``record_started``."""
-        return self._ledger.write(
-            process_id,
-            lambda p, now: p.record_backgrounded(at_ms, at_ms=now, event_id=_id(event_id), os=os),
+        return self._ledger.make(
+            self.running_write(process_id, at_ms, background=True, event_id=event_id, os=os)
         )
+
+    def running_write(
+        self,
+        process_id: str,
+        at_ms: int,
+        *,
+        background: bool = False,
+        event_id: str | None = None,
+        os: OsFacts | None = None,
+    ) -> Write:
+        """The write ``record_started`` (``record_backgrounded`` with ``background``) makes,
+        for ``write_all``."""
+        if background:
+            return Write(
+                process_id,
+                lambda p, now: p.record_backgrounded(
+                    at_ms, at_ms=now, event_id=_id(event_id), os=os
+                ),
+            )
+        return Write(
+            process_id,
+            lambda p, now: p.record_started(at_ms, at_ms=now, event_id=_id(event_id), os=os),
+        )
+
+    def make(self, write: Write) -> ProcessRecord:
+        """One write (``running_write``, ``completed_write``) alone, as the ``record_*``
+        method it came from makes it."""
+        return self._ledger.make(write)
+
+    def write_all(self, writes: Sequence[Write]) -> list[ProcessRecord | Exception]:
+        """The writes (``running_write``, ``completed_write``) in one transaction when they are
+        of distinct processes, each deciding and checked as alone; otherwise, or if that
+        transaction fails, one by one. Each one's record, or the error it alone raised."""
+        return self._ledger.write_all(writes)
 
     def request_stop(
         self, process_id: str, reason: TerminalReason | str, *, event_id: str | None = None
@@ -352,7 +417,33 @@ class ProcessRegistry:
             LeaseLost: the lease is missing, expired or superseded (nothing is written).
             AuthorityRejected: neither a lease nor a valid authority was given.
         """
-        return self._write_terminal(
+        return self._ledger.make(
+            self.completed_write(
+                process_id, state, reason, exit_code=exit_code, diagnostic=diagnostic,
+                value=value, event_id=event_id, lease=lease, authority=authority,
+                signal=signal, survivors=survivors, output=output, tails=tails,
+            )
+        )  # fmt: skip
+
+    def completed_write(
+        self,
+        process_id: str,
+        state: ProcessState | str,
+        reason: TerminalReason | str,
+        *,
+        exit_code: int | None = None,
+        diagnostic: str | None = None,
+        value: Any = None,
+        event_id: str | None = None,
+        lease: Lease | None = None,
+        authority: CompletionAuthority | None = None,
+        signal: int | None = None,
+        survivors: Sequence[int] = (),
+        output: OutputSummary | None = None,
+        tails: dict[str, str] | None = None,
+    ) -> Write:
+        """The write ``record_completed`` makes, for ``write_all``."""
+        return self._terminal_write(
             process_id,
             lease,
             authority,
@@ -436,6 +527,15 @@ class ProcessRegistry:
         authority: CompletionAuthority | None,
         command: Callable[[Process, int], bool],
     ) -> ProcessRecord:
+        return self._ledger.make(self._terminal_write(process_id, lease, authority, command))
+
+    @staticmethod
+    def _terminal_write(
+        process_id: str,
+        lease: Lease | None,
+        authority: CompletionAuthority | None,
+        command: Callable[[Process, int], bool],
+    ) -> Write:
         """A terminal write: the aggregate decides, then (only if it appends) the lease or
         authority is required; with a lease, the append also checks and releases it."""
 
@@ -443,7 +543,7 @@ class ProcessRegistry:
             if command(process, now):
                 _require_lease_or_authority(process, lease, authority)
 
-        return self._ledger.write(process_id, decide, lease=lease)
+        return Write(process_id, decide, lease)
 
     # -- producer events and other facts --------------------------------------------------------
 

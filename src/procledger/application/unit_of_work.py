@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
@@ -49,6 +50,16 @@ from procledger.projections.queries import ReadModels
 
 Clock = Callable[[], int]
 Decision = Callable[[Process, int], Any]
+
+
+class Write(NamedTuple):
+    """One deciding write, not yet made: ``Ledger.write`` makes one, ``Ledger.write_all``
+    several in one transaction."""
+
+    process_id: str
+    decide: Decision
+    lease: Lease | None = None
+
 
 AGGREGATES_KEPT = 1024
 """Processes whose last written state a registry keeps for reuse..."""
@@ -286,6 +297,42 @@ class DecideUnit(AppendUnit):
         return Loaded(process, log + self.appended.get(self.process_id, ()))
 
 
+class Batch:
+    """Several write units of distinct processes as one: each decides, is checked and
+    projects as it would alone, in one transaction. A batch is one member of a group commit
+    and one call through the store, where each write alone cost as much again as its own
+    work (docs/design.md §7.3); a unit that raises ends the whole batch, and its writes are
+    then made one by one (``Ledger.write_all``)."""
+
+    def __init__(self, units: Sequence[DecideUnit]) -> None:
+        self.units = units
+        self._counts: list[int] = []
+
+    def decide(self, tx: Tx) -> list[StoredEvent]:
+        stored: list[StoredEvent] = []
+        self._counts = []
+        for unit in self.units:
+            decided = unit.decide(tx)
+            stored.extend(decided)
+            self._counts.append(len(decided))
+        return stored
+
+    def _deciding(self) -> Iterator[tuple[DecideUnit, int]]:
+        """The units that append, with how many events each (one that decided nothing is
+        neither checked nor projected, as alone)."""
+        return ((u, n) for u, n in zip(self.units, self._counts, strict=True) if n)
+
+    def before(self, tx: Tx) -> None:
+        for unit, _ in self._deciding():
+            unit.before(tx)
+
+    def after(self, tx: Tx, notification_ids: Sequence[int]) -> None:
+        start = 0
+        for unit, count in self._deciding():
+            unit.after(tx, notification_ids[start : start + count])
+            start += count
+
+
 class Ledger:
     """The write side of one opened store: loading aggregates, and saving their events with
     side effects. Application commands are built on it; nothing else writes events."""
@@ -407,6 +454,10 @@ class Ledger:
             self.changes.notify()
         return ids
 
+    def make(self, write: Write) -> ProcessRecord:
+        """``write`` (a ``Write``) alone."""
+        return self.write(write.process_id, write.decide, lease=write.lease)
+
     def write(
         self, process_id: str, decide: Decision, *, lease: Lease | None = None
     ) -> ProcessRecord:
@@ -424,9 +475,43 @@ class Ledger:
         record = retry_on_conflict(attempt, f"process {process_id!r}")
         return record if record is not None else self.read_record(process_id)
 
+    def write_all(self, writes: Sequence[Write]) -> list[ProcessRecord | Exception]:
+        """Each write as ``write`` makes it, in one transaction when they are of distinct
+        processes; if that transaction fails, one by one. Each write's record, or the error
+        it alone raised (as ``write`` would).
+        """
+        if len(writes) > 1 and len({w.process_id for w in writes}) == len(writes):
+            units = [DecideUnit(self, w.process_id, w.decide, lease=w.lease) for w in writes]
+            try:  # in id order: two batches on PostgreSQL lock their rows in the same order
+                self.append([], Batch(sorted(units, key=lambda unit: unit.process_id)))
+            except Exception:  # each write then meets its own error alone
+                pass
+            else:
+                for unit in units:
+                    self.keep(unit.committed())
+                return [self._written(unit) for unit in units]
+        return [outcome_of(partial(self.make, write)) for write in writes]
+
+    def _written(self, unit: DecideUnit) -> ProcessRecord | Exception:
+        record = unit.records.get(unit.process_id)
+        if record is not None:
+            return record
+        return outcome_of(lambda: self.read_record(unit.process_id))
+
     def read_record(self, process_id: str) -> ProcessRecord:
         """The process's current record (``NotFound`` if unknown)."""
         return self.reads.record(process_id)
+
+
+T = TypeVar("T")
+
+
+def outcome_of(call: Callable[[], T]) -> T | Exception:
+    """``call()``'s value, or the exception it raised: one outcome of several made at once."""
+    try:
+        return call()
+    except Exception as error:  # handed to the caller it belongs to
+        return error
 
 
 def stored_event(key: UUID, row: Any) -> StoredEvent:

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import logging
 import math
 import os
@@ -43,11 +44,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, final
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol, TypeVar, final
 
 from procledger.adapters.outbox import Outbox, OutboxEntry, default_outbox
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
-from procledger.application.outbox import deliver_outbox, record_entry, store_key, this_host_id
+from procledger.application.outbox import (
+    deliver_outbox,
+    entry_write,
+    record_entry,
+    store_key,
+    this_host_id,
+)
+from procledger.application.unit_of_work import outcome_of
 from procledger.domain.attempts import attempt_id
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import (
@@ -141,12 +149,8 @@ pipe the caller feeds; the caller keeps and closes its own copy)."""
 Notice = Callable[[str], None]
 """Receives the lines a person should see while an outcome waits for the store."""
 
-Settle = Callable[[], None]
-"""A run's one completion path: wait for the child (``OwnedChild.wait``), record its terminal
-(outbox first, then the write that releases the lease) and publish its notification. It may
-block; call it once, on a thread that may."""
 
-Watch = Callable[[OwnedChild, Settle], None]
+Watch = Callable[[OwnedChild, "Settle"], None]
 """Who waits for a started child (docs/design.md §6.2, §17). The default starts one owner
 thread per child that calls ``settle`` at once (``settle`` then blocks in ``OwnedChild.wait``).
 An event loop instead waits for ``child.watched()`` descriptors itself, calls
@@ -277,6 +281,34 @@ class _Ended:
 
     process_id: str
     returncode: int | None
+
+
+@final
+class Settle:
+    """A run's one completion path: wait for the child (``OwnedChild.wait``), record its terminal
+    (outbox first, then the write that releases the lease) and publish its notification. It may
+    block; call it once (``settle()``), on a thread that may. Runs whose children have all
+    ended settle together with ``Settle.together``: their terminals in one write."""
+
+    __slots__ = ("_run", "_supervisor", "handle")
+
+    def __init__(self, supervisor: Supervisor, run: _Run) -> None:
+        self._supervisor, self._run = supervisor, run
+        self.handle = run.handle
+        """The run's handle (what ``start`` returned for it)."""
+
+    def __call__(self) -> None:
+        self._supervisor._own_all([self._run])
+
+    @staticmethod
+    def together(settles: Sequence[Settle]) -> None:
+        """Each of ``settles``, with one terminal write per supervisor for all of them."""
+        by_supervisor: dict[int, tuple[Supervisor, list[_Run]]] = {}
+        for settle in settles:
+            entry = by_supervisor.setdefault(id(settle._supervisor), (settle._supervisor, []))
+            entry[1].append(settle._run)
+        for supervisor, runs in by_supervisor.values():
+            supervisor._own_all(runs)
 
 
 class Supervisor:
@@ -422,15 +454,89 @@ class Supervisor:
                 self._starting -= 1
                 self._lock.notify_all()
 
+    def start_all(
+        self, starts: Sequence[tuple[Sequence[str], Mapping[str, Any]]]
+    ) -> list[ProcessHandle | Exception]:
+        """Several starts at once: each ``(argv, options)`` as ``start(argv, **options)``
+        makes it, with its own outcome -- its handle, or the error ``start`` would have raised
+        (nothing written for a bad argument). Their writes share transactions: the
+        registrations one, the ``started``/``backgrounded`` facts another, the children
+        spawned one after another in between; a burst of starts costs a fraction of one by
+        one (docs/design.md §7.3).
+
+        Raises:
+            SupervisorClosed: ``shutdown`` has begun (nothing was started).
+        """
+        results: dict[int, ProcessHandle | Exception] = {}
+        plain: list[tuple[int, _StartRequest, int | None]] = []
+        with self._start_slot(), contextlib.ExitStack() as sources:
+            for index, (argv, options) in enumerate(starts):
+                opened = outcome_of(functools.partial(_opened, sources, argv, options))
+                if isinstance(opened, Exception):
+                    results[index] = opened
+                elif opened[0].restart is not None:
+                    request, source = opened
+                    service = functools.partial(self._start_service, request, opened[0].restart)
+                    results[index] = outcome_of(functools.partial(service, source))
+                else:
+                    plain.append((index, *opened))
+            started = self._start_all([(request, source) for _, request, source in plain])
+            results.update(zip((index for index, _, _ in plain), started, strict=True))
+        return [results[index] for index in range(len(starts))]
+
     def _start(self, request: _StartRequest, source: int | None) -> ProcessHandle:
-        """The durable writes in the module docstring's order, then the spawn."""
-        run = self._launch(request, self._prepare(request), source)
-        return ProcessHandle(run.handle, run.process_id)
+        return _raised(self._start_all([(request, source)])[0])
+
+    def _start_all(
+        self, items: Sequence[tuple[_StartRequest, int | None]]
+    ) -> list[ProcessHandle | Exception]:
+        """The durable writes in the module docstring's order, then the spawns: each write
+        made for all of ``items`` at once."""
+        prepared = self._prepare_all([request for request, _ in items])
+        results: list[ProcessHandle | Exception] = []
+        spawned: list[tuple[int, _Run, bool]] = []
+        for (request, source), made in zip(items, prepared, strict=True):
+            run: _Run | Exception = (
+                made
+                if isinstance(made, Exception)
+                else outcome_of(functools.partial(self._spawned, request, made, source))
+            )
+            if isinstance(run, Exception):
+                results.append(run)
+                continue
+            spawned.append((len(results), run, request.background))
+            results.append(ProcessHandle(run.handle, run.process_id))
+        live = self._go_live_all([(run, background) for _, run, background in spawned])
+        for (index, _, _), error in zip(spawned, live, strict=True):
+            if error is not None:
+                results[index] = error
+        return results
 
     def _prepare(self, request: _StartRequest) -> _Prepared:
-        """Register, claim and stamp the first start: everything durable before the spawn."""
-        registration, workdir = self._registration(request)
-        record, keeper = self._register(registration)  # `starting` is durable before the spawn
+        return _raised(self._prepare_all([request])[0])
+
+    def _prepare_all(self, requests: Sequence[_StartRequest]) -> list[_Prepared | Exception]:
+        """Register, claim and stamp the first start of each: everything durable before the
+        spawn (``starting``), for all of them in one write."""
+        made = [outcome_of(functools.partial(self._registration, r)) for r in requests]
+        results: list[_Prepared | Exception] = []
+        ready = [m[0] for m in made if not isinstance(m, Exception)]
+        registered = iter(self._register_all(ready))
+        for request, registration in zip(requests, made, strict=True):
+            if isinstance(registration, Exception):
+                results.append(registration)
+                continue
+            claimed = next(registered)
+            if isinstance(claimed, Exception):
+                results.append(claimed)
+                continue
+            prepare = functools.partial(self._ticketed, request, *claimed, registration[1])
+            results.append(outcome_of(prepare))
+        return results
+
+    def _ticketed(
+        self, request: _StartRequest, record: ProcessRecord, keeper: LeaseKeeper, workdir: str
+    ) -> _Prepared:
         ids = event_ids(record.id, record.registration_hash)
         ticket = _Ticket(
             self._handle_for(record.id, ids, request.notify_to),
@@ -444,12 +550,16 @@ class Supervisor:
 
     def _launch(self, request: _StartRequest, prepared: _Prepared, source: int | None) -> _Run:
         """Spawn a prepared process and hand it to its owner thread."""
+        run = self._spawned(request, prepared, source)
+        self._go_live(run, request.background)
+        return run
+
+    def _spawned(self, request: _StartRequest, prepared: _Prepared, source: int | None) -> _Run:
         ticket, keeper, workdir = prepared
         watch = None if request.ready is None else ReadinessWatch(request.ready, workdir)
         child = self._spawn(request, workdir, ticket, keeper, source, watch=watch)
         run = _Run(ticket, keeper, child)
         run.watch = watch
-        self._go_live(run, request.background)
         return run
 
     def _registration(self, request: _StartRequest) -> tuple[ProcessRegistration, str]:
@@ -508,11 +618,23 @@ class Supervisor:
         handle_table.save_handle(registry, row)
         return handle
 
-    def _register(self, registration: ProcessRegistration) -> tuple[ProcessRecord, LeaseKeeper]:
-        """Register, claim and stamp this supervisor as first starter: one write for a new
-        process; a retried start (the id known already) is checked and claimed step by step."""
+    def _register_all(
+        self, registrations: Sequence[ProcessRegistration]
+    ) -> list[tuple[ProcessRecord, LeaseKeeper] | Exception]:
+        """Register, claim and stamp this supervisor as first starter: one write for new
+        processes; a retried start (the id known already) is checked and claimed step by
+        step."""
         registry, since = self._registry, time.monotonic()
-        record, lease = registry.register_claimed(registration, self._owner, self._timings.ttl_ms)
+        claimed = registry.register_claimed_all(registrations, self._owner, self._timings.ttl_ms)
+        return [
+            c if isinstance(c, Exception) else outcome_of(functools.partial(self._kept, *c, since))
+            for c in claimed
+        ]
+
+    def _kept(
+        self, record: ProcessRecord, lease: Lease | None, since: float
+    ) -> tuple[ProcessRecord, LeaseKeeper]:
+        registry = self._registry
         if lease is not None:
             return record, LeaseKeeper(registry, lease, self._timings, since=since, log=log)
         refusal = start_refusal(record)
@@ -577,31 +699,48 @@ class Supervisor:
             raise
 
     def _go_live(self, run: _Run, background: bool) -> None:
-        """Record the child running and hand it to its owner thread. If that write fails the
-        child is killed at once and its terminal recorded (if the store lets it)."""
-        try:
-            self._record_running(run, background)
-        except BaseException:
-            run.child.stop(StopPolicy((_SIGKILL,), 0.0))
-            self._own(run)
-            raise
-        self._admit(run)
+        error = self._go_live_all([(run, background)])[0]
+        if error is not None:
+            raise error
 
-    def _record_running(self, run: _Run, background: bool) -> None:
+    def _go_live_all(self, runs: Sequence[tuple[_Run, bool]]) -> list[Exception | None]:
+        """Record each child running (one write for all) and hand it to its owner. A child
+        whose write failed is killed at once and its terminal recorded (if the store lets
+        it); its error is returned."""
         registry, now = self._registry, self._registry.now_ms()
-        facts = _os_facts(run.child.pid, run.child.pgid)
-        if background:
-            record = registry.record_backgrounded(
-                run.process_id, now, event_id=run.ids.backgrounded, os=facts
+        writes = [
+            registry.running_write(
+                run.process_id,
+                now,
+                background=background,
+                event_id=run.ids.backgrounded if background else run.ids.started,
+                os=_os_facts(run.child.pid, run.child.pgid),
             )
-        else:
-            record = registry.record_started(
-                run.process_id, now, event_id=run.ids.started, os=facts
-            )
-        if not record.stop_requested:
-            # Our own write moved the change number: the stop poll need not read it back (it
-            # did, for every run). A request already on record is left for the poll to take.
-            run.seen_change_seq = record.change_seq
+            for run, background in runs
+        ]
+        try:
+            records = registry.write_all(writes)
+        except BaseException:
+            for run, _ in runs:
+                self._abort(run)
+            raise
+        errors: list[Exception | None] = []
+        for (run, _), record in zip(runs, records, strict=True):
+            if isinstance(record, Exception):
+                self._abort(run)
+                errors.append(record)
+                continue
+            if not record.stop_requested:
+                # Our own write moved the change number: the stop poll need not read it back
+                # (it did, for every run). A request already on record is left for the poll.
+                run.seen_change_seq = record.change_seq
+            errors.append(outcome_of(functools.partial(self._admit, run)))
+        return errors
+
+    def _abort(self, run: _Run) -> None:
+        """A child that must not run on: killed, then its terminal recorded."""
+        run.child.stop(StopPolicy((_SIGKILL,), 0.0))
+        self._own(run)
 
     def _admit(self, run: _Run) -> None:
         """Hand the running child to its owner: a kept owner thread (``owners.py``) or the
@@ -628,7 +767,7 @@ class Supervisor:
             self._owners.run(functools.partial(self._own, run), f"procledger-run-{run.process_id}")
             return
         try:
-            self._watch(run.child, functools.partial(self._own, run))
+            self._watch(run.child, Settle(self, run))
         except BaseException:  # the watcher refused it: the child must not go unowned
             log.exception("process %r: its watcher failed; an owner thread waits", run.handle)
             run.thread = threading.Thread(target=self._own, args=(run,), daemon=True)
@@ -878,24 +1017,30 @@ class Supervisor:
 
     def _own(self, run: _Run) -> None:
         """The owner thread: wait for the child, record its one terminal, then notify."""
-        failure: str | None = None
+        self._own_all([run])
+
+    def _own_all(self, runs: Sequence[_Run]) -> None:
+        """The completion path of each run: its child's status (waited for if need be), its
+        one terminal (one write for all), then its notification. What fails is kept on its
+        own run (``wait`` raises it)."""
         try:
-            returncode = run.child.wait()
-        except Exception as error:  # the consumer or a read failed; the tree is stopped
-            returncode = run.child.returncode if run.child.returncode is not None else -9
-            failure = f"{type(error).__name__}: {error}"
-        try:
-            self._finish(run, returncode, failure)
+            self._finish_all([(run, *_child_status(run)) for run in runs])
         except BaseException as error:
-            run.error = error
+            for run in runs:
+                if run.record is None and run.error is None:
+                    run.error = error
         finally:
-            run.ticket = dataclasses.replace(run.ticket, capture=None)  # finished: its tails go
-            with self._lock:
-                self._active.pop(run.handle, None)
-                self._retire(run)
-                self._lock.notify_all()
-            run.done.set()
-            run.settled.set()
+            for run in runs:
+                self._settled(run)
+
+    def _settled(self, run: _Run) -> None:
+        run.ticket = dataclasses.replace(run.ticket, capture=None)  # finished: its tails go
+        with self._lock:
+            self._active.pop(run.handle, None)
+            self._retire(run)
+            self._lock.notify_all()
+        run.done.set()
+        run.settled.set()
 
     def _retire(self, run: _Run) -> None:
         """Keep the newest ``FINISHED_KEPT`` finished runs whole and shrink older ones to an
@@ -907,7 +1052,29 @@ class Supervisor:
             old = self._runs.pop(self._finished.popleft())
             self._ended[old.handle] = _Ended(old.process_id, old.returncode)
 
-    def _finish(self, run: _Run, returncode: int, failure: str | None) -> None:
+    def _finish_all(self, ended: Sequence[tuple[_Run, int, str | None]]) -> None:
+        due: list[tuple[_Run, Outcome]] = []
+        for run, returncode, failure in ended:
+            result = outcome_of(functools.partial(self._outcome_of, run, returncode, failure))
+            if isinstance(result, Exception):
+                run.error = result
+            elif result is not None:
+                due.append((run, result))
+        written = self._record_terminals([(run.ticket, run.keeper, result) for run, result in due])
+        for (run, _), record in zip(due, written, strict=True):
+            if isinstance(record, Exception):
+                run.error = record
+                continue
+            run.record = record
+            if record is not None:
+                publish = functools.partial(
+                    self._publish, run.ids.command_id, run.handle, run.notify_to, record
+                )
+                run.error = outcome_of(publish)
+
+    def _outcome_of(self, run: _Run, returncode: int, failure: str | None) -> Outcome | None:
+        """The run's terminal, from how its child ended and what was asked of it; ``None``
+        if its lease was lost (the new holder records it)."""
         with run.lock:
             run.ended = True
             run.returncode = returncode
@@ -915,7 +1082,7 @@ class Supervisor:
             ready_timeout = run.ready_timeout
         if lost:
             _output_of(run.ticket)  # closes the capture; the new holder records the terminal
-            return
+            return None
         result = outcome(
             returncode,
             requested=requested,
@@ -923,29 +1090,64 @@ class Supervisor:
             failure=failure,
             ready_timeout=ready_timeout,
         )
-        result = dataclasses.replace(result, survivors=tuple(run.child.survivors))
-        run.record = self._record_terminal(run.ticket, run.keeper, result)
-        if run.record is not None:
-            self._publish(run.ids.command_id, run.handle, run.notify_to, run.record)
+        return dataclasses.replace(result, survivors=tuple(run.child.survivors))
 
     def _record_terminal(
         self, ticket: _Ticket, keeper: LeaseKeeper, result: Outcome
     ) -> ProcessRecord | None:
-        """Put the outcome in the outbox, then record ``completed`` with the lease (released in
-        the same write), retried with its event id while the store fails -- for as long as this
-        supervisor runs -- and delete the entry once the store decided (docs/design.md §6.3).
-        ``None`` if another holder owns the process now (it records the terminal)."""
+        return _raised(self._record_terminals([(ticket, keeper, result)])[0])
+
+    def _record_terminals(
+        self, terminals: Sequence[tuple[_Ticket, LeaseKeeper, Outcome]]
+    ) -> list[ProcessRecord | Exception | None]:
+        """Put each outcome in the outbox, then record ``completed`` with the lease (released
+        in the same write; one write for all), retried with its event id while the store
+        fails -- for as long as this supervisor runs -- and delete each entry once the store
+        decided (docs/design.md §6.3). ``None`` where another holder owns the process now
+        (it records the terminal)."""
+        saved = [outcome_of(functools.partial(self._saved, *terminal)) for terminal in terminals]
+        pending = [s for s in saved if not isinstance(s, Exception)]
+        decided = iter(self._write_all_until_decided([(e, k) for e, k, _ in pending]))
+        results: list[ProcessRecord | Exception | None] = []
+        for item in saved:
+            if isinstance(item, Exception):
+                results.append(item)
+                continue
+            entry, _, outbox = item
+            record = next(decided)
+            refused = isinstance(record, ProcledgerError)  # for good: nothing to deliver
+            if outbox is not None and (refused or not isinstance(record, Exception)):
+                outbox.remove(entry)
+            results.append(record)
+        return results
+
+    def _saved(
+        self, ticket: _Ticket, keeper: LeaseKeeper, result: Outcome
+    ) -> tuple[OutboxEntry, LeaseKeeper, Outbox | None]:
         entry = _entry(ticket, keeper.lease, result, self._store, _output_of(ticket))
-        outbox = self._put(entry)
-        try:
-            record = self._write_until_decided(entry, keeper)
-        except ProcledgerError:
-            if outbox is not None:
-                outbox.remove(entry)  # the store refused it for good: nothing to deliver
-            raise
-        if outbox is not None:
-            outbox.remove(entry)
-        return record
+        return entry, keeper, self._put(entry)
+
+    def _write_all_until_decided(
+        self, entries: Sequence[tuple[OutboxEntry, LeaseKeeper]]
+    ) -> list[ProcessRecord | Exception | None]:
+        """``_write_until_decided`` of each, the first try of all in one write."""
+        first: dict[int, ProcessRecord | Exception] = {}
+        if len(entries) > 1:
+            leased = [(i, e, k.lease) for i, (e, k) in enumerate(entries) if k.lease is not None]
+            writes = [entry_write(self._registry, e, lease) for _, e, lease in leased]
+            first = dict(
+                zip((i for i, _, _ in leased), self._registry.write_all(writes), strict=True)
+            )
+        results: list[ProcessRecord | Exception | None] = []
+        for index, (entry, keeper) in enumerate(entries):
+            record = first.get(index)
+            if record is None or isinstance(record, Exception):
+                results.append(
+                    outcome_of(functools.partial(self._write_until_decided, entry, keeper))
+                )
+            else:
+                results.append(record)
+        return results
 
     def _write_until_decided(self, entry: OutboxEntry, keeper: LeaseKeeper) -> ProcessRecord | None:
         """Record ``entry`` until the store accepts or refuses it; one line to ``notice`` when
@@ -1503,6 +1705,42 @@ def _output_of(ticket: _Ticket) -> tuple[OutputSummary, dict[str, str]]:
     if ticket.capture is None:
         return no_capture(this_host_id())
     return ticket.capture.finish()
+
+
+T = TypeVar("T")
+
+
+def _raised(result: T | Exception) -> T:
+    """``result``, or raised if it is the error a step made of several ended in."""
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def _child_status(run: _Run) -> tuple[int, str | None]:
+    """How the run's child ended (waited for if need be), and the failure that ended it: a
+    consumer or a read that failed (the tree is then stopped)."""
+    try:
+        return run.child.wait(), None
+    except Exception as error:
+        returncode = run.child.returncode if run.child.returncode is not None else -9
+        return returncode, f"{type(error).__name__}: {error}"
+
+
+_START: Final = inspect.signature(Supervisor.start)
+
+
+def _opened(
+    sources: contextlib.ExitStack, argv: Sequence[str], options: Mapping[str, Any]
+) -> tuple[_StartRequest, int | None]:
+    """``start``'s arguments checked as ``start`` checks them (an unknown option is the
+    ``TypeError`` the call would raise), and the stdin source opened in ``sources``."""
+    bound = _START.bind(None, argv, **options)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    del arguments["self"], arguments["argv"]
+    request = _checked_request(argv, **arguments)
+    return request, sources.enter_context(_stdin_source(request.stdin))
 
 
 def _checked_request(argv: Sequence[str], **options: Any) -> _StartRequest:
