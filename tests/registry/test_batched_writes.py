@@ -64,7 +64,8 @@ def write_transactions(registry: ProcessRegistry) -> list[bool]:
 
 def test_new_processes_are_registered_and_claimed_in_one_write(registry: ProcessRegistry) -> None:
     begun = write_transactions(registry)
-    results = registry.register_claimed_all([registration(f"job-{i}") for i in range(5)], OWNER, TTL)
+    registrations = [registration(f"job-{i}") for i in range(5)]
+    results = registry.register_claimed_all(registrations, OWNER, TTL)
     assert begun.count(True) == 1
     for index, result in enumerate(results):
         assert not isinstance(result, Exception)
@@ -81,11 +82,8 @@ def test_a_known_or_conflicting_id_gets_its_own_answer_and_the_rest_are_claimed(
 ) -> None:
     registry.register(registration("known"))
     registry.register(registration("taken", ("false",)))
-    results = registry.register_claimed_all(
-        [registration("new-1"), registration("known"), registration("taken"), registration("new-2")],
-        OWNER,
-        TTL,
-    )
+    ids = ["new-1", "known", "taken", "new-2"]
+    results = registry.register_claimed_all([registration(i) for i in ids], OWNER, TTL)
     assert isinstance(results[2], RegistrationConflict)
     known = results[1]
     assert not isinstance(known, Exception)
@@ -148,7 +146,7 @@ def test_terminals_with_leases_release_them_and_a_lost_lease_writes_nothing(
     assert isinstance(results[1], LeaseLost)
     assert [getattr(results[i], "state", None) for i in (0, 2)] == ["exited", "exited"]
     assert registry.get("b").state == "running"
-    assert registry.get_lease("a") is None and registry.get_lease("c") is None
+    assert [registry.get_lease(i) for i in "ac"] == [None, None]
     assert begun.count(True) >= 2
     assert registry.verify().ok
 

@@ -495,17 +495,22 @@ class Supervisor:
         prepared = self._prepare_all([request for request, _ in items])
         results: list[ProcessHandle | Exception] = []
         spawned: list[tuple[int, _Run, bool]] = []
-        for (request, source), made in zip(items, prepared, strict=True):
-            run: _Run | Exception = (
-                made
-                if isinstance(made, Exception)
-                else outcome_of(functools.partial(self._spawned, request, made, source))
-            )
-            if isinstance(run, Exception):
-                results.append(run)
-                continue
-            spawned.append((len(results), run, request.background))
-            results.append(ProcessHandle(run.handle, run.process_id))
+        try:
+            for (request, source), made in zip(items, prepared, strict=True):
+                run: _Run | Exception = (
+                    made
+                    if isinstance(made, Exception)
+                    else outcome_of(functools.partial(self._spawned, request, made, source))
+                )
+                if isinstance(run, Exception):
+                    results.append(run)
+                    continue
+                spawned.append((len(results), run, request.background))
+                results.append(ProcessHandle(run.handle, run.process_id))
+        except BaseException:  # e.g. Ctrl-C: no child spawned so far may go on unowned
+            for _, run, _ in spawned:
+                self._abort(run)
+            raise
         live = self._go_live_all([(run, background) for _, run, background in spawned])
         for (index, _, _), error in zip(spawned, live, strict=True):
             if error is not None:
