@@ -21,6 +21,7 @@ from procledger import (
     ProcessRegistry,
     RecoveryDisposition,
     RegistrationConflict,
+    StoreUnavailable,
     open_registry,
 )
 from procledger.domain.registration import env_ref_for
@@ -213,3 +214,34 @@ def _run_plan(
     summary = [type(a).__name__ if isinstance(a, Exception) else a.state for a in answers]  # type: ignore[union-attr]
     records = [(r.id, r.state, r.exit_code) for r in (registry.get(i) for i in ids)]
     return summary, records
+
+
+def test_an_outage_fails_each_write_of_a_batch_once_not_one_wait_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the store is unavailable a batch gets that error for each of its writes at once:
+    made again one by one, each would ride through the store's retry window in turn."""
+    registry = open_registry("memory://")
+    try:
+        leases = claimed(registry, "a", "b", "c")
+        tried = []
+
+        def unavailable(*args: object, **kwargs: object) -> list[int]:
+            tried.append(args)
+            raise StoreUnavailable("store 'memory://': the server went away")
+
+        monkeypatch.setattr(registry._ledger, "append", unavailable)
+        now = registry.now_ms()
+        answers = registry.write_all([registry.running_write(i, now) for i in leases])
+        assert len(tried) == 1
+        assert [type(a) for a in answers] == [StoreUnavailable] * 3
+        assert len({id(a) for a in answers}) == 3  # each caller raises its own
+        registered = registry.register_claimed_all(
+            [registration("d"), registration("e")], OWNER, TTL
+        )
+        assert len(tried) == 2
+        assert [type(r) for r in registered] == [StoreUnavailable] * 2
+        monkeypatch.undo()
+        assert [registry.get(i).state for i in leases] == ["starting"] * 3
+    finally:
+        registry.close()

@@ -11,6 +11,7 @@ alone runs alone, as soon as it is made.
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -78,7 +79,7 @@ class Batches(Generic[T, R]):
                 self._run_all, [call.item for call in batch], limiter=self._limiter
             )
         except BaseException as error:  # the whole batch failed: each caller gets why
-            outcomes = [error] * len(batch)
+            outcomes = [copy.copy(error) for _ in batch]
             if not isinstance(error, Exception):
                 raise  # the program is being stopped (the callers are shielded)
         finally:

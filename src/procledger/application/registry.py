@@ -30,7 +30,13 @@ from procledger.application.leases import FreeProcess, Leases, check_ttl, take_i
 from procledger.application.retention import prune_filter, prune_terminal
 from procledger.application.retry import retry_on_conflict
 from procledger.application.sessions import delete_session
-from procledger.application.unit_of_work import Ledger, Loaded, Write, outcome_of
+from procledger.application.unit_of_work import (
+    Ledger,
+    Loaded,
+    Write,
+    each_its_own,
+    outcome_of,
+)
 from procledger.application.verify import VerifyReport, verify_ledger
 from procledger.application.waiting import ChangeSignal
 from procledger.domain.attempts import attempt_id, first_attempt_id, restart_may_follow
@@ -40,6 +46,7 @@ from procledger.domain.errors import (
     NotFound,
     RegistrationConflict,
     StoreCorrupt,
+    StoreUnavailable,
     WriteConflict,
 )
 from procledger.domain.leases import Acquired, Busy, CompletionAuthority, Lease, LeaseOwner
@@ -195,6 +202,8 @@ class ProcessRegistry:
         if len(registrations) > 1 and len({r.id for r in registrations}) == len(registrations):
             try:
                 return list(self._register_claimed_at_once(registrations, owner, ttl_ms))
+            except StoreUnavailable as error:  # each would have met it: not one wait each
+                return list(each_its_own(error, len(registrations)))
             except Exception:  # each then meets its own error alone
                 pass
         return [outcome_of(partial(self.register_claimed, r, owner, ttl_ms)) for r in registrations]

@@ -15,6 +15,7 @@ transaction records the new last event in ``heads`` (docs/design.md §13).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,7 @@ from procledger.domain.errors import (
     ProcledgerError,
     StoreCorrupt,
     StoreError,
+    StoreUnavailable,
 )
 from procledger.domain.leases import Lease
 from procledger.domain.process import Process, process_uuid
@@ -484,6 +486,8 @@ class Ledger:
             units = [DecideUnit(self, w.process_id, w.decide, lease=w.lease) for w in writes]
             try:  # in id order: two batches on PostgreSQL lock their rows in the same order
                 self.append([], Batch(sorted(units, key=lambda unit: unit.process_id)))
+            except StoreUnavailable as error:  # each would have met it: not one wait each
+                return list(each_its_own(error, len(writes)))
             except Exception:  # each write then meets its own error alone
                 pass
             else:
@@ -504,6 +508,12 @@ class Ledger:
 
 
 T = TypeVar("T")
+
+
+def each_its_own(error: Exception, count: int) -> list[Exception]:
+    """``error`` for each of ``count`` writes a batch held, each a copy of its own (one
+    instance raised in several threads would gather all their tracebacks)."""
+    return [copy.copy(error) for _ in range(count)]
 
 
 def outcome_of(call: Callable[[], T]) -> T | Exception:
