@@ -850,10 +850,12 @@ class RecoveryWorker:
         """A recorded child still running on this host (pid and start time) outlived the holder
         whose process is being abandoned: its tree is stopped as ``restore`` does (SIGTERM,
         SIGKILL after the stop grace) and the diagnostic says so -- the ledger never calls a
-        process abandoned while its child runs on unmentioned (docs/design.md §3.6)."""
-        if orphans.find_live_child(record) is None:
-            return None
+        process abandoned while its child runs on unmentioned (docs/design.md §3.6). So is a
+        child spawned for a ``starting`` one, found by its run marker (``stop_unrecorded``)."""
         grace = default_stop_policy(self.timings).grace_s
+        if orphans.find_live_child(record) is None:
+            unrecorded = orphans.stop_unrecorded(record, grace, "sweep")
+            return None if unrecorded is None else clip_diagnostic(unrecorded)
         stop = orphans.stop_tree(record, (signal.SIGTERM,), grace, escalate=True)
         return clip_diagnostic(orphans.describe_stop(record, stop, "sweep"))
 

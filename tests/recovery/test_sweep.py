@@ -266,6 +266,33 @@ def test_owner_bound_started_by_a_provably_dead_holder_is_abandoned_owner_dead(
     assert holder.fencing_token == 1
 
 
+def test_a_child_spawned_for_a_start_never_recorded_is_found_by_its_marker_and_stopped(
+    registry: ProcessRegistry, worker: RecoveryWorker, procs: Processes
+) -> None:
+    """A supervisor SIGKILLed between a spawn and the ``started`` write leaves a ``starting``
+    record with no child on it, and the child running (a burst of starts spawns a whole batch
+    before it records them): the sweep finds it by the run's marker, stops it, and says so."""
+    record = register(registry, "step", "owner_bound")
+    dead = dead_owner("dead-supervisor")
+    claim(registry, "step", dead, ttl=10**9)
+    registry.record_first_started("step", dead, registry.now_ms())
+    marker = event_ids(record.id, record.registration_hash).run_marker
+    child = subprocess.Popen(
+        ["sleep", "600"], env={**os.environ, "PROCLEDGER_RUN": marker}, start_new_session=True
+    )
+    spawned = procs.add(child.pid)
+
+    assert worker.sweep() == SweepReport(abandoned=["step"])
+    child.wait(timeout=30)
+    Processes.assert_dead(spawned)
+    final = registry.get("step")
+    assert (final.state, final.reason) == (ProcessState.abandoned, TerminalReason.owner_dead)
+    assert final.diagnostic == (
+        f"sweep stopped OS pid {child.pid} carrying its run marker: spawned, but its start was "
+        "never recorded"
+    )
+
+
 def test_a_dead_holders_captured_output_goes_into_the_abandoned_record(
     registry: ProcessRegistry, runner: RecordingRunner, tmp_path: Path
 ) -> None:

@@ -4,7 +4,9 @@ argument, a missing program or a lost lease fails only its own (docs/design.md Â
 
 from __future__ import annotations
 
+import os
 import select
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -16,14 +18,21 @@ import pytest
 from _shared import Processes
 from procledger import (
     LeaseOwner,
+    Originator,
     ProcessHandle,
+    ProcessInput,
+    ProcessRegistration,
     ProcessRegistry,
+    RecoveryDisposition,
     SpawnError,
     SupervisorClosed,
     open_registry,
 )
+from procledger.domain.registration import env_ref_for
+from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import OwnedChild, StopPolicy
 from procledger.supervisor.supervisor import Settle, Supervisor
+from recovery._support import dead_owner
 
 
 @pytest.fixture
@@ -182,3 +191,42 @@ def test_a_terminal_whose_lease_was_lost_is_left_to_its_new_holder_alone(
     assert registry.get(taken).state == "running"  # the new holder records how it ended
     assert registry.get_lease(taken) is not None
     assert registry.verify().ok
+
+
+def test_restore_stops_a_child_whose_start_was_never_recorded(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    """The supervisor died between a spawn and its ``started`` write (a batch widens that
+    window to a whole batch): the record is ``starting``, with no child on it, and the child
+    runs. ``restore`` finds it by the run's marker, stops it and says so in the record."""
+    dead = dead_owner(owner.owner_id)
+    record, lease = registry.register_claimed(
+        registration_of(["sleep", "600"]), dead, 10**9
+    )  # held "for ages": its holder is provably dead, not expired
+    assert lease is not None
+    marker = event_ids(record.id, record.registration_hash).run_marker
+    child = subprocess.Popen(
+        ["sleep", "600"], env={**os.environ, "PROCLEDGER_RUN": marker}, start_new_session=True
+    )
+    spawned = procs.add(child.pid)
+    with Supervisor(registry, owner=owner, stop=StopPolicy(grace_s=5.0)) as supervisor:
+        restored = supervisor.restore()
+    child.wait(timeout=30)
+    Processes.assert_dead(spawned)
+    assert [r.id for r in restored] == [record.id]
+    assert restored[0].state == "lost_on_restore"
+    assert restored[0].diagnostic is not None
+    assert restored[0].diagnostic.endswith(
+        f"is gone; restore stopped OS pid {child.pid} carrying its run marker: spawned, but its "
+        "start was never recorded"
+    )
+
+
+def registration_of(argv: list[str]) -> ProcessRegistration:
+    return ProcessRegistration(
+        id=f"left-{uuid.uuid4().hex[:8]}",
+        input=ProcessInput.command(argv, cwd="/"),
+        disposition=RecoveryDisposition.owner_bound,
+        originator=Originator.host(),
+        env_ref=env_ref_for({}),
+    )

@@ -33,7 +33,14 @@ from procledger.supervisor.modes import StopMode
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["OrphanStop", "find_live_child", "stop_orphan", "stop_tree", "take_over"]
+__all__ = [
+    "OrphanStop",
+    "find_live_child",
+    "stop_orphan",
+    "stop_tree",
+    "stop_unrecorded",
+    "take_over",
+]
 
 POLL_S: Final = 0.02
 """How often the end of an orphan (not our child: nothing notifies us) is looked for."""
@@ -92,6 +99,25 @@ def stop_tree(
     if escalate and not tree.await_gone(os_seam.KILL_SETTLE_S):
         survivors = tree.survivors()
     return OrphanStop(ended, tuple(sent), survivors)
+
+
+def stop_unrecorded(record: ProcessRecord, grace_s: float, who: str) -> str | None:
+    """A ``starting`` process has no child on record, yet its holder may have spawned one
+    before it died: a start records the child (``started``) only after the spawn, and a burst
+    of starts spawns a batch before recording it (docs/design.md §6.2). Whatever on this host
+    still carries the run's marker is that child or its tree: SIGTERM, SIGKILL after
+    ``grace_s``. What was found, for the record's diagnostic (``None``: nothing was)."""
+    if record.state is not ProcessState.starting:
+        return None
+    marker = event_ids(record.id, record.registration_hash).run_marker
+    stopped, survivors = os_seam.stop_marked(marker, grace_s)
+    if not stopped:
+        return None
+    text = (
+        f"{who} stopped OS pid {', '.join(map(str, stopped))} carrying its run marker: "
+        "spawned, but its start was never recorded"
+    )
+    return f"{text}; survivors: {', '.join(map(str, survivors))}" if survivors else text
 
 
 def _await_end(pid: int, start: int, timeout: float) -> bool:

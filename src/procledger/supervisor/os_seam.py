@@ -367,16 +367,29 @@ def stop_marked(marker: str, grace_s: float) -> tuple[list[int], list[int]]:
     """Stop every process carrying ``marker``: SIGTERM, SIGKILL to those left after
     ``grace_s``. ``(stopped, survivors)`` as pids: what was found, and what outlived SIGKILL.
     For a run's leftovers with no child of ours to start from (its supervisor died)."""
-    import psutil
-
     found = list(_carrying(marker))
     for process in found:
         _signal_process(process, signal.SIGTERM)
-    _, alive = psutil.wait_procs(found, timeout=grace_s)
+    alive = _await_gone(found, grace_s)
     for process in alive:
         _signal_process(process, signal.SIGKILL)
-    _, alive = psutil.wait_procs(alive, timeout=KILL_SETTLE_S)
+    alive = _await_gone(alive, KILL_SETTLE_S)
     return [p.pid for p in found], [p.pid for p in alive]
+
+
+def _await_gone(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Those of ``processes`` still alive after waiting up to ``timeout`` (briefly polling:
+    they are not our children). A zombie is gone: an orphan killed when its parent died
+    waits for init to reap it, which may take a long time (``psutil.wait_procs`` waited the
+    whole grace for each such one)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    alive = [p for p in processes if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+        alive = [p for p in alive if _alive(p)]
+    return alive
 
 
 KILL_SETTLE_S: Final = 1.0
@@ -526,11 +539,4 @@ class Tree:
     def await_gone(self, timeout: float) -> bool:
         """Wait (briefly polling: nothing notifies us about non-children) until every known
         process is dead; True if they all are."""
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while any(_alive(p) for p in self._known):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(delay)
-            delay = min(delay * 2, 0.02)
-        return True
+        return not _await_gone(list(self._known), timeout)

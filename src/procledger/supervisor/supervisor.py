@@ -1549,10 +1549,14 @@ class Supervisor:
         self, record: ProcessRecord, lease: Lease, holder: LeaseOwner, keep_orphans: bool
     ) -> ProcessRecord:
         child = orphans.find_live_child(record)
-        if child is None or keep_orphans:
+        grace = self._stop_policy.grace_s
+        unrecorded = None if keep_orphans else orphans.stop_unrecorded(record, grace, "restore")
+        if unrecorded is not None:
+            diagnostic = clip_diagnostic(f"{_gone_line(holder)}; {unrecorded}")
+        elif child is None or keep_orphans:
             diagnostic = _restored_diagnostic(holder, child)
         else:
-            stop = orphans.stop_tree(record, (_SIGTERM,), self._stop_policy.grace_s, escalate=True)
+            stop = orphans.stop_tree(record, (_SIGTERM,), grace, escalate=True)
             done = orphans.describe_stop(record, stop, "restore")
             diagnostic = clip_diagnostic(f"{_gone_line(holder)}; {done}")
         output, tails = salvage(self._registry, record, self._output_dir)
