@@ -1,6 +1,7 @@
 """Helpers shared by the test packages: polling on a state, the PID recorder behind the ``procs``
 fixture (``tests/conftest.py``), reaping a helper process, the environment of a child Python
-that must import the procledger under test, and ``procledger`` run in such a child.
+that must import the procledger under test, ``procledger`` run in such a child, a command's
+registration, and the write transactions a registry begins.
 
 Imported as ``_shared``: pytest puts ``tests/`` on ``sys.path`` when it loads the root conftest.
 """
@@ -12,13 +13,21 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
 
 import procledger
+from procledger import (
+    Originator,
+    ProcessInput,
+    ProcessRegistration,
+    ProcessRegistry,
+    RecoveryDisposition,
+)
+from procledger.domain.registration import env_ref_for
 
 SRC = Path(procledger.__file__).resolve().parents[1]
 """The ``src`` folder of the procledger under test."""
@@ -137,3 +146,27 @@ class Processes:
                 self._known.add(process)
         except psutil.NoSuchProcess:
             pass
+
+
+def command_registration(process_id: str, argv: Sequence[str] = ("true",)) -> ProcessRegistration:
+    """An ``owner_bound`` command registration run in ``/``, with this ``PATH``'s env ref."""
+    return ProcessRegistration(
+        id=process_id,
+        input=ProcessInput.command(list(argv), cwd="/"),
+        disposition=RecoveryDisposition.owner_bound,
+        originator=Originator.host(),
+        env_ref=env_ref_for({"PATH": os.environ.get("PATH", "/usr/bin")}),
+    )
+
+
+def write_transactions(registry: ProcessRegistry) -> list[bool]:
+    """Every transaction ``registry``'s store begins from now on (True for a write)."""
+    begun: list[bool] = []
+    original = registry.store.begin
+
+    def begin(write: bool) -> Any:
+        begun.append(write)
+        return original(write)
+
+    registry.store.begin = begin  # type: ignore[method-assign]
+    return begun

@@ -4,41 +4,26 @@ fails alone, on SQLite and PostgreSQL (docs/design.md §7.3)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _shared import command_registration, write_transactions
 from procledger import (
     InvalidTransition,
     LeaseLost,
     LeaseOwner,
-    Originator,
-    ProcessInput,
-    ProcessRegistration,
     ProcessRegistry,
-    RecoveryDisposition,
     RegistrationConflict,
     StoreUnavailable,
     open_registry,
 )
-from procledger.domain.registration import env_ref_for
 
 OWNER = LeaseOwner.local_process("supervisor")
 OTHER = LeaseOwner.local_process("other")
 TTL = 30_000
-
-
-def registration(process_id: str, argv: tuple[str, ...] = ("true",)) -> ProcessRegistration:
-    return ProcessRegistration(
-        id=process_id,
-        input=ProcessInput.command(list(argv), cwd="/"),
-        disposition=RecoveryDisposition.owner_bound,
-        originator=Originator.host(),
-        env_ref=env_ref_for({"PATH": os.environ.get("PATH", "/usr/bin")}),
-    )
 
 
 @pytest.fixture
@@ -50,22 +35,9 @@ def registry(shared_url: str) -> Iterator[ProcessRegistry]:
         opened.close()
 
 
-def write_transactions(registry: ProcessRegistry) -> list[bool]:
-    """Every transaction the store begins from now on (True for a write)."""
-    begun: list[bool] = []
-    original = registry.store.begin
-
-    def begin(write: bool):  # type: ignore[no-untyped-def]
-        begun.append(write)
-        return original(write)
-
-    registry.store.begin = begin  # type: ignore[method-assign]
-    return begun
-
-
 def test_new_processes_are_registered_and_claimed_in_one_write(registry: ProcessRegistry) -> None:
     begun = write_transactions(registry)
-    registrations = [registration(f"job-{i}") for i in range(5)]
+    registrations = [command_registration(f"job-{i}") for i in range(5)]
     results = registry.register_claimed_all(registrations, OWNER, TTL)
     assert begun.count(True) == 1
     for index, result in enumerate(results):
@@ -81,10 +53,10 @@ def test_new_processes_are_registered_and_claimed_in_one_write(registry: Process
 def test_a_known_or_conflicting_id_gets_its_own_answer_and_the_rest_are_claimed(
     registry: ProcessRegistry,
 ) -> None:
-    registry.register(registration("known"))
-    registry.register(registration("taken", ("false",)))
+    registry.register(command_registration("known"))
+    registry.register(command_registration("taken", ("false",)))
     ids = ["new-1", "known", "taken", "new-2"]
-    results = registry.register_claimed_all([registration(i) for i in ids], OWNER, TTL)
+    results = registry.register_claimed_all([command_registration(i) for i in ids], OWNER, TTL)
     assert isinstance(results[2], RegistrationConflict)
     known = results[1]
     assert not isinstance(known, Exception)
@@ -98,7 +70,7 @@ def test_a_known_or_conflicting_id_gets_its_own_answer_and_the_rest_are_claimed(
 
 def claimed(registry: ProcessRegistry, *ids: str) -> dict[str, object]:
     leases = {}
-    for result in registry.register_claimed_all([registration(i) for i in ids], OWNER, TTL):
+    for result in registry.register_claimed_all([command_registration(i) for i in ids], OWNER, TTL):
         assert not isinstance(result, Exception)
         leases[result[0].id] = result[1]
     return leases
@@ -237,7 +209,7 @@ def test_an_outage_fails_each_write_of_a_batch_once_not_one_wait_each(
         assert [type(a) for a in answers] == [StoreUnavailable] * 3
         assert len({id(a) for a in answers}) == 3  # each caller raises its own
         registered = registry.register_claimed_all(
-            [registration("d"), registration("e")], OWNER, TTL
+            [command_registration("d"), command_registration("e")], OWNER, TTL
         )
         assert len(tried) == 2
         assert [type(r) for r in registered] == [StoreUnavailable] * 2

@@ -4,34 +4,19 @@ is left to the caller, exactly as ``register`` leaves it."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 
+from _shared import command_registration, write_transactions
 from procledger import (
     LeaseOwner,
-    Originator,
-    ProcessInput,
-    ProcessRegistration,
     ProcessRegistry,
-    RecoveryDisposition,
     RegistrationConflict,
     open_registry,
 )
-from procledger.domain.registration import env_ref_for
 
 OWNER = LeaseOwner.local_process("supervisor")
-
-
-def registration(process_id: str, argv: list[str]) -> ProcessRegistration:
-    return ProcessRegistration(
-        id=process_id,
-        input=ProcessInput.command(argv, cwd="/"),
-        disposition=RecoveryDisposition.owner_bound,
-        originator=Originator.host(),
-        env_ref=env_ref_for({"PATH": os.environ.get("PATH", "/usr/bin")}),
-    )
 
 
 @pytest.fixture
@@ -43,24 +28,11 @@ def registry(shared_url: str) -> Iterator[ProcessRegistry]:
         opened.close()
 
 
-def write_transactions(registry: ProcessRegistry) -> list[bool]:
-    """Record every transaction the store begins (True for a write) from now on."""
-    begun: list[bool] = []
-    original = registry.store.begin
-
-    def begin(write: bool):  # type: ignore[no-untyped-def]
-        begun.append(write)
-        return original(write)
-
-    registry.store.begin = begin  # type: ignore[method-assign]
-    return begun
-
-
 def test_a_new_process_is_registered_leased_and_first_started_in_one_write(
     registry: ProcessRegistry,
 ) -> None:
     begun = write_transactions(registry)
-    record, lease = registry.register_claimed(registration("job", ["true"]), OWNER, 30_000)
+    record, lease = registry.register_claimed(command_registration("job", ["true"]), OWNER, 30_000)
     assert begun.count(True) == 1
     assert lease is not None
     assert (lease.owner, lease.fencing_token) == (OWNER, 1)
@@ -72,17 +44,17 @@ def test_a_new_process_is_registered_leased_and_first_started_in_one_write(
 
 
 def test_a_known_id_comes_back_unclaimed_and_unchanged(registry: ProcessRegistry) -> None:
-    registry.register(registration("job", ["true"]))
-    record, lease = registry.register_claimed(registration("job", ["true"]), OWNER, 30_000)
+    registry.register(command_registration("job", ["true"]))
+    record, lease = registry.register_claimed(command_registration("job", ["true"]), OWNER, 30_000)
     assert lease is None
     assert registry.get_lease("job") is None
     assert record.first_started is None
     assert [e.kind for e in registry.events("job")] == ["registered"]
     with pytest.raises(RegistrationConflict):
-        registry.register_claimed(registration("job", ["false"]), OWNER, 30_000)
+        registry.register_claimed(command_registration("job", ["false"]), OWNER, 30_000)
 
 
 def test_a_bad_ttl_writes_nothing(registry: ProcessRegistry) -> None:
     with pytest.raises(ValueError, match="ttl_ms"):
-        registry.register_claimed(registration("job", ["true"]), OWNER, 0)
+        registry.register_claimed(command_registration("job", ["true"]), OWNER, 0)
     assert registry.list_processes({"status": "any"}) == []

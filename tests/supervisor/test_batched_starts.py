@@ -15,20 +15,15 @@ from typing import Any
 
 import pytest
 
-from _shared import Processes
+from _shared import Processes, command_registration, write_transactions
 from procledger import (
     LeaseOwner,
-    Originator,
     ProcessHandle,
-    ProcessInput,
-    ProcessRegistration,
     ProcessRegistry,
-    RecoveryDisposition,
     SpawnError,
     SupervisorClosed,
     open_registry,
 )
-from procledger.domain.registration import env_ref_for
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import OwnedChild, StopPolicy
 from procledger.supervisor.supervisor import Settle, Supervisor
@@ -45,19 +40,6 @@ def registry(shared_url: str) -> Iterator[ProcessRegistry]:
 @pytest.fixture
 def owner() -> LeaseOwner:
     return LeaseOwner.local_process(f"test-batched-{uuid.uuid4().hex[:8]}")
-
-
-def write_transactions(registry: ProcessRegistry) -> list[bool]:
-    """Every transaction the store begins from now on (True for a write)."""
-    begun: list[bool] = []
-    original = registry.store.begin
-
-    def begin(write: bool):  # type: ignore[no-untyped-def]
-        begun.append(write)
-        return original(write)
-
-    registry.store.begin = begin  # type: ignore[method-assign]
-    return begun
 
 
 def sleeper(pidfile: Path) -> list[str]:
@@ -201,7 +183,7 @@ def test_restore_stops_a_child_whose_start_was_never_recorded(
     runs. ``restore`` finds it by the run's marker, stops it and says so in the record."""
     dead = dead_owner(owner.owner_id)
     record, lease = registry.register_claimed(
-        registration_of(["sleep", "600"]), dead, 10**9
+        command_registration(f"left-{uuid.uuid4().hex[:8]}", ["sleep", "600"]), dead, 10**9
     )  # held "for ages": its holder is provably dead, not expired
     assert lease is not None
     marker = event_ids(record.id, record.registration_hash).run_marker
@@ -219,14 +201,4 @@ def test_restore_stops_a_child_whose_start_was_never_recorded(
     assert restored[0].diagnostic.endswith(
         f"is gone; restore stopped OS pid {child.pid} carrying its run marker: spawned, but its "
         "start was never recorded"
-    )
-
-
-def registration_of(argv: list[str]) -> ProcessRegistration:
-    return ProcessRegistration(
-        id=f"left-{uuid.uuid4().hex[:8]}",
-        input=ProcessInput.command(argv, cwd="/"),
-        disposition=RecoveryDisposition.owner_bound,
-        originator=Originator.host(),
-        env_ref=env_ref_for({}),
     )
