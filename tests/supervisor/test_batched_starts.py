@@ -175,30 +175,40 @@ def test_a_terminal_whose_lease_was_lost_is_left_to_its_new_holder_alone(
     assert registry.verify().ok
 
 
-def test_restore_stops_a_child_whose_start_was_never_recorded(
-    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+@pytest.mark.parametrize("keep_orphans", [False, True])
+def test_restore_finds_a_child_whose_start_was_never_recorded(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes, keep_orphans: bool
 ) -> None:
     """The supervisor died between a spawn and its ``started`` write (a batch widens that
     window to a whole batch): the record is ``starting``, with no child on it, and the child
-    runs. ``restore`` finds it by the run's marker, stops it and says so in the record."""
+    runs. ``restore`` finds it by the run's marker, stops it (or, with ``keep_orphans``,
+    leaves it running) and says so in the record."""
     dead = dead_owner(owner.owner_id)
-    record, lease = registry.register_claimed(
-        command_registration(f"left-{uuid.uuid4().hex[:8]}", ["sleep", "600"]), dead, 10**9
-    )  # held "for ages": its holder is provably dead, not expired
-    assert lease is not None
+    registration = command_registration(f"left-{uuid.uuid4().hex[:8]}", ["sleep", "600"])
+    record, lease = registry.register_claimed(registration, dead, 10**9)
+    assert lease is not None  # held "for ages": its holder is provably dead, not expired
     marker = event_ids(record.id, record.registration_hash).run_marker
     child = subprocess.Popen(
         ["sleep", "600"], env={**os.environ, "PROCLEDGER_RUN": marker}, start_new_session=True
     )
     spawned = procs.add(child.pid)
     with Supervisor(registry, owner=owner, stop=StopPolicy(grace_s=5.0)) as supervisor:
-        restored = supervisor.restore()
+        restored = supervisor.restore(keep_orphans=keep_orphans)
+    assert [(r.id, r.state) for r in restored] == [(record.id, "lost_on_restore")]
+    diagnostic = restored[0].diagnostic
+    assert diagnostic is not None
+    if keep_orphans:
+        assert child.poll() is None
+        assert diagnostic.endswith(
+            f"is gone; OS pid {child.pid} carrying its run marker (spawned, but its start was "
+            "never recorded) was left running unsupervised (keep_orphans)"
+        )
+        child.kill()
+        child.wait(timeout=30)
+        return
     child.wait(timeout=30)
     Processes.assert_dead(spawned)
-    assert [r.id for r in restored] == [record.id]
-    assert restored[0].state == "lost_on_restore"
-    assert restored[0].diagnostic is not None
-    assert restored[0].diagnostic.endswith(
+    assert diagnostic.endswith(
         f"is gone; restore stopped OS pid {child.pid} carrying its run marker: spawned, but its "
         "start was never recorded"
     )

@@ -101,21 +101,34 @@ def stop_tree(
     return OrphanStop(ended, tuple(sent), survivors)
 
 
-def stop_unrecorded(record: ProcessRecord, grace_s: float, who: str) -> str | None:
+def stop_unrecorded(
+    record: ProcessRecord, grace_s: float, who: str, *, keep: bool = False
+) -> str | None:
     """A ``starting`` process has no child on record, yet its holder may have spawned one
     before it died: a start records the child (``started``) only after the spawn, and a burst
     of starts spawns a batch before recording it (docs/design.md §6.2). Whatever on this host
     still carries the run's marker is that child or its tree: SIGTERM, SIGKILL after
-    ``grace_s``. What was found, for the record's diagnostic (``None``: nothing was)."""
+    ``grace_s`` (``keep``: left running). What was found, for the record's diagnostic
+    (``None``: nothing was)."""
     if record.state is not ProcessState.starting:
         return None
     marker = event_ids(record.id, record.registration_hash).run_marker
-    stopped, survivors = os_seam.stop_marked(marker, grace_s)
-    if not stopped:
+    survivors: list[int] = []
+    if keep:
+        found = os_seam.carrying(marker)
+    else:
+        found, survivors = os_seam.stop_marked(marker, grace_s)
+    if not found:
         return None
+    pids = ", ".join(map(str, found))
+    if keep:
+        return (
+            f"OS pid {pids} carrying its run marker (spawned, but its start was never "
+            "recorded) was left running unsupervised (keep_orphans)"
+        )
     text = (
-        f"{who} stopped OS pid {', '.join(map(str, stopped))} carrying its run marker: "
-        "spawned, but its start was never recorded"
+        f"{who} stopped OS pid {pids} carrying its run marker: spawned, but its start was "
+        "never recorded"
     )
     return f"{text}; survivors: {', '.join(map(str, survivors))}" if survivors else text
 

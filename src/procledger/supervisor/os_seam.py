@@ -363,6 +363,11 @@ def _carrying(marker: str) -> Iterator[psutil.Process]:
                 yield process
 
 
+def carrying(marker: str) -> list[int]:
+    """The pids of the processes on this host (but this one) carrying ``marker``."""
+    return [process.pid for process in _carrying(marker)]
+
+
 def stop_marked(marker: str, grace_s: float) -> tuple[list[int], list[int]]:
     """Stop every process carrying ``marker``: SIGTERM, SIGKILL to those left after
     ``grace_s``. ``(stopped, survivors)`` as pids: what was found, and what outlived SIGKILL.

@@ -1550,7 +1550,7 @@ class Supervisor:
     ) -> ProcessRecord:
         child = orphans.find_live_child(record)
         grace = self._stop_policy.grace_s
-        unrecorded = None if keep_orphans else orphans.stop_unrecorded(record, grace, "restore")
+        unrecorded = orphans.stop_unrecorded(record, grace, "restore", keep=keep_orphans)
         if unrecorded is not None:
             diagnostic = clip_diagnostic(f"{_gone_line(holder)}; {unrecorded}")
         elif child is None or keep_orphans:
