@@ -96,8 +96,19 @@ def utf8_option(value: object, option: str) -> None:
 
 def count_option(name: str, metavar: str, help: str) -> Any:
     """An option that counts (a limit, a cursor, an offset): from 0 to the largest integer
-    the ledger keeps, so a larger one is a usage error, not an ``OverflowError`` later."""
-    return typer.Option(name, min=0, max=MAX_LEDGER_INT, metavar=metavar, help=help)
+    the ledger keeps, so a larger one is a usage error, not an ``OverflowError`` later. Checked
+    by its parser rather than as a range, which ``--help`` would spell out to 19 digits."""
+    return typer.Option(name, parser=_count, metavar=metavar, help=help)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MAX_LEDGER_INT:
+        raise typer.BadParameter(f"{value} is not from 0 to {MAX_LEDGER_INT}")
+    return value
 
 
 def cli_state(ctx: typer.Context) -> CliState:

@@ -35,10 +35,16 @@ _OwnerOption = Annotated[
     ),
 ]
 _TtlOption = Annotated[
-    int, typer.Option("--ttl-ms", min=1, help="Lease time to live (at least 3 x --renew-ms).")
+    int,
+    typer.Option(
+        "--ttl-ms", min=1, metavar="MS", help="Lease time to live (at least 3 x --renew-ms)."
+    ),
 ]
 _RenewOption = Annotated[
-    int, typer.Option("--renew-ms", min=1, help="How often a running attempt renews its lease.")
+    int,
+    typer.Option(
+        "--renew-ms", min=1, metavar="MS", help="How often a running attempt renews its lease."
+    ),
 ]
 _EngineOption = Annotated[
     list[str] | None,
@@ -217,11 +223,16 @@ def worker(
     interval: Annotated[
         float,
         typer.Option(
-            "--interval", min=0.0, max=MAX_GRACE_S, help="Seconds to wait between sweeps."
+            "--interval",
+            min=0.0,
+            max=MAX_GRACE_S,
+            metavar="SECONDS",
+            help="Seconds to wait between sweeps.",
         ),
     ] = 1.0,
     max_sweeps: Annotated[
-        int | None, typer.Option("--max-sweeps", min=1, help="Exit 0 after this many sweeps.")
+        int | None,
+        typer.Option("--max-sweeps", min=1, metavar="N", help="Exit 0 after this many sweeps."),
     ] = None,
     owner: _OwnerOption = None,
     ttl_ms: _TtlOption = 30_000,
