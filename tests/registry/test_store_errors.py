@@ -4,6 +4,7 @@ naming the process), never a ``sqlite3``, ``psycopg`` or ``eventsourcing`` excep
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from procledger import (
     StoreUnavailable,
     open_registry,
 )
+from procledger.adapters.sql import opening
 
 from .conformance import registration
 
@@ -150,3 +152,28 @@ def test_memory_store_writers_and_a_log_reader_lose_nothing() -> None:
         assert len(registry.list_processes({"status": "any"})) == 600
     finally:
         registry.close()
+
+
+@pytest.mark.parametrize("free", [0, 10 << 30])
+def test_a_sqlite_file_that_cannot_open_on_a_full_device_says_so(
+    ledger_path: Path, monkeypatch: pytest.MonkeyPatch, free: int
+) -> None:
+    """On a full disk SQLite cannot make its index files, and opening fails with a bare "disk
+    I/O error" even to read: the error says the device is full (a full device cannot be made
+    here, so only the free space is faked; the failure to open is real, a lock past its wait)."""
+    open_registry(f"sqlite:///{ledger_path}").close()
+    holder = sqlite3.connect(ledger_path)
+    holder.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(sqlite_adapter, "LOCK_TIMEOUT_S", 0.2)
+    usage = shutil.disk_usage(ledger_path.parent)
+    monkeypatch.setattr(opening.shutil, "disk_usage", lambda path: usage._replace(free=free))
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            open_registry(f"sqlite:///{ledger_path}")
+    finally:
+        holder.rollback()
+        holder.close()
+    said = str(raised.value)
+    assert said.startswith(f"store 'sqlite:///{ledger_path}': database is locked")
+    full = f"no space left on the device holding {ledger_path.parent} (0 bytes free)"
+    assert (full in said) is (free == 0), said

@@ -8,9 +8,11 @@ inheriting ``Application``, whose public methods would bypass our transactions.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
@@ -22,7 +24,7 @@ from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.schema import create_tables
 from procledger.adapters.sql.store import Store, ride_through
-from procledger.domain.errors import StoreError, WriteConflict
+from procledger.domain.errors import StoreError, StoreUnavailable, WriteConflict
 
 _OPEN_ATTEMPTS = 3
 
@@ -49,8 +51,14 @@ def open_store(location: StoreLocation, *, create: bool = True) -> OpenedStore:
         StoreUnavailable: the server or file cannot be reached now.
         StoreError: anything else that stops the store from opening, naming the URL.
     """
-    _prepare(location, create=create)
+    try:
+        _prepare(location, create=create)
+        return _open(location)
+    except StoreUnavailable as error:
+        raise _said_why(location, error) from error.__cause__
 
+
+def _open(location: StoreLocation) -> OpenedStore:
     def open_once() -> OpenedStore:
         with _opening_lock(location):
             return _construct(location)
@@ -62,6 +70,28 @@ def open_store(location: StoreLocation, *, create: bool = True) -> OpenedStore:
         except WriteConflict as error:  # two processes creating the same tables at once
             failure = error
     raise StoreError(f"store URL {location.masked!r}: cannot open: {failure}")
+
+
+NO_ROOM_BYTES = 1 << 20
+"""Free space below which a SQLite file that cannot be opened is said to have no room."""
+
+
+def _said_why(location: StoreLocation, error: StoreUnavailable) -> StoreUnavailable:
+    """``error``, saying so when the SQLite file's folder has no room: SQLite then fails with
+    a bare "disk I/O error" even to read, as it cannot make its shared-memory index."""
+    if not location.sqlite_path or location.in_memory:
+        return error
+    folder = Path(location.sqlite_path).absolute().parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return error
+    if free >= NO_ROOM_BYTES:
+        return error
+    return StoreUnavailable(
+        f"{error} -- no space left on the device holding {folder} ({free} bytes free); "
+        "SQLite needs room for its index files even to read"
+    )
 
 
 def _construct(location: StoreLocation) -> OpenedStore:
