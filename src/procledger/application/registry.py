@@ -192,7 +192,7 @@ class ProcessRegistry:
         self, registrations: Sequence[ProcessRegistration], owner: LeaseOwner, ttl_ms: int
     ) -> list[tuple[ProcessRecord, Lease | None] | Exception]:
         """``register_claimed`` for each registration, in one transaction when their ids are
-        distinct and new (a burst of starts, docs/design.md §7.3); otherwise, or if that
+        distinct and new (a burst of starts, docs/design.md §3.7); otherwise, or if that
         transaction fails, one by one. Each one's result, or the error it alone raised.
 
         Raises:

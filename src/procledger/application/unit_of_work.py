@@ -55,7 +55,7 @@ Decision = Callable[[Process, int], Any]
 
 
 class Write(NamedTuple):
-    """One deciding write, not yet made: ``Ledger.write`` makes one, ``Ledger.write_all``
+    """One deciding write, not yet made: ``Ledger.make`` makes one, ``Ledger.write_all``
     several in one transaction."""
 
     process_id: str
@@ -303,7 +303,7 @@ class Batch:
     """Several write units of distinct processes as one: each decides, is checked and
     projects as it would alone, in one transaction. A batch is one member of a group commit
     and one call through the store, where each write alone cost as much again as its own
-    work (docs/design.md §7.3); a unit that raises ends the whole batch, and its writes are
+    work (docs/design.md §3.7); a unit that raises ends the whole batch, and its writes are
     then made one by one (``Ledger.write_all``)."""
 
     def __init__(self, units: Sequence[DecideUnit]) -> None:

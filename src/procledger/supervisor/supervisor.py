@@ -462,7 +462,7 @@ class Supervisor:
         (nothing written for a bad argument). Their writes share transactions: the
         registrations one, the ``started``/``backgrounded`` facts another, the children
         spawned one after another in between; a burst of starts costs a fraction of one by
-        one (docs/design.md §7.3).
+        one (docs/design.md §6.2).
 
         Raises:
             SupervisorClosed: ``shutdown`` has begun (nothing was started).
