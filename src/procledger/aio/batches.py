@@ -3,8 +3,8 @@
 A write alone costs a worker thread's hop and a transaction's overhead as much again as its own
 work, and under one GIL those add up: 500 tasks starting a child each spent most of their time
 handing writes to threads, not writing. ``Batches`` queues the calls; while a call is under
-way the others gather, and the next free runner (at most ``width`` at once, each in a worker
-thread of the limiter) takes up to ``most`` of them in one call of ``run_all``, which makes
+way the others gather, and the next free runner (at most one per thread of the limiter, each
+in a worker thread of it) takes up to ``most`` of them in one call of ``run_all``, which makes
 their writes in one transaction (``Supervisor.start_all``, ``Settle.together``). One call made
 alone runs alone, as soon as it is made.
 """
@@ -43,12 +43,10 @@ class Batches(Generic[T, R]):
         run_all: Callable[[list[T]], Sequence[R | Exception]],
         limiter: CapacityLimiter,
         *,
-        width: int,
         most: int,
     ) -> None:
         self._run_all = run_all
         self._limiter = limiter
-        self._width = width
         self._most = most
         self._pending: deque[_Call[T, R]] = deque()
         self._runners = 0
@@ -56,7 +54,7 @@ class Batches(Generic[T, R]):
     async def __call__(self, item: T) -> R:
         call: _Call[T, R] = _Call(item)
         self._pending.append(call)
-        if self._runners < self._width:
+        if self._runners < self._limiter.total_tokens:  # a runner per thread it may use
             self._runners += 1
             try:
                 while self._pending:  # a runner takes what has gathered meanwhile, too

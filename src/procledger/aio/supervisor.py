@@ -200,10 +200,10 @@ class AsyncSupervisor:
         self.limiter = CapacityLimiter(threads)
         self._settlers = CapacityLimiter(self.SETTLE_THREADS)
         self._starts: Batches[tuple[Sequence[str], dict[str, Any]], _Started] = Batches(
-            self._start_all_in_thread, self.limiter, width=threads, most=BATCH_MOST
+            self._start_all_in_thread, self.limiter, most=BATCH_MOST
         )
         self._settles: Batches[_Watched, ProcessRecord | None] = Batches(
-            self._settle_all, self._settlers, width=self.SETTLE_THREADS, most=BATCH_MOST
+            self._settle_all, self._settlers, most=BATCH_MOST
         )
         self._on_exit: OnExit = on_exit
         self._local = threading.local()
@@ -284,20 +284,11 @@ class AsyncSupervisor:
         else:
             threading.Thread(target=settle, name="procledger-run", daemon=True).start()
 
-    def _start_in_thread(self, argv: Sequence[str], options: dict[str, Any]) -> _Started:
-        """A start with a restart policy: its handle names the service, whose first attempt
-        is the one child handed over here."""
-        self._local.watched, self._local.starting = {}, True
-        try:
-            handle = self.supervisor.start(argv, **options)
-            return handle, next(iter(self._local.watched.values()), None)
-        finally:
-            self._local.watched, self._local.starting = None, False
-
     def _start_all_in_thread(
         self, calls: list[tuple[Sequence[str], dict[str, Any]]]
     ) -> list[_Started | Exception]:
-        """Starts that gathered while others were under way: ``Supervisor.start_all``."""
+        """Starts that gathered while others were under way: ``Supervisor.start_all``. A
+        service's handle is its first attempt's, the child handed over here (§15)."""
         self._local.watched, self._local.starting = {}, True
         try:
             started = self.supervisor.start_all(calls)
@@ -322,10 +313,7 @@ class AsyncSupervisor:
         if group is None:
             raise SupervisorClosed("AsyncSupervisor.start: only inside its 'async with' block")
         with anyio.CancelScope(shield=True):
-            if options.get("restart") is None:
-                handle, watched = await self._starts((argv, options))
-            else:
-                handle, watched = await self.run_sync(self._start_in_thread, argv, options)
+            handle, watched = await self._starts((argv, options))
             if watched is not None:
                 watched.handle = handle
                 self._watched[handle.handle] = watched

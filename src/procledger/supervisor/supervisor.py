@@ -436,9 +436,7 @@ class Supervisor:
             restart=restart,
         )  # fmt: skip
         with self._start_slot(), _stdin_source(request.stdin) as source:
-            if request.restart is not None:
-                return self._start_service(request, request.restart, source)
-            return self._start(request, source)
+            return _raised(self._start_opened([(request, source)])[0])
 
     @contextmanager
     def _start_slot(self) -> Iterator[None]:
@@ -467,25 +465,28 @@ class Supervisor:
         Raises:
             SupervisorClosed: ``shutdown`` has begun (nothing was started).
         """
-        results: dict[int, ProcessHandle | Exception] = {}
-        plain: list[tuple[int, _StartRequest, int | None]] = []
         with self._start_slot(), contextlib.ExitStack() as sources:
-            for index, (argv, options) in enumerate(starts):
-                opened = outcome_of(functools.partial(_opened, sources, argv, options))
-                if isinstance(opened, Exception):
-                    results[index] = opened
-                elif opened[0].restart is not None:
-                    request, source = opened
-                    service = functools.partial(self._start_service, request, opened[0].restart)
-                    results[index] = outcome_of(functools.partial(service, source))
-                else:
-                    plain.append((index, *opened))
-            started = self._start_all([(request, source) for _, request, source in plain])
-            results.update(zip((index for index, _, _ in plain), started, strict=True))
-        return [results[index] for index in range(len(starts))]
+            opened = [
+                outcome_of(functools.partial(_opened, sources, argv, options))
+                for argv, options in starts
+            ]
+            return _through(opened, self._start_opened)
 
-    def _start(self, request: _StartRequest, source: int | None) -> ProcessHandle:
-        return _raised(self._start_all([(request, source)])[0])
+    def _start_opened(
+        self, items: Sequence[tuple[_StartRequest, int | None]]
+    ) -> list[ProcessHandle | Exception]:
+        """Checked starts with their stdin open: one with a restart policy as a service of its
+        own (§15), the others together."""
+        services = [
+            outcome_of(functools.partial(self._start_service, request, request.restart, source))
+            if request.restart is not None
+            else None
+            for request, source in items
+        ]
+        plain = iter(
+            self._start_all([i for i, s in zip(items, services, strict=True) if s is None])
+        )
+        return [next(plain) if service is None else service for service in services]
 
     def _start_all(
         self, items: Sequence[tuple[_StartRequest, int | None]]
@@ -524,24 +525,17 @@ class Supervisor:
         """Register, claim and stamp the first start of each: everything durable before the
         spawn (``starting``), for all of them in one write."""
         made = [outcome_of(functools.partial(self._registration, r)) for r in requests]
-        results: list[_Prepared | Exception] = []
-        ready = [m[0] for m in made if not isinstance(m, Exception)]
-        registered = iter(self._register_all(ready))
-        for request, registration in zip(requests, made, strict=True):
-            if isinstance(registration, Exception):
-                results.append(registration)
-                continue
-            claimed = next(registered)
-            if isinstance(claimed, Exception):
-                results.append(claimed)
-                continue
-            prepare = functools.partial(self._ticketed, request, *claimed, registration[1])
-            results.append(outcome_of(prepare))
-        return results
+        claimed = _through(made, self._register_all)
+        return [
+            c if isinstance(c, Exception) else outcome_of(functools.partial(self._ticketed, r, *c))
+            for r, c in zip(requests, claimed, strict=True)
+        ]
 
     def _ticketed(
-        self, request: _StartRequest, record: ProcessRecord, keeper: LeaseKeeper, workdir: str
+        self, request: _StartRequest, record: ProcessRecord, keeper: LeaseKeeper
     ) -> _Prepared:
+        workdir = record.input.cwd
+        assert workdir is not None, "a supervised command's registration names its directory"
         ids = event_ids(record.id, record.registration_hash)
         ticket = _Ticket(
             self._handle_for(record.id, ids, request.notify_to),
@@ -567,8 +561,8 @@ class Supervisor:
         run.watch = watch
         return run
 
-    def _registration(self, request: _StartRequest) -> tuple[ProcessRegistration, str]:
-        """The registration, and the absolute directory the child runs in.
+    def _registration(self, request: _StartRequest) -> ProcessRegistration:
+        """The registration; its input names the absolute directory the child runs in.
 
         Only an environment the caller passed is stored, and only for ``rerunnable`` work
         (which needs it to run again elsewhere): never an implicit copy of ``os.environ``. A
@@ -587,7 +581,7 @@ class Supervisor:
         scope = (
             None if request.session_id is None else SessionScope(session_id=str(request.session_id))
         )
-        registration = ProcessRegistration(
+        return ProcessRegistration(
             id=request.process_id or handle_table.new_process_id(registry.now_ms()),
             input=ProcessInput.command(request.args, workdir),
             disposition=request.disposition,
@@ -599,7 +593,6 @@ class Supervisor:
             attempt_of=request.attempt_of,
             attempt=request.attempt,
         )
-        return registration, workdir
 
     def _capture_for(self, request: _StartRequest, pid: str) -> Capture | None:
         """The run's capture (None without one)."""
@@ -1111,20 +1104,15 @@ class Supervisor:
         decided (docs/design.md §6.3). ``None`` where another holder owns the process now
         (it records the terminal)."""
         saved = [outcome_of(functools.partial(self._saved, *terminal)) for terminal in terminals]
-        pending = [s for s in saved if not isinstance(s, Exception)]
-        decided = iter(self._write_all_until_decided([(e, k) for e, k, _ in pending]))
-        results: list[ProcessRecord | Exception | None] = []
-        for item in saved:
+        decided = _through(saved, self._write_all_until_decided)
+        for item, record in zip(saved, decided, strict=True):
             if isinstance(item, Exception):
-                results.append(item)
                 continue
             entry, _, outbox = item
-            record = next(decided)
             refused = isinstance(record, ProcledgerError)  # for good: nothing to deliver
             if outbox is not None and (refused or not isinstance(record, Exception)):
                 outbox.remove(entry)
-            results.append(record)
-        return results
+        return decided
 
     def _saved(
         self, ticket: _Ticket, keeper: LeaseKeeper, result: Outcome
@@ -1133,26 +1121,21 @@ class Supervisor:
         return entry, keeper, self._put(entry)
 
     def _write_all_until_decided(
-        self, entries: Sequence[tuple[OutboxEntry, LeaseKeeper]]
+        self, saved: Sequence[tuple[OutboxEntry, LeaseKeeper, Outbox | None]]
     ) -> list[ProcessRecord | Exception | None]:
         """``_write_until_decided`` of each, the first try of all in one write."""
         first: dict[int, ProcessRecord | Exception] = {}
-        if len(entries) > 1:
-            leased = [(i, e, k.lease) for i, (e, k) in enumerate(entries) if k.lease is not None]
-            writes = [entry_write(self._registry, e, lease) for _, e, lease in leased]
-            first = dict(
-                zip((i for i, _, _ in leased), self._registry.write_all(writes), strict=True)
-            )
-        results: list[ProcessRecord | Exception | None] = []
-        for index, (entry, keeper) in enumerate(entries):
-            record = first.get(index)
-            if record is None or isinstance(record, Exception):
-                results.append(
-                    outcome_of(functools.partial(self._write_until_decided, entry, keeper))
-                )
-            else:
-                results.append(record)
-        return results
+        leased = [(i, e, k.lease) for i, (e, k, _) in enumerate(saved) if k.lease is not None]
+        if len(saved) > 1 and leased:
+            writes = [entry_write(self._registry, entry, lease) for _, entry, lease in leased]
+            answers = self._registry.write_all(writes)
+            first = dict(zip((i for i, _, _ in leased), answers, strict=True))
+        return [
+            answer
+            if isinstance(answer := first.get(index), ProcessRecord)
+            else outcome_of(functools.partial(self._write_until_decided, entry, keeper))
+            for index, (entry, keeper, _) in enumerate(saved)
+        ]
 
     def _write_until_decided(self, entry: OutboxEntry, keeper: LeaseKeeper) -> ProcessRecord | None:
         """Record ``entry`` until the store accepts or refuses it; one line to ``notice`` when
@@ -1724,6 +1707,19 @@ def _raised(result: T | Exception) -> T:
     if isinstance(result, Exception):
         raise result
     return result
+
+
+R = TypeVar("R")
+
+
+def _through(
+    items: Sequence[T | Exception], step: Callable[[list[T]], Sequence[R | Exception]]
+) -> list[R | Exception]:
+    """``step`` of the items that are not errors yet, each answer back in its item's place,
+    each error kept in its own: how one step made for several starts or terminals at once
+    leaves each its own outcome."""
+    answers = iter(step([item for item in items if not isinstance(item, Exception)]))
+    return [item if isinstance(item, Exception) else next(answers) for item in items]
 
 
 def _child_status(run: _Run) -> tuple[int, str | None]:
