@@ -15,7 +15,6 @@ from _shared import CLI, Processes, child_env, is_dead, run_cli, wait_until
 from procledger import ProcessState, open_registry
 from procledger.notifications import Notifier
 from procledger.supervisor.decide import event_ids
-from procledger.supervisor.handles import handle_for_process
 
 from .conftest import Terminal, supervise_sleeper
 
@@ -170,7 +169,7 @@ def test_restore_after_run_was_killed(
     registry = open_registry(url)
     try:
         record = registry.get(process_id)
-        row = handle_for_process(registry, process_id)
+        row = registry.handle_row(process_id)
         assert row is not None
         assert row.session_id is not None
         assert row.loop_id is not None

@@ -39,10 +39,9 @@ from procledger import (
     open_registry,
 )
 from procledger.domain.notification import ProcessCompletionNotification
-from procledger.supervisor import supervisor as supervisor_module
+from procledger.supervisor import runs as runs_module
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import StopPolicy
-from procledger.supervisor.handles import handle_for_process
 from procledger.supervisor.supervisor import StopMode, Supervisor
 
 TERMINAL_KINDS = {"completed", "lost", "abandoned"}
@@ -657,7 +656,7 @@ def test_restore_after_the_supervisor_was_killed(
         assert "restore stopped orphaned child" in record.diagnostic
         assert "SIGTERM" in record.diagnostic
     (notification,) = inbox.pending()
-    row = handle_for_process(registry, record.id)
+    row = registry.handle_row(record.id)
     assert row is not None
     assert notification.command_id == event_ids(record.id, record.registration_hash).command_id
     assert notification.command_id == row.command_id
@@ -747,12 +746,12 @@ def test_a_long_finished_run_shrinks_and_its_handle_still_answers(
     weeks must not keep every run it started); an older handle still answers from the ledger:
     ``wait`` and ``stop`` give its terminal record, ``returncode`` its status, and nothing is
     signalled or recorded for it."""
-    monkeypatch.setattr(supervisor_module, "FINISHED_KEPT", 2)
+    monkeypatch.setattr(runs_module, "FINISHED_KEPT", 2)
     first = supervisor.start([sys.executable, "-c", "raise SystemExit(3)"])
     finished = supervisor.wait(first)
     for _ in range(3):
         supervisor.wait(supervisor.start(["true"]))
-    assert len(supervisor._runs) == 2  # the newest two, whole
+    assert len(supervisor._table._runs) == 2  # the newest two, whole
     assert supervisor.wait(first) == finished
     assert supervisor.wait(first.handle, timeout=0) == finished
     assert supervisor.wait_ready(first) == finished

@@ -25,6 +25,12 @@ from procledger.adapters.sql.opening import OpenedStore
 from procledger.adapters.sql.store import Tx
 from procledger.application import cipher
 from procledger.application.grants import Grants
+from procledger.application.handle_rows import (
+    HandleRow,
+    change_seqs,
+    first_handle_row,
+    save_handle_row,
+)
 from procledger.application.journal import NotificationJournal
 from procledger.application.leases import FreeProcess, Leases, check_ttl, take_if_free
 from procledger.application.retention import prune_filter, prune_terminal
@@ -953,6 +959,24 @@ class ProcessRegistry:
             NotFound: no such process.
         """
         return self._reads.handle_sessions(process_id)
+
+    # -- the handles side table (docs/design.md §6.2) -------------------------------------------
+
+    def save_handle_row(self, row: HandleRow) -> None:
+        """Keep where a started process's completion notification goes, so ``restore``
+        publishes it with the same handle and command id (an upsert: a retried start)."""
+        save_handle_row(self.store, row)
+
+    def handle_row(self, process_id: str) -> HandleRow | None:
+        """The process's handle row (the first, if a retried start minted more), or ``None``
+        where its start asked for no completion notification."""
+        return first_handle_row(self.store, process_id)
+
+    def change_seqs(self, process_ids: Sequence[str]) -> dict[str, int]:
+        """The change-feed position of each process's record (absent ones left out): one read
+        for a batch, so a supervisor notices stop requests made elsewhere without decoding
+        every record."""
+        return change_seqs(self.store, process_ids)
 
     def prune_terminal(
         self,

@@ -641,7 +641,7 @@ def _run_detached(
 ) -> str:
     """`run --background`: a detached `procledger` (own session, no terminal) supervises the
     command; this one waits until it is recorded `backgrounded` and returns its id."""
-    from procledger.supervisor.handles import new_process_id
+    from procledger.supervisor.minting import new_process_id
 
     process_id = new_process_id(int(time.time() * 1000))
     read_fd, write_fd = os.pipe()

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["LINGER_S", "OwnerThreads"]
+__all__ = ["LINGER_S", "HelperThreads", "OwnerThreads"]
 
 LINGER_S: Final = 2.0
 """How long a thread whose run ended waits for another before it ends."""
@@ -90,3 +90,26 @@ class OwnerThreads:
                 self._idle.remove(inbox)
                 return None
         return inbox.get()  # a job was handed over just as the wait ended
+
+
+class HelperThreads:
+    """Short jobs that must not block their caller -- carrying out a stop, watching probes,
+    running a service -- each on a thread of its own, all joined by ``join`` (the Supervisor's
+    ``shutdown``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def start(self, job: Callable[[], object], name: str = "procledger-stopper") -> None:
+        thread = threading.Thread(target=job, name=name, daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+        thread.start()
+
+    def join(self) -> None:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join()

@@ -14,17 +14,40 @@ to record it on: that attempt ends ``terminated`` without ever running.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import functools
+import logging
 import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from enum import Enum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
+from procledger.application.lease_keeper import Renewal
+from procledger.domain.attempts import attempt_id
+from procledger.domain.errors import SupervisorClosed
 from procledger.domain.records import ProcessRecord
-from procledger.domain.service import RestartPolicy
+from procledger.domain.service import RestartPlan, RestartPolicy, backoff_delay, plan_restart
+from procledger.domain.vocabulary import ProcessState, ProcessStatus, TerminalReason
+from procledger.supervisor.decide import Outcome
+from procledger.supervisor.modes import StopMode
+from procledger.supervisor.owners import HelperThreads
+from procledger.supervisor.publishing import Publisher
+from procledger.supervisor.requests import StartRequest, stdin_source
+from procledger.supervisor.runs import Prepared, ProcessHandle, Run
+from procledger.supervisor.starter import Starter
+from procledger.supervisor.stopper import Stopper
+from procledger.supervisor.terminals import TerminalWriter
 
-__all__ = ["BackoffEnd", "Service", "backoff_wait"]
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+
+__all__ = ["BackoffEnd", "Service", "ServiceRunner", "backoff_wait"]
+
+log = logging.getLogger("procledger.supervisor")
 
 STOP_POLL_S: Final = 0.5
 """How often a backoff wait looks for a stop request recorded elsewhere."""
@@ -34,13 +57,12 @@ class Service:
     """What the supervisor knows of one service; ``lock`` orders a stop against a launch, so a
     stop never misses an attempt that was starting."""
 
-    def __init__(self, handle: str, first_id: str, policy: RestartPolicy, template: Any) -> None:
-        self.handle = handle
-        self.first_id = first_id
+    def __init__(self, first: Run, policy: RestartPolicy, template: StartRequest) -> None:
+        self.handle, self.first_id = first.handle, first.process_id
         self.policy = policy
         self.template = template  # the first attempt's start request
-        self.current: Any = None  # the run of the newest attempt
-        self.attempts: list[str] = [first_id]
+        self.current = first  # the run of the newest attempt
+        self.attempts: list[str] = [first.process_id]
         self.lock = threading.Lock()
         self.cancelled = threading.Event()  # stopped, or the supervisor shuts down
         self.done = threading.Event()  # no attempt will start again
@@ -48,6 +70,11 @@ class Service:
         self.record: ProcessRecord | None = None  # the newest attempt's terminal record
         self.error: BaseException | None = None
         self.rng = random.Random()
+        first.wakes = self.wake
+
+    def follow(self, run: Run) -> None:
+        """``run`` is the newest attempt now."""
+        run.wakes, self.current = self.wake, run
 
 
 class BackoffEnd(Enum):
@@ -84,3 +111,217 @@ def backoff_wait(
         if now >= deadline:
             return BackoffEnd.go
         cancelled.wait(max(0.0, min(deadline, next_poll, due) - now))
+
+
+class ServiceRunner:
+    """This supervisor's services: the first attempt started as any start, then one service
+    thread each that restarts it (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: ProcessRegistry,
+        parts: tuple[Starter, Stopper, TerminalWriter, Publisher],
+        helpers: HelperThreads,
+        slot: Callable[[], AbstractContextManager[None]],
+        closed: Callable[[], bool],
+    ) -> None:
+        self._registry, self._helpers = registry, helpers
+        self._starter, self._stopper, self._writer, self._publisher = parts
+        self._slot, self._closed = slot, closed
+        self._lock = threading.Lock()
+        self._services: dict[str, Service] = {}
+
+    def start(self, request: StartRequest, source: int | None) -> ProcessHandle:
+        """The first attempt, as any start; then the service thread that restarts it."""
+        assert request.restart is not None, "a service has a restart policy"
+        run = self._starter.launch(request, source)
+        service = Service(run, request.restart, request)
+        with self._lock:
+            self._services[service.handle] = service
+        self._helpers.start(functools.partial(self._serve, service), name="procledger-service")
+        return run.handle_pair
+
+    def find(self, handle: ProcessHandle | str) -> Service | None:
+        key = handle.handle if isinstance(handle, ProcessHandle) else handle
+        with self._lock:
+            return self._services.get(key) if isinstance(key, str) else None
+
+    def cancel_all(self) -> None:
+        """No service starts another attempt (the supervisor shuts down)."""
+        with self._lock:
+            services = list(self._services.values())
+        for service in services:
+            service.cancelled.set()
+
+    def cancel(self, service: Service) -> Run:
+        """No further restarts; returns the current attempt's run (to stop, if it runs)."""
+        with service.lock:
+            service.cancelled.set()
+            return service.current
+
+    def stop(self, service: Service, mode: StopMode, grace_s: float | None) -> ProcessRecord:
+        """Cancel further restarts, then stop the current attempt (if it still runs)."""
+        record = self._stopper.stop(self.cancel(service), mode, grace_s)
+        if mode is StopMode.interrupt and not record.is_terminal:
+            return record
+        service.done.wait()
+        return service.record if service.record is not None else record
+
+    def wait(self, service: Service, timeout: float | None) -> ProcessRecord:
+        """Until no attempt will start again: the newest attempt's record."""
+        if not service.done.wait(timeout):
+            raise TimeoutError(f"service {service.first_id!r} still running after {timeout} s")
+        if service.error is not None:
+            raise service.error
+        assert service.record is not None
+        return service.record
+
+    def ready(self, service: Service, timeout: float | None) -> ProcessRecord:
+        """``wait_ready`` of a service: its newest attempt ready, or the service done."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            service.wake.clear()
+            run = service.current
+            if run.is_up():
+                return self._registry.get(run.process_id)
+            if service.done.is_set():
+                assert service.record is not None
+                return service.record
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError(f"service {service.first_id!r} not ready after {timeout} s")
+            service.wake.wait(0.05 if remaining is None else min(remaining, 0.05))
+
+    def _serve(self, service: Service) -> None:
+        """The service thread: attempt after attempt until the policy, a stop or the budget
+        says no more."""
+        try:
+            self._serve_attempts(service)
+        except BaseException as error:  # a store failure: no further attempt starts
+            service.error = error
+            log.warning("service %r: no further attempt: %s", service.first_id, error)
+        finally:
+            service.done.set()
+            service.wake.set()
+
+    def _serve_attempts(self, service: Service) -> None:
+        restarts: tuple[float, ...] = ()
+        while True:
+            run = service.current
+            run.done.wait()
+            if run.error is not None:
+                raise run.error
+            service.record = run.record or self._registry.get(run.process_id)
+            ended_at = self._ended_at(service.record)
+            service.wake.set()
+            if run.record is None:  # the lease was lost: its new holder decides
+                return
+            plan = self._plan_after(service, run, service.record, restarts)
+            if plan.action == "give_up":
+                self._give_up(service, run, plan)
+                return
+            if plan.action == "stop":
+                return
+            restarts = plan.restarts
+            delay = backoff_delay(service.policy, plan.number, service.rng.random())
+            if not self._restart(service, ended_at + delay):
+                return
+
+    def _give_up(self, service: Service, run: Run, plan: RestartPlan) -> None:
+        """The ``crash_loop`` fact on the last attempt: no attempt starts again."""
+        service.record = self._registry.record_crash_loop(
+            run.process_id, restarts=len(plan.restarts), window_s=service.policy.window_s
+        )
+        tried = len(service.attempts)
+        self._writer.say(
+            f"service {service.first_id!r} gave up after {tried} attempts (crash_loop)"
+        )
+
+    def _ended_at(self, record: ProcessRecord) -> float:
+        """When ``record`` ended on the monotonic clock: the backoff counts from the recorded
+        end, so the writes and notifications after it do not lengthen it."""
+        now = time.monotonic()
+        if record.finished_at_ms is None:
+            return now
+        return now - max(0, self._registry.now_ms() - record.finished_at_ms) / 1000
+
+    @staticmethod
+    def _plan_after(
+        service: Service, run: Run, record: ProcessRecord, restarts: tuple[float, ...]
+    ) -> RestartPlan:
+        """What follows ``run``'s end: never a restart after a stop, a lost lease or a
+        shutdown; healthy time counts from readiness when probed, else from the spawn."""
+        stopped, since, now = run.stopped(), run.healthy_since(), time.monotonic()
+        return plan_restart(
+            service.policy,
+            failed=record.status is ProcessStatus.failed,
+            stopped=stopped or service.cancelled.is_set() or bool(record.stop_requested),
+            restarts=restarts,
+            now=now,
+            healthy_s=0.0 if since is None else now - since,
+        )
+
+    def _restart(self, service: Service, start_at: float) -> bool:
+        """The next attempt: registered and leased now (``starting``), spawned at ``start_at``
+        (monotonic) unless the service is stopped meanwhile. False: no attempt runs."""
+        number = len(service.attempts) + 1
+        request = dataclasses.replace(
+            service.template,
+            process_id=attempt_id(service.first_id, number),
+            attempt_of=service.first_id,
+            attempt=number,
+        )
+        prepared = self._starter.prepare(request)
+        service.attempts.append(prepared.ticket.process_id)
+        ended = self._backoff(service, prepared, start_at - time.monotonic())
+        if ended is BackoffEnd.lost:
+            return False
+        if ended is BackoffEnd.go:
+            with contextlib.suppress(SupervisorClosed), self._slot(), service.lock:
+                if not service.cancelled.is_set():
+                    with stdin_source(request.stdin) as source:
+                        service.follow(self._starter.spawn_live(request, prepared, source))
+                    return True
+        service.record = self._cancel_pending(prepared, shutdown=self._closed())
+        return False
+
+    def _backoff(self, service: Service, prepared: Prepared, delay_s: float) -> BackoffEnd:
+        """Wait out the backoff, keeping the pending attempt's lease and watching for stops."""
+        keeper, pid = prepared.keeper, prepared.ticket.process_id
+
+        def stop_requested() -> bool:
+            try:
+                return bool(self._registry.get(pid).stop_requested)
+            except Exception as error:  # a store outage: look again later
+                log.info("process %r: reading its stop requests failed: %s", pid, error)
+                return False
+
+        def renew_due(now: float) -> float | None:
+            if keeper.is_due(now) and keeper.renew(now) is Renewal.lost:
+                return None
+            return keeper.due_at
+
+        return backoff_wait(
+            delay_s, cancelled=service.cancelled, stop_requested=stop_requested, renew_due=renew_due
+        )
+
+    def _cancel_pending(self, prepared: Prepared, *, shutdown: bool) -> ProcessRecord | None:
+        """End an attempt that never ran: ``terminated`` (a stop; ``killed`` if one asked
+        for it) or, during a shutdown, ``terminated``/``runner_shutdown``."""
+        ticket, keeper = prepared.ticket, prepared.keeper
+        if shutdown:
+            result = Outcome(ProcessState.terminated, TerminalReason.runner_shutdown)
+        else:
+            requested = self._registry.get(ticket.process_id).stop_requested
+            if not requested:
+                reason = TerminalReason.terminated
+                self._registry.request_stop(
+                    ticket.process_id, reason, event_id=ticket.ids.stop[reason]
+                )
+            killed = TerminalReason.killed in requested
+            state = ProcessState.killed if killed else ProcessState.terminated
+            result = Outcome(state, TerminalReason(state.value))
+        record = self._writer.record(ticket, keeper, result)
+        if record is not None:
+            self._publisher.publish(ticket.ids.command_id, ticket.handle, ticket.notify_to, record)
+        return record

@@ -1,0 +1,29 @@
+"""The names the Supervisor mints: process handles and process ids (docs/design.md §6.2).
+
+A handle is what ``Supervisor.start`` gives its caller and what a completion notification names:
+16 random bytes, URL-safe base64 without padding (22 characters). It encodes nothing (no pid,
+path, owner or time), so it can be handed to an agent or written to a log safely.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import uuid
+from typing import Final
+
+__all__ = ["HANDLE_BYTES", "new_handle", "new_process_id"]
+
+HANDLE_BYTES: Final = 16
+
+
+def new_handle() -> str:
+    """16 random bytes as URL-safe base64 without padding: 22 characters of [A-Za-z0-9_-]."""
+    return base64.urlsafe_b64encode(secrets.token_bytes(HANDLE_BYTES)).rstrip(b"=").decode()
+
+
+def new_process_id(now_ms: int) -> str:
+    """A fresh process id for a caller that names none: the time first (11 hex digits of
+    milliseconds), so ids sort by creation, then 8 random hex digits, so two processes
+    registered in the same millisecond do not collide."""
+    return f"{now_ms:011x}-{uuid.uuid4().hex[:8]}"
