@@ -18,6 +18,13 @@ SQL_TEXT = re.compile(
     r"\b(SELECT\s+\S|INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|INDEX))"
 )
 LONGEST_FUNCTION = 50
+MOST_METHODS = 40
+"""Per class; the ``ProcessRegistry`` façade alone is larger (each public method a short
+forward, docs/design.md §1.2)."""
+FACADE = SOURCE / "application" / "registry.py"
+LONGEST_SUPERVISOR_CLASS = 400
+LONGEST_SUPERVISOR_MODULE = 600
+APPLICATION = SOURCE / "application"
 
 
 def sources() -> Iterator[Path]:
@@ -94,4 +101,52 @@ def test_sources_cite_the_design_in_the_repository() -> None:
     assert (ROOT / "docs" / "design.md").is_file()
     outside = "DESIGN" + ".md"  # the old contract's name, which lives outside the repository
     found = [str(path.relative_to(ROOT)) for path in sources() if outside in path.read_text()]
+    assert found == []
+
+
+def classes() -> Iterator[tuple[Path, ast.ClassDef]]:
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                yield path, node
+
+
+def test_classes_stay_small() -> None:
+    found = []
+    for path, node in classes():
+        methods = [n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        if len(methods) > MOST_METHODS and path != FACADE:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({len(methods)})")
+    assert found == []
+
+
+def test_the_supervisor_is_built_from_small_parts() -> None:
+    """docs/design.md §1.3: the ``Supervisor`` keeps the public methods and the table of runs;
+    each of its parts is a module of one job."""
+    supervisor = SOURCE / "supervisor"
+    long_modules = [
+        f"{path.name} ({length})"
+        for path in sorted(supervisor.glob("*.py"))
+        if (length := len(path.read_text().splitlines())) > LONGEST_SUPERVISOR_MODULE
+    ]
+    assert long_modules == []
+    (node,) = [n for p, n in classes() if n.name == "Supervisor" and p.parent == supervisor]
+    assert (node.end_lineno or node.lineno) - node.lineno + 1 <= LONGEST_SUPERVISOR_CLASS
+
+
+def test_only_the_application_layer_reaches_the_store_and_the_table_functions() -> None:
+    """What import-linter cannot see: ``registry.store`` (or ``_store``) used outside
+    ``application/``, or a table function of ``adapters/sql`` called from a layer that must
+    go through the façade (docs/design.md §1.2)."""
+    outside = (SOURCE / name for name in ("supervisor", "recovery", "aio", "web", "cli"))
+    found = []
+    for folder in outside:
+        for path in (
+            sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+        ):
+            if not path.is_file():
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if re.search(r"registry\._?store\b|\.store\.attempt\(|adapters\.sql\b", line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert found == []

@@ -43,7 +43,25 @@ def through(
     return [item if isinstance(item, Exception) else next(answers) for item in items]
 
 
-def start_all(starter: Starter, items: Sequence[Opened]) -> list[ProcessHandle | Exception]:
+def start_all(
+    starter: Starter,
+    start_service: Callable[[StartRequest, int | None], ProcessHandle],
+    items: Sequence[Opened | Exception],
+) -> list[ProcessHandle | Exception]:
+    """Each item's start, its own outcome in its place (an error stays as it is): one with
+    a restart policy as a service of its own (``start_service``, §15), the others together."""
+    services = [
+        None
+        if isinstance(item, Exception) or item[0].restart is None
+        else outcome_of(functools.partial(start_service, *item))
+        for item in items
+    ]
+    plain = [item for item, service in zip(items, services, strict=True) if service is None]
+    started = iter(through(plain, functools.partial(_start_plain, starter)))
+    return [next(started) if service is None else service for service in services]
+
+
+def _start_plain(starter: Starter, items: Sequence[Opened]) -> list[ProcessHandle | Exception]:
     """The writes of ``Starter.launch`` for all of ``items`` at once; each its own outcome."""
     prepared = _prepare_all(starter, [request for request, _ in items])
     results: list[ProcessHandle | Exception] = []

@@ -36,7 +36,7 @@ from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.domain.records import ProcessRecord
 from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
-from procledger.supervisor.batches import start_all, through
+from procledger.supervisor.batches import start_all
 from procledger.supervisor.capture import DEFAULT_OUTPUT_LIMIT
 from procledger.supervisor.completion import Completion, Settle, Watch, terminal_record
 from procledger.supervisor.decide import STOP_REASONS
@@ -127,7 +127,17 @@ class Supervisor:
         self._table = RunTable(self._lock)
         self._owners, self._helpers = OwnerThreads(), HelperThreads()
         writer = TerminalWriter(registry, owner, timings, outbox, notice)
-        publisher = Publisher(registry, notifier)
+        self._assemble(timings, output_dir, writer, Publisher(registry, notifier))
+
+    def _assemble(
+        self,
+        timings: LeaseTimings,
+        output_dir: Path | None,
+        writer: TerminalWriter,
+        publisher: Publisher,
+    ) -> None:
+        """The parts, each given only what its one job needs (docs/design.md §1.3)."""
+        registry, owner, stop = self._registry, self._owner, self._stop_policy
         self._completion = Completion(writer, publisher, self._table)
         self._starter = Starter(
             registry,
@@ -234,23 +244,7 @@ class Supervisor:
                 outcome_of(functools.partial(opened, _START, sources, argv, options))
                 for argv, options in starts
             ]
-            services = [
-                None
-                if isinstance(item, Exception) or item[0].restart is None
-                else outcome_of(functools.partial(self._services.start, *item))
-                for item in items
-            ]
-            plain = iter(
-                through(
-                    [
-                        item
-                        for item, service in zip(items, services, strict=True)
-                        if service is None
-                    ],
-                    functools.partial(start_all, self._starter),
-                )
-            )
-            return [next(plain) if service is None else service for service in services]
+            return start_all(self._starter, self._services.start, items)
 
     @contextmanager
     def _start_slot(self) -> Iterator[None]:
