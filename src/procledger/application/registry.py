@@ -23,7 +23,7 @@ from procledger.adapters.sql import envs as env_rows
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.opening import OpenedStore
 from procledger.adapters.sql.store import Tx
-from procledger.application import cipher
+from procledger.application import cipher, recovery_reads
 from procledger.application.grants import Grants
 from procledger.application.handle_rows import (
     HandleRow,
@@ -1067,6 +1067,33 @@ class ProcessRegistry:
     def journal_entries(self, session_id: Any = None) -> list[JournalEntry]:
         """Every journalled command (or one session's), in journal order, consumed included."""
         return self._journal.entries(session_id)
+
+    # -- what recovery walks by (docs/design.md §3.6) ---------------------------------------------
+
+    def non_terminal_ids(self) -> list[str]:
+        """Ids of the processes that have not ended, in code point order: every recovery
+        worker walks them in the same order, whatever order a PostgreSQL collation would give.
+        """
+        return recovery_reads.non_terminal_ids(self.store)
+
+    def held_leases(self, now_ms: int) -> list[Lease]:
+        """The leases live at ``now_ms`` (neither released nor expired) on processes that have
+        not ended, by process id: where a sweep looks for holders that are provably dead."""
+        return recovery_reads.held_leases(self.store, now_ms)
+
+    def record_and_lease(self, process_id: str) -> tuple[ProcessRecord, Lease | None] | None:
+        """The process's record and its stored lease as ``get_lease`` gives it (live or
+        expired; ``None`` when released or never claimed, and for a process that has ended),
+        in one read transaction -- rather than ``get`` and ``get_lease``: several recovery
+        workers look at the same processes, and most of their looks end with this read.
+
+        Returns:
+            ``None`` for a process that does not exist (never registered, or pruned).
+
+        Raises:
+            StoreCorrupt: its stored record cannot be decoded.
+        """
+        return recovery_reads.record_and_lease(self.store, process_id)
 
 
 def _require_lease_or_authority(
