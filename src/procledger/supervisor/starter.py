@@ -6,7 +6,7 @@ transaction: ``starting`` is durable before anything runs), the handle row (only
 completion notification is to be published: ``restore`` must then publish the same one), the
 spawn, then ``started`` or ``backgrounded``. Each lifecycle write carries an id derived from the
 registration (``decide.event_ids``), so a retried start never appends twice and never runs a
-program twice. ``batches.py`` makes the same writes for several starts at once.
+program twice. ``bursts.py`` makes the same writes for several starts at once.
 """
 
 from __future__ import annotations

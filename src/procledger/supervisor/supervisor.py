@@ -36,7 +36,7 @@ from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.domain.records import ProcessRecord
 from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import RecoveryDisposition, TerminalReason
-from procledger.supervisor.batches import start_all
+from procledger.supervisor.bursts import start_all
 from procledger.supervisor.capture import DEFAULT_OUTPUT_LIMIT
 from procledger.supervisor.completion import Completion, Settle, Watch, terminal_record
 from procledger.supervisor.decide import STOP_REASONS
