@@ -2,7 +2,7 @@
 
 A façade over parts that each do one job, in one-way order (§1.3 draws who calls whom):
 ``requests`` checks a start's arguments; ``starter`` makes its durable writes and spawns its
-child (``batches`` does the same for several at once); a ``Run`` (``runs``) is one child's
+child (``bursts`` does the same for several at once); a ``Run`` (``runs``) is one child's
 state and transitions; ``completion`` is a run's one completion path, which ``terminals`` (the
 one place a terminal is written, outbox included) and ``publishing`` (its notification) serve;
 ``stopper`` carries out stops, ``ticker`` keeps leases and notices stops made elsewhere,
