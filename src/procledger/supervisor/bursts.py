@@ -73,7 +73,7 @@ def _start_plain(starter: Starter, items: Sequence[Opened]) -> list[ProcessHandl
                 results.append(run)
                 continue
             spawned.append((len(results), run, request.background))
-            results.append(run.handle_pair)
+            results.append(run.process_handle)
     except BaseException:  # e.g. Ctrl-C: no child spawned so far may go on unowned
         for _, run, _ in spawned:
             starter.abort(run)

@@ -112,7 +112,7 @@ class Run:
         return not (self.ended or self.lease_lost)
 
     @property
-    def handle_pair(self) -> ProcessHandle:
+    def process_handle(self) -> ProcessHandle:
         return ProcessHandle(self.handle, self.process_id)
 
     def claim(self, reason: TerminalReason) -> bool:

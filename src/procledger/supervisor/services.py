@@ -139,7 +139,7 @@ class ServiceRunner:
         with self._lock:
             self._services[service.handle] = service
         self._helpers.start(functools.partial(self._serve, service), name="procledger-service")
-        return run.handle_pair
+        return run.process_handle
 
     def find(self, handle: ProcessHandle | str) -> Service | None:
         key = handle.handle if isinstance(handle, ProcessHandle) else handle

@@ -224,7 +224,7 @@ class Supervisor:
         with self._start_slot(), stdin_source(request.stdin) as source:
             if request.restart is not None:
                 return self._services.start(request, source)
-            return self._starter.launch(request, source).handle_pair
+            return self._starter.launch(request, source).process_handle
 
     def start_all(
         self, starts: Sequence[tuple[Sequence[str], Mapping[str, Any]]]
