@@ -41,9 +41,9 @@ import hashlib
 import re
 import string
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeVar
 
 try:
     from hypothesis import strategies as st
@@ -53,45 +53,42 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         "procledger.testing needs hypothesis: pip install 'procledger[dev]' (or hypothesis)"
     ) from error
 
-from procledger.application.bootstrap import open_registry
-from procledger.application.registry import ProcessRegistry
-from procledger.domain.errors import (
-    AlreadyTerminal,
-    InvalidTransition,
-    ProcessLifecycleValidationError,
-    ProcledgerError,
-    RegistrationConflict,
-    ReplayConflict,
-)
-from procledger.domain.leases import Acquired, CompletionAuthority, Lease, LeaseOwner, LeaseTimings
-from procledger.domain.lifecycle_table import (
-    NOTIFICATION_ROWS,
-    TRANSITIONS,
-    LifecycleRow,
-    lifecycle_table,
-)
-from procledger.domain.notification import ProcessCompletionNotification
-from procledger.domain.process import MAX_SIGNAL, SIGNAL_STATES, Process
-from procledger.domain.records import (
+# The kit uses the package's public names, as the applications it serves do; beyond them only
+# what a public name does not give: the table's sets and the aggregate (for apply_to_process).
+from procledger import (
     MAX_DIAGNOSTIC_BYTES,
     MAX_PROCESS_HANDLE_BYTES,
-    ProcessRecord,
-)
-from procledger.domain.registration import (
+    Acquired,
+    AlreadyTerminal,
+    CompletionAuthority,
     EventType,
     HandleDescriptor,
-    Originator,
-    ProcessInput,
-    ProcessRegistration,
-    SessionScope,
-)
-from procledger.domain.vocabulary import (
+    InvalidTransition,
+    Lease,
+    LeaseOwner,
+    LeaseTimings,
     LifecycleKind,
+    LifecycleRow,
+    Originator,
+    ProcessCompletionNotification,
+    ProcessInput,
+    ProcessLifecycleValidationError,
+    ProcessRecord,
+    ProcessRegistration,
+    ProcessRegistry,
     ProcessState,
     ProcessStatus,
+    ProcledgerError,
     RecoveryDisposition,
+    RegistrationConflict,
+    ReplayConflict,
+    SessionScope,
     TerminalReason,
+    lifecycle_table,
+    open_registry,
 )
+from procledger.domain.lifecycle_table import NOTIFICATION_ROWS, TRANSITIONS
+from procledger.domain.process import MAX_SIGNAL, SIGNAL_STATES, Process
 
 __all__ = [
     "FakeClock",
@@ -205,20 +202,16 @@ def _canonical(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-def _parse_state(value: ProcessState | str | None) -> ProcessState | None:
+_Word = TypeVar("_Word", ProcessState, TerminalReason)
+
+
+def _parse(vocabulary: type[_Word], value: _Word | str | None) -> _Word | None:
+    """``value`` as a word of ``vocabulary``; ``None`` for none or an unknown string, which the
+    model then predicts is refused."""
     if value is None:
         return None
     try:
-        return ProcessState(value)
-    except ValueError:
-        return None
-
-
-def _parse_reason(value: TerminalReason | str | None) -> TerminalReason | None:
-    if value is None:
-        return None
-    try:
-        return TerminalReason(value)
+        return vocabulary(value)
     except ValueError:
         return None
 
@@ -321,10 +314,10 @@ class LifecycleModel:
         """The (state, reason) row the command asks for; ``None`` state when unparseable."""
         kind = command.kind
         implied = kind in _IMPLIED_REASON
-        reason = _IMPLIED_REASON[kind] if implied else _parse_reason(command.reason)
+        reason = _IMPLIED_REASON[kind] if implied else _parse(TerminalReason, command.reason)
         if kind is _K.stop_requested:
             return self.state, reason
-        return _IMPLIED_STATE.get(kind) or _parse_state(command.state), reason
+        return _IMPLIED_STATE.get(kind) or _parse(ProcessState, command.state), reason
 
     def invalid_fields(self, command: LifecycleCommand) -> frozenset[str]:
         """Every validation rule the command breaks (empty when it is well-formed)."""
@@ -819,6 +812,20 @@ def authority_for(disposition: RecoveryDisposition) -> CompletionAuthority:
     return CompletionAuthority.workflow_key("procledger.testing")
 
 
+#: The write a command of each kind goes through: on a ``ProcessRegistry``, on a ``Process``.
+_WRITES: Final[Mapping[LifecycleKind, tuple[str, str]]] = {
+    _K.started: ("record_started", "record_started"),
+    _K.backgrounded: ("record_backgrounded", "record_backgrounded"),
+    _K.stop_requested: ("request_stop", "request_stop"),
+    _K.completed: ("record_completed", "complete"),
+    _K.lost: ("record_lost", "lose"),
+    _K.abandoned: ("record_abandoned", "abandon"),
+}
+#: The ``_PAYLOAD`` fields the writes take by position (in ``_PAYLOAD``'s order); the others
+#: are keywords.
+_POSITIONAL: Final = frozenset({"at_ms", "state", "reason"})
+
+
 def apply_command(
     registry: ProcessRegistry,
     process_id: str,
@@ -832,41 +839,13 @@ def apply_command(
     A terminal write without ``lease`` or ``authority`` uses ``authority_for`` the process's
     disposition (read from the registry).
     """
-    kind, event_id = command.kind, command.event_id
-    if kind is _K.started:
-        return registry.record_started(process_id, _at(command), event_id=event_id)
-    if kind is _K.backgrounded:
-        return registry.record_backgrounded(process_id, _at(command), event_id=event_id)
-    if kind is _K.stop_requested:
-        return registry.request_stop(process_id, _unchecked(command.reason), event_id=event_id)
-    if lease is None and authority is None:
-        authority = authority_for(registry.get(process_id).disposition)
-    if kind is _K.completed:
-        return registry.record_completed(
-            process_id,
-            _unchecked(command.state),
-            _unchecked(command.reason),
-            event_id=event_id,
-            lease=lease,
-            authority=authority,
-            **_completion_details(command),
-        )
-    if kind is _K.lost:
-        return registry.record_lost(
-            process_id,
-            diagnostic=command.diagnostic,
-            event_id=event_id,
-            lease=lease,
-            authority=authority,
-        )
-    return registry.record_abandoned(
-        process_id,
-        _unchecked(command.reason),
-        diagnostic=command.diagnostic,
-        event_id=event_id,
-        lease=lease,
-        authority=authority,
-    )
+    positional, keywords = _write_arguments(command)
+    if command.is_terminal_kind:
+        if lease is None and authority is None:
+            authority = authority_for(registry.get(process_id).disposition)
+        keywords.update(lease=lease, authority=authority)
+    write: Callable[..., ProcessRecord] = getattr(registry, _WRITES[command.kind][0])
+    return write(process_id, *positional, **keywords)
 
 
 def apply_to_process(
@@ -879,47 +858,26 @@ def apply_to_process(
     """Send ``command`` to a ``Process`` aggregate directly (no store); True when it decided to
     append an event. Terminal commands carry ``authority`` (default: ``authority_for`` the
     process's disposition); ``at_ms`` is the time the aggregate records."""
-    kind, event_id = command.kind, command.event_id
-    if kind is _K.started:
-        return process.record_started(_at(command), at_ms=at_ms, event_id=event_id)
-    if kind is _K.backgrounded:
-        return process.record_backgrounded(_at(command), at_ms=at_ms, event_id=event_id)
-    if kind is _K.stop_requested:
-        return process.request_stop(_unchecked(command.reason), at_ms=at_ms, event_id=event_id)
-    granted = authority if authority is not None else authority_for(process.disposition)
-    if kind is _K.completed:
-        return process.complete(
-            _unchecked(command.state),
-            _unchecked(command.reason),
-            event_id=event_id,
-            authority=granted,
-            at_ms=at_ms,
-            **_completion_details(command),
-        )
-    if kind is _K.lost:
-        return process.lose(
-            diagnostic=command.diagnostic, event_id=event_id, authority=granted, at_ms=at_ms
-        )
-    return process.abandon(
-        _unchecked(command.reason),
-        owner=None,
-        evidence_at_ms=None,
-        diagnostic=command.diagnostic,
-        event_id=event_id,
-        authority=granted,
-        at_ms=at_ms,
-    )
+    positional, keywords = _write_arguments(command)
+    if command.is_terminal_kind:
+        granted = authority if authority is not None else authority_for(process.disposition)
+        keywords["authority"] = granted
+    if command.kind is _K.abandoned:
+        keywords.update(owner=None, evidence_at_ms=None)  # no evidence: the registry's default
+    write: Callable[..., bool] = getattr(process, _WRITES[command.kind][1])
+    return write(*positional, at_ms=at_ms, **keywords)
 
 
-def _completion_details(command: LifecycleCommand) -> dict[str, Any]:
-    """What a completion says about how the process ended, as the writes' keywords."""
-    return {
-        "exit_code": command.exit_code,
-        "diagnostic": command.diagnostic,
-        "value": command.value,
-        "signal": command.signal,
-        "survivors": command.survivors,
-    }
+def _write_arguments(command: LifecycleCommand) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments of the command's write, by position and by keyword, as ``_PAYLOAD`` names
+    them: the registry's and the aggregate's writes take the same ones, and add their own (the
+    process id and lease; the time, an abandon's owner), so both are driven from here."""
+    names = _PAYLOAD[command.kind]
+    values = {name: _unchecked(getattr(command, name)) for name in names}
+    if "at_ms" in values:
+        values["at_ms"] = _at(command)
+    positional = [values.pop(name) for name in names if name in _POSITIONAL]
+    return positional, {"event_id": command.event_id, **values}
 
 
 def _at(command: LifecycleCommand) -> int:

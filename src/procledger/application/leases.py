@@ -43,6 +43,19 @@ class FreeProcess:
     acquired: Lease | None
 
 
+@dataclass(frozen=True)
+class NextFreeClaim:
+    """One step of a pass over the processes whose lease is free: the first after ``after``,
+    claimed for ``claimant`` for ``ttl_ms`` when ``wants(record, lapsed)`` says so. One value,
+    so that the façade (``ProcessRegistry.claim_next_free``), the command and its retried
+    transaction pass the question on whole rather than as four parameters each."""
+
+    after: str
+    claimant: LeaseOwner
+    ttl_ms: int
+    wants: Callable[[ProcessRecord, Lease | None], bool]
+
+
 def lease_from_row(process_id: str, row: Any) -> Lease:
     """A ``leases`` table row as a ``Lease`` (the row's ``released`` flag is not checked)."""
     return Lease(
@@ -139,35 +152,20 @@ class Leases:
         )
         return Acquired(lease=lease.model_copy(update={"expires_at_ms": expires_at_ms}))
 
-    def take_next_free(
-        self,
-        after: str,
-        claimant: LeaseOwner,
-        ttl_ms: int,
-        wants: Callable[[ProcessRecord, Lease | None], bool],
-    ) -> FreeProcess | None:
-        """The next process after ``after`` whose lease is free, claimed in the same write
-        transaction when ``wants(record, lapsed)`` says so.
+    def take_next_free(self, claim: NextFreeClaim) -> FreeProcess | None:
+        """The next process after ``claim.after`` whose lease is free, claimed in the same write
+        transaction when ``claim.wants(record, lapsed)`` says so.
 
         No log lock: the record row, locked by the search and checked not terminal, orders
         this claim against a terminal write as the log lock does for ``take`` (a terminal
         append updates that row, so it commits before the search or after this claim)."""
-        check_ttl(ttl_ms)
-        return self.ledger.store.attempt(
-            lambda tx: self._take_next_in(tx, after, claimant, ttl_ms, wants), write=True
-        )
+        check_ttl(claim.ttl_ms)
+        return self.ledger.store.attempt(lambda tx: self._take_next_in(tx, claim), write=True)
 
-    def _take_next_in(
-        self,
-        tx: Tx,
-        after: str,
-        claimant: LeaseOwner,
-        ttl_ms: int,
-        wants: Callable[[ProcessRecord, Lease | None], bool],
-    ) -> FreeProcess | None:
+    def _take_next_in(self, tx: Tx, claim: NextFreeClaim) -> FreeProcess | None:
         tx.batch()  # the lease write goes out with the COMMIT
         now = self.ledger.now_ms()
-        found, row = self._next_free(tx, after, now)
+        found, row = self._next_free(tx, claim.after, now)
         if found is None:
             return None
         process_id = str(found["process_id"])
@@ -176,13 +174,13 @@ class Leases:
             record = decode_record(process_id, found["record"])
         except StoreCorrupt:
             return FreeProcess(process_id, None, lapsed, None)
-        if not wants(record, lapsed):
+        if not claim.wants(record, lapsed):
             return FreeProcess(process_id, record, lapsed, None)
         return FreeProcess(
             process_id,
             record,
             lapsed,
-            take_if_free(tx, process_id, claimant, now, ttl_ms, locked=row),
+            take_if_free(tx, process_id, claim.claimant, now, claim.ttl_ms, locked=row),
         )
 
     @staticmethod

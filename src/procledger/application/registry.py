@@ -32,7 +32,13 @@ from procledger.application.handle_rows import (
     save_handle_row,
 )
 from procledger.application.journal import NotificationJournal
-from procledger.application.leases import FreeProcess, Leases, check_ttl, take_if_free
+from procledger.application.leases import (
+    FreeProcess,
+    Leases,
+    NextFreeClaim,
+    check_ttl,
+    take_if_free,
+)
 from procledger.application.retention import prune_filter, prune_terminal
 from procledger.application.retry import retry_on_conflict
 from procledger.application.sessions import delete_session
@@ -810,7 +816,7 @@ class ProcessRegistry:
         Raises:
             ValueError: ``ttl_ms`` is below 1.
         """
-        return self._leases.take_next_free(after, claimant, ttl_ms, wants)
+        return self._leases.take_next_free(NextFreeClaim(after, claimant, ttl_ms, wants))
 
     def get_lease(self, process_id: str) -> Lease | None:
         """The live or expired (not released) lease of the process, or ``None``.

@@ -1,20 +1,21 @@
 """The closed lifecycle table, defined once as a strict python-statemachine class.
 
 The class is the single source of legality; reasons are not a state-machine concept, so the
-(kind, resulting state) → reasons map sits beside it and is checked against it at import time
-(a transition without reasons, or reasons without a transition, fails the import).
+(kind, resulting state) → reasons map is plain data, written once as ``REASONS`` in
+``domain/lifecycle_table.py``, and checked against the class at import time here (a transition
+without reasons, or reasons without a transition, fails the import).
 
 Nothing at run time imports this module: python-statemachine costs ~23 ms of start-up (asyncio
-included) for what is a frozen set. ``render_table_block`` writes the machine out as the plain
-data of ``domain/lifecycle_table.py``, which the aggregate, ``procledger table`` and the
-notification DTO use; a test holds that block equal to this rendering, and
-``tests/domain/regenerate_lifecycle_table.py`` rewrites it after the machine changes
-(docs/design.md §2.2). The run-time names are re-exported here for callers that predate it.
+included) for what is a frozen set. ``render_table_block`` writes the machine's states and
+transitions out as the plain data of ``domain/lifecycle_table.py``, which the aggregate,
+``procledger table`` and the notification DTO use; a test holds that block equal to this
+rendering, and ``tests/domain/regenerate_lifecycle_table.py`` rewrites it after the machine
+changes (docs/design.md §2.2). The run-time names are re-exported here for callers that predate
+it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from types import MappingProxyType
 
 from statemachine import State, StateMachine
@@ -23,8 +24,10 @@ from procledger.domain.lifecycle_table import (
     GENERATED_BEGIN,
     GENERATED_END,
     NOTIFICATION_ROWS,
+    REASONS,
     TRANSITIONS,
     LifecycleRow,
+    ReasonMap,
     check_row,
     check_transition,
     is_allowed,
@@ -56,7 +59,6 @@ __all__ = [
 
 _S = ProcessState
 _K = LifecycleKind
-_R = TerminalReason
 
 
 class ProcessLifecycle(StateMachine):
@@ -99,29 +101,6 @@ _EVENT_KIND = MappingProxyType(
     }
 )
 
-_STOP_REASONS = (_R.interrupted, _R.terminated, _R.killed)
-
-#: Reasons allowed for a (kind, resulting state). ``None`` means "no reason".
-_REASONS: Mapping[tuple[LifecycleKind, ProcessState], tuple[TerminalReason | None, ...]] = (
-    MappingProxyType(
-        {
-            (_K.started, _S.running): (None,),
-            (_K.backgrounded, _S.running): (None,),
-            (_K.stop_requested, _S.starting): _STOP_REASONS,
-            (_K.stop_requested, _S.running): _STOP_REASONS,
-            (_K.completed, _S.exited): (_R.exited,),
-            (_K.completed, _S.failed): (_R.failed, _R.ready_timeout),
-            (_K.completed, _S.timed_out): (_R.timed_out,),
-            (_K.completed, _S.interrupted): (_R.interrupted,),
-            (_K.completed, _S.terminated): (_R.terminated, _R.runner_shutdown, _R.output_limit),
-            (_K.completed, _S.killed): (_R.killed, _R.runner_shutdown, _R.output_limit),
-            (_K.completed, _S.signaled): (_R.signaled,),
-            (_K.lost, _S.lost_on_restore): (_R.lost_on_restore,),
-            (_K.abandoned, _S.abandoned): (_R.owner_drain, _R.owner_dead, _R.abandon_requested),
-        }
-    )
-)
-
 
 def machine_transitions() -> frozenset[tuple[ProcessState, LifecycleKind, ProcessState]]:
     """Every ``(from_state, kind, to_state)`` the machine class declares."""
@@ -139,16 +118,15 @@ def machine_transitions() -> frozenset[tuple[ProcessState, LifecycleKind, Proces
     return frozenset(found)
 
 
-def machine_reasons() -> Mapping[
-    tuple[LifecycleKind, ProcessState], tuple[TerminalReason | None, ...]
-]:
-    """The reasons beside the machine, per (kind, resulting state), in their declared order."""
-    return _REASONS
+def machine_reasons() -> ReasonMap:
+    """The reasons per (kind, resulting state), in their declared order: the plain data of
+    ``lifecycle_table.REASONS``, whose keys this module's import holds equal to the machine's."""
+    return REASONS
 
 
 _TARGETS = frozenset((kind, to) for _, kind, to in machine_transitions())
-if frozenset(_REASONS) != _TARGETS:  # pragma: no cover - a broken edit of this module
-    raise RuntimeError(f"reasons and transitions disagree: {_TARGETS ^ frozenset(_REASONS)}")
+if frozenset(REASONS) != _TARGETS:  # pragma: no cover - a broken edit of the machine or table
+    raise RuntimeError(f"reasons and transitions disagree: {_TARGETS ^ frozenset(REASONS)}")
 
 
 def _member(prefix: str, member: ProcessState | LifecycleKind | TerminalReason | None) -> str:
@@ -162,10 +140,17 @@ def machine_states() -> tuple[list[ProcessState], frozenset[ProcessState]]:
     return listed, frozenset(ProcessState(state.value) for state in states if state.final)
 
 
-def _states(indent: str, *, final: bool | None) -> list[str]:
+def _state_lines() -> list[str]:
+    """``STATES`` listed, then ``FINAL_STATES`` as all of them but the few that are not final:
+    a second list would repeat nine of the eleven."""
     listed, finals = machine_states()
-    chosen = [state for state in listed if final is None or state in finals]
-    return [f"{indent}{_member('_S', state)}," for state in chosen]
+    going = ", ".join(_member("_S", state) for state in listed if state not in finals)
+    return [
+        "STATES: tuple[ProcessState, ...] = (",
+        *(f"    {_member('_S', state)}," for state in listed),
+        ")",
+        f"FINAL_STATES: frozenset[ProcessState] = frozenset(STATES) - {{{going}}}",
+    ]
 
 
 def _transition_lines() -> list[str]:
@@ -178,16 +163,6 @@ def _transition_lines() -> list[str]:
         f"        ({_member('_S', f)}, {_member('_K', k)}, {_member('_S', t)}),"
         for f, k, t in moves
     ]
-
-
-def _reason_lines() -> list[str]:
-    lines = []
-    for (kind, state), reasons in _REASONS.items():
-        listed = ", ".join(_member("_R", reason) for reason in reasons)
-        if len(reasons) == 1:
-            listed += ","
-        lines.append(f"        ({_member('_K', kind)}, {_member('_S', state)}): ({listed}),")
-    return lines
 
 
 def replace_table_block(module_text: str) -> str:
@@ -203,29 +178,16 @@ def replace_table_block(module_text: str) -> str:
 
 def render_table_block() -> str:
     """The generated block of ``domain/lifecycle_table.py``, from its first marker line to its
-    last, as the machine and its reasons say it must read (ruff-formatted)."""
+    last, as the machine's states and transitions say it must read (ruff-formatted)."""
     return "\n".join(
         [
             GENERATED_BEGIN,
             "#: The machine's states, the initial one first, and those that are final.",
-            "STATES: tuple[ProcessState, ...] = (",
-            *_states("    ", final=None),
-            ")",
-            "FINAL_STATES: frozenset[ProcessState] = frozenset(",
-            "    {",
-            *_states("        ", final=True),
-            "    }",
-            ")",
+            *_state_lines(),
             "#: Every legal ``(from_state, kind, to_state)``.",
             "TRANSITIONS: frozenset[Move] = frozenset(",
             "    {",
             *_transition_lines(),
-            "    }",
-            ")",
-            '#: Reasons allowed for a (kind, resulting state), in order; ``None``: "no reason".',
-            "REASONS: ReasonMap = MappingProxyType(",
-            "    {",
-            *_reason_lines(),
             "    }",
             ")",
             GENERATED_END,

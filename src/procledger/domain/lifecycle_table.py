@@ -1,13 +1,14 @@
 """The closed lifecycle table as plain data, and every check and rendering made of it
 (docs/design.md §2.1, §2.2).
 
-The table is defined once, as the strict python-statemachine class in ``domain/lifecycle.py``.
-Importing python-statemachine costs ~23 ms of start-up (asyncio included) for what is a frozen
-set, so the block below is that class written out as data (by
-``tests/domain/regenerate_lifecycle_table.py``; a test holds the two equal — states,
-transitions and reasons) and nothing on a run-time path imports the machine: the aggregate,
-``procledger table`` and the notification DTO use this module. Every check is a set lookup
-(~0.1 µs, against ~0.5 ms to build a machine).
+The machine -- its states and transitions -- is defined once, as the strict python-statemachine
+class in ``domain/lifecycle.py``. Importing python-statemachine costs ~23 ms of start-up (asyncio
+included) for what is a frozen set, so the generated block below is that class written out as
+data (by ``tests/domain/regenerate_lifecycle_table.py``; a test holds the two equal) and nothing
+on a run-time path imports the machine: the aggregate, ``procledger table`` and the notification
+DTO use this module. Reasons are not a state-machine concept, so ``REASONS`` is written here
+once, by hand, and ``domain/lifecycle.py`` refuses to import when they and the machine's
+transitions disagree. Every check is a set lookup (~0.1 µs, against ~0.5 ms to build a machine).
 """
 
 from __future__ import annotations
@@ -34,6 +35,28 @@ GENERATED_BEGIN = (
 )
 GENERATED_END = "# -- end of the generated block"
 
+_STOP_REASONS = (_R.interrupted, _R.terminated, _R.killed)
+
+#: Reasons allowed for a (kind, resulting state), in order; ``None``: "no reason". Written here
+#: once, not generated: ``domain/lifecycle.py`` holds the keys equal to the machine's moves.
+REASONS: ReasonMap = MappingProxyType(
+    {
+        (_K.started, _S.running): (None,),
+        (_K.backgrounded, _S.running): (None,),
+        (_K.stop_requested, _S.starting): _STOP_REASONS,
+        (_K.stop_requested, _S.running): _STOP_REASONS,
+        (_K.completed, _S.exited): (_R.exited,),
+        (_K.completed, _S.failed): (_R.failed, _R.ready_timeout),
+        (_K.completed, _S.timed_out): (_R.timed_out,),
+        (_K.completed, _S.interrupted): (_R.interrupted,),
+        (_K.completed, _S.terminated): (_R.terminated, _R.runner_shutdown, _R.output_limit),
+        (_K.completed, _S.killed): (_R.killed, _R.runner_shutdown, _R.output_limit),
+        (_K.completed, _S.signaled): (_R.signaled,),
+        (_K.lost, _S.lost_on_restore): (_R.lost_on_restore,),
+        (_K.abandoned, _S.abandoned): (_R.owner_drain, _R.owner_dead, _R.abandon_requested),
+    }
+)
+
 # -- generated from domain/lifecycle.py by tests/domain/regenerate_lifecycle_table.py
 #: The machine's states, the initial one first, and those that are final.
 STATES: tuple[ProcessState, ...] = (
@@ -49,19 +72,7 @@ STATES: tuple[ProcessState, ...] = (
     _S.lost_on_restore,
     _S.abandoned,
 )
-FINAL_STATES: frozenset[ProcessState] = frozenset(
-    {
-        _S.exited,
-        _S.failed,
-        _S.timed_out,
-        _S.interrupted,
-        _S.terminated,
-        _S.killed,
-        _S.signaled,
-        _S.lost_on_restore,
-        _S.abandoned,
-    }
-)
+FINAL_STATES: frozenset[ProcessState] = frozenset(STATES) - {_S.starting, _S.running}
 #: Every legal ``(from_state, kind, to_state)``.
 TRANSITIONS: frozenset[Move] = frozenset(
     {
@@ -84,24 +95,6 @@ TRANSITIONS: frozenset[Move] = frozenset(
         (_S.running, _K.completed, _S.signaled),
         (_S.running, _K.lost, _S.lost_on_restore),
         (_S.running, _K.abandoned, _S.abandoned),
-    }
-)
-#: Reasons allowed for a (kind, resulting state), in order; ``None``: "no reason".
-REASONS: ReasonMap = MappingProxyType(
-    {
-        (_K.started, _S.running): (None,),
-        (_K.backgrounded, _S.running): (None,),
-        (_K.stop_requested, _S.starting): (_R.interrupted, _R.terminated, _R.killed),
-        (_K.stop_requested, _S.running): (_R.interrupted, _R.terminated, _R.killed),
-        (_K.completed, _S.exited): (_R.exited,),
-        (_K.completed, _S.failed): (_R.failed, _R.ready_timeout),
-        (_K.completed, _S.timed_out): (_R.timed_out,),
-        (_K.completed, _S.interrupted): (_R.interrupted,),
-        (_K.completed, _S.terminated): (_R.terminated, _R.runner_shutdown, _R.output_limit),
-        (_K.completed, _S.killed): (_R.killed, _R.runner_shutdown, _R.output_limit),
-        (_K.completed, _S.signaled): (_R.signaled,),
-        (_K.lost, _S.lost_on_restore): (_R.lost_on_restore,),
-        (_K.abandoned, _S.abandoned): (_R.owner_drain, _R.owner_dead, _R.abandon_requested),
     }
 )
 # -- end of the generated block

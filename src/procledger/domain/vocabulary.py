@@ -35,6 +35,11 @@ _GOING_STATES = frozenset({ProcessState.starting, ProcessState.running})
 
 
 class TerminalReason(StrEnum):
+    """Why a process ended. The first seven, and ``lost_on_restore``, are named like the state
+    they end in on purpose: each is that state's plain reason (docs/design.md §2.1), and the
+    supervisor finds one from the other by value (``TerminalReason(state.value)``). The words
+    are shared, not the enum: each is its own closed JSON vocabulary, spelled out for mypy."""
+
     exited = "exited"
     failed = "failed"
     timed_out = "timed_out"
