@@ -380,7 +380,7 @@ def test_every_event_class_round_trips() -> None:
     terminals = {
         "completed": lambda p: p.complete(
             "exited", "exited", exit_code=0, diagnostic=None, value=None,
-            event_id=None, authority=None, at_ms=9, output=(OUTPUT, {"stdout": "aGk="}),
+            event_id=None, authority=None, at_ms=9, output=OUTPUT, tails={"stdout": "aGk="},
         ),
         "lost": lambda p: p.lose(diagnostic="x", event_id=None, authority=None, at_ms=9),
         "abandoned": lambda p: p.abandon(
