@@ -266,7 +266,7 @@ def stored_event_classes() -> set[type[Any]]:
         for value in vars(aggregate).values():
             if isinstance(value, type) and issubclass(value, CanMutateAggregate):
                 found.update([value] if "TOPIC" in vars(value) else [])
-    bases = {Process.Event, Process.Terminal, Session.Event}
+    bases = {Process.Event, Process.Terminal, Process.Running, Session.Event}
     return found - bases
 
 

@@ -23,10 +23,11 @@ import hashlib
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
+from pydantic import BaseModel
 
 from procledger.domain.caches import (
     check_registration_hash,
@@ -75,11 +76,10 @@ __all__ = [
     "SIGNAL_STATES",
     "TERMINAL_KINDS",
     "Process",
-    "backgrounded_fingerprint",
     "os_document",
     "process_key_hex",
     "process_uuid",
-    "started_fingerprint",
+    "running_fingerprint",
     "timestamp_of",
 ]
 
@@ -118,6 +118,32 @@ def timestamp_of(at_ms: int) -> datetime:
 _DISPOSITIONS = {disposition.value: disposition for disposition in RecoveryDisposition}
 
 
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+class Parsed(Generic[_Model]):
+    """An aggregate's ``<name>``: the JSON its events stored as ``<name>_json``, parsed as
+    ``model`` only when a reader asks for it, and once (kept in ``_<name>``). Replay assigns
+    the JSON and never pays for a validation nobody reads."""
+
+    def __init__(self, model: type[_Model]) -> None:
+        self.model = model
+        self.source = self.cache = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.source, self.cache = f"{name}_json", f"_{name}"
+
+    def __get__(self, process: object, owner: type | None = None) -> _Model | None:
+        document = getattr(process, self.source)
+        if document is None:
+            return None
+        parsed: _Model | None = getattr(process, self.cache)
+        if parsed is None:
+            parsed = self.model.model_validate(document)
+            setattr(process, self.cache, parsed)
+        return parsed
+
+
 class Process(Aggregate):
     TOPIC = "procledger:Process"
 
@@ -154,19 +180,24 @@ class Process(Aggregate):
             self.apply(process)
             return process
 
-    class Started(Event):
-        """v2 (0.2.0): ``os``, the child's OS facts; v1 events read back with ``os=None``."""
+    class Running(Event):
+        """Base of the two events that make a process running, which carry the child's OS
+        facts since v2 (0.2.0): ``os``; v1 events read back with ``os=None`` (§11.3)."""
 
-        TOPIC = "procledger:Process.Started"
+        TOPIC = "procledger:Process.Running"
         class_version = 2
         state: str
-        started_at_ms: int
         event_id: str | None
         os: dict[str, Any] | None
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             state["os"] = None
+
+    class Started(Running):
+        TOPIC = "procledger:Process.Started"
+        class_version = 2
+        started_at_ms: int
 
         def evolve(self, process: Process) -> None:
             process.state = STATES[self.state]
@@ -175,25 +206,15 @@ class Process(Aggregate):
             process.remember(self)
 
         def fingerprint(self) -> str:
-            return started_fingerprint(self.started_at_ms, self.os)
+            return running_fingerprint("started", self.started_at_ms, self.os)
 
-    class Backgrounded(Event):
-        """v2 (0.2.0): ``os``, the child's OS facts; v1 events read back with ``os=None``.
-
-        A background run is never ``Started``, so this is the event that made it running and
-        its facts are the run's; after a ``Started`` it only fills facts that one lacked.
-        """
+    class Backgrounded(Running):
+        """A background run is never ``Started``, so this is the event that made it running and
+        its facts are the run's; after a ``Started`` it only fills facts that one lacked."""
 
         TOPIC = "procledger:Process.Backgrounded"
         class_version = 2
-        state: str
         backgrounded_at_ms: int
-        event_id: str | None
-        os: dict[str, Any] | None
-
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["os"] = None
 
         def evolve(self, process: Process) -> None:
             if process.started_at_ms is None:
@@ -205,7 +226,7 @@ class Process(Aggregate):
             process.remember(self)
 
         def fingerprint(self) -> str:
-            return backgrounded_fingerprint(self.backgrounded_at_ms, self.os)
+            return running_fingerprint("backgrounded", self.backgrounded_at_ms, self.os)
 
     class StopRequested(Event):
         TOPIC = "procledger:Process.StopRequested"
@@ -505,31 +526,12 @@ class Process(Aggregate):
         process_id: str = self.registration_json["id"]
         return process_id
 
-    @property
-    def first_started(self) -> OwnerStamp | None:
-        if self.first_started_json is None:
-            return None
-        if self._first_started is None:
-            self._first_started = OwnerStamp.model_validate(self.first_started_json)
-        return self._first_started
-
-    @property
-    def os(self) -> OsFacts | None:
-        """The running child's OS facts, parsed only when a reader asks for them."""
-        if self.os_json is None:
-            return None
-        if self._os is None:
-            self._os = OsFacts.model_validate(self.os_json)
-        return self._os
-
-    @property
-    def output(self) -> OutputSummary | None:
-        """The run's output summary, parsed only when a reader asks for it."""
-        if self.output_json is None:
-            return None
-        if self._output is None:
-            self._output = OutputSummary.model_validate(self.output_json)
-        return self._output
+    first_started = Parsed(OwnerStamp)
+    """Who started the process first, and when (``first_started_json`` parsed)."""
+    os = Parsed(OsFacts)
+    """The running child's OS facts (``os_json`` parsed)."""
+    output = Parsed(OutputSummary)
+    """The run's output summary (``output_json`` parsed)."""
 
     @property
     def os_pid(self) -> int | None:
@@ -599,7 +601,9 @@ class Process(Aggregate):
         os: OsFacts | None = None,
     ) -> bool:
         os_json = os_document(os)
-        if self._is_replay(event_id, lambda: started_fingerprint(started_at_ms, os_json)):
+        if self._is_replay(
+            event_id, lambda: running_fingerprint("started", started_at_ms, os_json)
+        ):
             return False
         check_transition(
             self.state, LifecycleKind.started, ProcessState.running, process_id=self.process_id
@@ -623,8 +627,9 @@ class Process(Aggregate):
         os: OsFacts | None = None,
     ) -> bool:
         os_json = os_document(os)
-        fingerprint = functools.partial(backgrounded_fingerprint, backgrounded_at_ms, os_json)
-        if self._is_replay(event_id, fingerprint):
+        if self._is_replay(
+            event_id, lambda: running_fingerprint("backgrounded", backgrounded_at_ms, os_json)
+        ):
             return False
         kind, target = LifecycleKind.backgrounded, ProcessState.running
         check_transition(self.state, kind, target, process_id=self.process_id)
@@ -973,17 +978,11 @@ def os_document(os: OsFacts | None) -> dict[str, Any] | None:
     return None if os is None else os.model_dump(mode="json")
 
 
-def started_fingerprint(started_at_ms: int, os: dict[str, Any] | None) -> str:
-    """A retry is identical when it names the same start time and the same child; the OS
-    facts join the fingerprint only when present, so a v1 event (``os=None``) keeps the
-    fingerprint 0.1.0 gave it and a retry from 0.1.0-era code still matches it."""
+def running_fingerprint(kind: str, at_ms: int, os: dict[str, Any] | None) -> str:
+    """A ``started``/``backgrounded`` retry is identical when it names the same time and the
+    same child; the OS facts join the fingerprint only when present, so a v1 event
+    (``os=None``) keeps the fingerprint 0.1.0 gave it and a retry from 0.1.0-era code still
+    matches it (docs/design.md §11.3)."""
     if os is None:
-        return fingerprint("started", started_at_ms)
-    return fingerprint("started", started_at_ms, os)
-
-
-def backgrounded_fingerprint(backgrounded_at_ms: int, os: dict[str, Any] | None) -> str:
-    """As ``started_fingerprint``: the same child, or no facts on either side."""
-    if os is None:
-        return fingerprint("backgrounded", backgrounded_at_ms)
-    return fingerprint("backgrounded", backgrounded_at_ms, os)
+        return fingerprint(kind, at_ms)
+    return fingerprint(kind, at_ms, os)
