@@ -12,6 +12,9 @@ JSON changed carries ``upcast_vN_vN+1`` static methods the codec applies to olde
 Error order for every write: validation, identical replay (a no-op), state, then authority
 (the lease, which needs the store, is the registry's last check).
 
+How a completion ended is one value, ``domain/outcome.py``'s ``Outcome``: checked and
+fingerprinted there, turned into the ``Completed`` event here by ``end`` (docs/design.md §6.2).
+
 Reading lives elsewhere, so this module stays about decisions: ``rendering`` turns an
 aggregate into its record and log entries, ``caches`` keeps per-registration work.
 """
@@ -23,7 +26,7 @@ import hashlib
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
@@ -133,7 +136,13 @@ class Parsed(Generic[_Model]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.source, self.cache = f"{name}_json", f"_{name}"
 
-    def __get__(self, process: object, owner: type | None = None) -> _Model | None:
+    @overload
+    def __get__(self, process: None, owner: type) -> Parsed[_Model]: ...
+    @overload
+    def __get__(self, process: object, owner: type | None = None) -> _Model | None: ...
+    def __get__(self, process: object, owner: type | None = None) -> Parsed[_Model] | _Model | None:
+        if process is None:
+            return self  # asked of the class: the descriptor, as a property answers
         document = getattr(process, self.source)
         if document is None:
             return None
