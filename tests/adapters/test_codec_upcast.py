@@ -266,7 +266,7 @@ def stored_event_classes() -> set[type[Any]]:
         for value in vars(aggregate).values():
             if isinstance(value, type) and issubclass(value, CanMutateAggregate):
                 found.update([value] if "TOPIC" in vars(value) else [])
-    bases = {Process.Event, Process.Terminal, Session.Event}
+    bases = {Process.Event, Process.Terminal, Process.Running, Session.Event}
     return found - bases
 
 
@@ -380,7 +380,7 @@ def test_every_event_class_round_trips() -> None:
     terminals = {
         "completed": lambda p: p.complete(
             "exited", "exited", exit_code=0, diagnostic=None, value=None,
-            event_id=None, authority=None, at_ms=9, output=(OUTPUT, {"stdout": "aGk="}),
+            event_id=None, authority=None, at_ms=9, output=OUTPUT, tails={"stdout": "aGk="},
         ),
         "lost": lambda p: p.lose(diagnostic="x", event_id=None, authority=None, at_ms=9),
         "abandoned": lambda p: p.abandon(

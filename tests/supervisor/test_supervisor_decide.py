@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from procledger.domain.lifecycle import check_row
-from procledger.domain.process import check_completion_fields
+from procledger.domain.outcome import check_completion_fields
 from procledger.domain.records import MAX_DIAGNOSTIC_BYTES
 from procledger.domain.vocabulary import LifecycleKind, ProcessState, TerminalReason
 from procledger.supervisor.decide import (

@@ -27,6 +27,8 @@ import orjson
 
 from procledger.adapters import state_dir
 from procledger.domain.leases import LeaseOwner
+from procledger.domain.outcome import Outcome
+from procledger.domain.records import OutputSummary
 
 if TYPE_CHECKING:
     from procledger.adapters.sql.location import StoreLocation
@@ -35,6 +37,10 @@ __all__ = ["Outbox", "OutboxEntry", "default_outbox"]
 
 FORMAT: Final = 1
 """The entry format; an entry of another format is left alone (a newer procledger's)."""
+
+_COPIED: Final = ("exit_code", "diagnostic", "signal")
+"""The outcome's fields an entry keeps as they are; the others change form (members to their
+words, the output summary to its JSON)."""
 
 _SUFFIX: Final = ".json"
 _log = logging.getLogger("procledger.outbox")
@@ -64,6 +70,61 @@ class OutboxEntry:
     output: dict[str, Any] | None = None
     tails: dict[str, str] | None = None
     format: int = FORMAT
+
+    @classmethod
+    def of(
+        cls,
+        outcome: Outcome,
+        *,
+        store: str,
+        host_id: str,
+        process_id: str,
+        registration_hash: str,
+        event_id: str,
+        owner: dict[str, Any],
+        written_at_ms: int,
+    ) -> OutboxEntry:
+        """The entry that saves ``outcome``: its fields in the stored JSON form entries have
+        always had (files an older version left must still load, docs/design.md §6.3).
+
+        Raises:
+            ValueError: ``outcome`` has a ``value``: an entry has no field for one (a
+                supervised run never has one; a runner's is recorded directly).
+        """
+        if outcome.value is not None:
+            raise ValueError("an outbox entry cannot carry an outcome's value")
+        output = outcome.output
+        return cls(
+            store=store,
+            host_id=host_id,
+            process_id=process_id,
+            registration_hash=registration_hash,
+            event_id=event_id,
+            state=outcome.state.value,
+            reason=outcome.reason.value,
+            owner=owner,
+            written_at_ms=written_at_ms,
+            survivors=list(outcome.survivors),
+            output=None if output is None else output.model_dump(mode="json"),
+            tails=None if outcome.tails is None else dict(outcome.tails),
+            **{name: getattr(outcome, name) for name in _COPIED},
+        )
+
+    def outcome(self) -> Outcome:
+        """The outcome this entry saved, checked again (a file may be damaged or edited).
+
+        Raises:
+            ProcessLifecycleValidationError: the entry's fields are not a valid completion.
+        """
+        output = None if self.output is None else OutputSummary.model_validate(self.output)
+        return Outcome.of(
+            self.state,
+            self.reason,
+            survivors=self.survivors,
+            output=output,
+            tails=self.tails,
+            **{name: getattr(self, name) for name in _COPIED},
+        )
 
     @property
     def lease_owner(self) -> LeaseOwner:

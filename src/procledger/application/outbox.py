@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from procledger.adapters.outbox import Outbox, OutboxEntry, store_key
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
 from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings, local_liveness
-from procledger.domain.records import OutputSummary, ProcessRecord
+from procledger.domain.records import ProcessRecord
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -50,18 +50,8 @@ def record_entry(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) ->
 
 def entry_write(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) -> Write:
     """The write ``record_entry`` makes, for ``ProcessRegistry.write_all``."""
-    return registry.completed_write(
-        entry.process_id,
-        entry.state,
-        entry.reason,
-        exit_code=entry.exit_code,
-        diagnostic=entry.diagnostic,
-        event_id=entry.event_id,
-        lease=lease,
-        signal=entry.signal,
-        survivors=entry.survivors,
-        output=None if entry.output is None else OutputSummary.model_validate(entry.output),
-        tails=entry.tails,
+    return registry.outcome_write(
+        entry.process_id, entry.outcome(), event_id=entry.event_id, lease=lease
     )
 
 

@@ -47,6 +47,7 @@ from procledger.application.unit_of_work import (
     Loaded,
     Write,
     each_its_own,
+    made,
     outcome_of,
 )
 from procledger.application.verify import VerifyReport, verify_ledger
@@ -56,6 +57,7 @@ from procledger.domain.errors import (
     AuthorityRejected,
     LeaseLost,
     NotFound,
+    ProcessLifecycleValidationError,
     RegistrationConflict,
     StoreCorrupt,
     StoreUnavailable,
@@ -63,6 +65,7 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import Acquired, Busy, CompletionAuthority, Lease, LeaseOwner
 from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.outcome import Outcome
 from procledger.domain.process import Process, process_uuid
 from procledger.domain.records import (
     ExternalRef,
@@ -407,45 +410,6 @@ class ProcessRegistry:
             lambda p, now: p.request_stop(reason, at_ms=now, event_id=_id(event_id)),
         )
 
-    def record_completed(
-        self,
-        process_id: str,
-        state: ProcessState | str,
-        reason: TerminalReason | str,
-        *,
-        exit_code: int | None = None,
-        diagnostic: str | None = None,
-        value: Any = None,
-        event_id: str | None = None,
-        lease: Lease | None = None,
-        authority: CompletionAuthority | None = None,
-        signal: int | None = None,
-        survivors: Sequence[int] = (),
-        output: OutputSummary | None = None,
-        tails: dict[str, str] | None = None,
-    ) -> ProcessRecord:
-        """Record how the process ended (a row of the closed lifecycle table).
-
-        Needs a live ``lease`` (checked and released in the same transaction) or a
-        ``CompletionAuthority``; an identical retry (same ``event_id`` and fields) is a no-op.
-        ``signal``: the signal that ended the child (``signaled`` needs it; a stop's states may
-        have it); ``survivors``: OS pids a tree stop left alive; ``output``/``tails`` (§14).
-
-        Raises:
-            ProcessLifecycleValidationError: ``(state, reason, exit_code)`` is not a legal row,
-                or ``signal``/``survivors`` break their rules (``.field`` names which).
-            AlreadyTerminal: the process ended differently before.
-            LeaseLost: the lease is missing, expired or superseded (nothing is written).
-            AuthorityRejected: neither a lease nor a valid authority was given.
-        """
-        return self._ledger.make(
-            self.completed_write(
-                process_id, state, reason, exit_code=exit_code, diagnostic=diagnostic,
-                value=value, event_id=event_id, lease=lease, authority=authority,
-                signal=signal, survivors=survivors, output=output, tails=tails,
-            )
-        )  # fmt: skip
-
     def completed_write(
         self,
         process_id: str,
@@ -463,23 +427,66 @@ class ProcessRegistry:
         output: OutputSummary | None = None,
         tails: dict[str, str] | None = None,
     ) -> Write:
-        """The write ``record_completed`` makes, for ``write_all``."""
+        """The write ``record_completed`` makes, for ``write_all``: its ``Outcome``, made once
+        from the keywords, written by ``outcome_write``."""
+        try:
+            outcome = Outcome.of(
+                state, reason, exit_code=exit_code, diagnostic=diagnostic, value=value,
+                signal=signal, survivors=survivors, output=output, tails=tails,
+            )  # fmt: skip
+        except ProcessLifecycleValidationError as invalid:
+            return self._refused(process_id, invalid)
+        return self.outcome_write(
+            process_id, outcome, event_id=event_id, lease=lease, authority=authority
+        )
+
+    @staticmethod
+    def _refused(process_id: str, error: Exception) -> Write:
+        """A write that raises ``error`` when made, after the process is loaded: an unknown
+        process is still ``NotFound`` and ``write_all`` hands the error to its own write, as
+        when the aggregate checked the fields."""
+
+        def decide(process: Process, now: int) -> None:
+            raise error
+
+        return Write(process_id, decide)
+
+    record_completed = made(
+        completed_write,
+        """Record how the process ended (a row of the closed lifecycle table).
+
+        Needs a live ``lease`` (checked and released in the same transaction) or a
+        ``CompletionAuthority``; an identical retry (same ``event_id`` and fields) is a no-op.
+        ``signal``: the signal that ended the child (``signaled`` needs it; a stop's states may
+        have it); ``survivors``: OS pids a tree stop left alive; ``output``/``tails`` (§14).
+
+        Raises:
+            ProcessLifecycleValidationError: ``(state, reason, exit_code)`` is not a legal row,
+                or ``signal``/``survivors`` break their rules (``.field`` names which).
+            AlreadyTerminal: the process ended differently before.
+            LeaseLost: the lease is missing, expired or superseded (nothing is written).
+            AuthorityRejected: neither a lease nor a valid authority was given.
+        """,
+    )
+
+    def outcome_write(
+        self,
+        process_id: str,
+        outcome: Outcome,
+        *,
+        event_id: str | None = None,
+        lease: Lease | None = None,
+        authority: CompletionAuthority | None = None,
+    ) -> Write:
+        """The write of a completion whose ``Outcome`` is made (the supervisor's, an outbox
+        entry's), for ``make``/``write_all``; as ``record_completed`` otherwise
+        (docs/design.md §3.2, §6.3)."""
         return self._terminal_write(
             process_id,
             lease,
             authority,
-            lambda process, now: process.complete(
-                state,
-                reason,
-                exit_code=exit_code,
-                diagnostic=diagnostic,
-                value=value,
-                event_id=_id(event_id),
-                authority=authority,
-                at_ms=now,
-                signal=signal,
-                survivors=survivors,
-                output=None if output is None else (output, tails or {}),
+            lambda process, now: process.end(
+                outcome, event_id=_id(event_id), authority=authority, at_ms=now
             ),
         )
 

@@ -16,12 +16,14 @@ transaction records the new last event in ``heads`` (docs/design.md §13).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
+import inspect
 import re
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import islice
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
@@ -522,6 +524,36 @@ def outcome_of(call: Callable[[], T]) -> T | Exception:
         return call()
     except Exception as error:  # handed to the caller it belongs to
         return error
+
+
+class Maker(Protocol):
+    """What makes a ``Write`` alone (``ProcessRegistry.make``)."""
+
+    def make(self, write: Write) -> ProcessRecord: ...
+
+
+M = TypeVar("M", bound=Maker)
+P = ParamSpec("P")
+
+
+def made(
+    write: Callable[Concatenate[M, P], Write], doc: str
+) -> Callable[Concatenate[M, P], ProcessRecord]:
+    """The ``record_*`` method of a ``*_write`` method: the same parameters, written once
+    (one signature instead of two spelled alike), and the write made alone.
+    ``help()`` shows those parameters, the record it returns and ``doc``."""
+
+    @functools.wraps(write)
+    def record(self: M, /, *args: P.args, **kwargs: P.kwargs) -> ProcessRecord:
+        return self.make(write(self, *args, **kwargs))
+
+    record.__doc__ = doc
+    record.__name__ = "record_" + write.__name__.removesuffix("_write")
+    record.__qualname__ = write.__qualname__.removesuffix(write.__name__) + record.__name__
+    record.__signature__ = inspect.signature(write).replace(  # type: ignore[attr-defined]
+        return_annotation="ProcessRecord"
+    )
+    return record
 
 
 def stored_event(key: UUID, row: Any) -> StoredEvent:

@@ -12,6 +12,9 @@ JSON changed carries ``upcast_vN_vN+1`` static methods the codec applies to olde
 Error order for every write: validation, identical replay (a no-op), state, then authority
 (the lease, which needs the store, is the registry's last check).
 
+How a completion ended is one value, ``domain/outcome.py``'s ``Outcome``: checked and
+fingerprinted there, turned into the ``Completed`` event here by ``end`` (docs/design.md §6.2).
+
 Reading lives elsewhere, so this module stays about decisions: ``rendering`` turns an
 aggregate into its record and log entries, ``caches`` keeps per-registration work.
 """
@@ -23,10 +26,11 @@ import hashlib
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
+from pydantic import BaseModel
 
 from procledger.domain.caches import (
     check_registration_hash,
@@ -39,15 +43,22 @@ from procledger.domain.errors import (
     AlreadyTerminal,
     AuthorityRejected,
     InvalidTransition,
-    ProcessLifecycleValidationError,
     ReplayConflict,
     UndeclaredEventType,
 )
 from procledger.domain.leases import CompletionAuthority, LeaseOwner, authority_payload
 from procledger.domain.lifecycle_table import check_row, check_transition
-from procledger.domain.model import canonical_json
+from procledger.domain.outcome import (
+    MAX_SIGNAL,
+    REASONS,
+    SIGNAL_STATES,
+    STATES,
+    Outcome,
+    as_reason,
+    check_diagnostic,
+    fingerprint,
+)
 from procledger.domain.records import (
-    MAX_DIAGNOSTIC_BYTES,
     AbandonRequest,
     ExternalRef,
     OsFacts,
@@ -62,6 +73,18 @@ from procledger.domain.vocabulary import (
     RecoveryDisposition,
     TerminalReason,
 )
+
+__all__ = [
+    "MAX_SIGNAL",
+    "SIGNAL_STATES",
+    "TERMINAL_KINDS",
+    "Process",
+    "os_document",
+    "process_key_hex",
+    "process_uuid",
+    "running_fingerprint",
+    "timestamp_of",
+]
 
 _NAMESPACE_BYTES = uuid.UUID("6f1c2d7e-5b0a-4c1e-9a53-0d4c6e1f7a21").bytes
 
@@ -94,102 +117,40 @@ def timestamp_of(at_ms: int) -> datetime:
     return datetime.fromtimestamp(at_ms / 1000, UTC)
 
 
-def _fingerprint(*parts: Any) -> str:
-    return canonical_json(list(parts)).decode()
-
-
-def check_diagnostic(diagnostic: str | None) -> None:
-    if diagnostic is not None and len(diagnostic.encode()) > MAX_DIAGNOSTIC_BYTES:
-        raise ProcessLifecycleValidationError(
-            "diagnostic", f"must be at most {MAX_DIAGNOSTIC_BYTES} UTF-8 bytes"
-        )
-
-
-#: Value → member maps: a dict lookup is ~10× cheaper than ``Enum.__call__`` on the hot path.
-_STATES: dict[str, ProcessState] = {state.value: state for state in ProcessState}
-_REASONS: dict[str, TerminalReason] = {reason.value: reason for reason in TerminalReason}
+#: Value → member map: a dict lookup is ~10× cheaper than ``Enum.__call__`` on the hot path.
 _DISPOSITIONS = {disposition.value: disposition for disposition in RecoveryDisposition}
 
 
-def _as_state(value: ProcessState | str) -> ProcessState:
-    try:
-        return _STATES[value]
-    except (KeyError, TypeError):
-        raise ProcessLifecycleValidationError("state_reason", f"unknown state {value!r}") from None
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
-def _as_reason(value: TerminalReason | str | None) -> TerminalReason | None:
-    if value is None:
-        return None
-    try:
-        return _REASONS[value]
-    except (KeyError, TypeError):
-        raise ProcessLifecycleValidationError("state_reason", f"unknown reason {value!r}") from None
+class Parsed(Generic[_Model]):
+    """An aggregate's ``<name>``: the JSON its events stored as ``<name>_json``, parsed as
+    ``model`` only when a reader asks for it, and once (kept in ``_<name>``). Replay assigns
+    the JSON and never pays for a validation nobody reads."""
 
+    def __init__(self, model: type[_Model]) -> None:
+        self.model = model
+        self.source = self.cache = ""
 
-#: The highest signal number a completion may name (Linux's SIGRTMAX; macOS stops at 31).
-MAX_SIGNAL = 64
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.source, self.cache = f"{name}_json", f"_{name}"
 
-#: States whose completion may name the signal that ended the child: a requested stop's signal
-#: (``interrupted``, ``terminated``, ``killed``), or, for ``signaled``, one nobody asked for.
-#: ``exited``, ``failed`` and ``timed_out`` carry none: an exit code, a spawn or consumer
-#: failure and a deadline are what ended those, whatever signal the stop then used.
-SIGNAL_STATES = frozenset(
-    {ProcessState.interrupted, ProcessState.terminated, ProcessState.killed, ProcessState.signaled}
-)
-
-
-def check_completion_fields(
-    state: ProcessState,
-    exit_code: int | None,
-    diagnostic: str | None,
-    value: Any,
-    signal: int | None = None,
-) -> None:
-    """Field rules of a completion: which state may carry which detail (docs/design.md §3.2)."""
-    if (exit_code is None) == (state is ProcessState.exited):
-        raise ProcessLifecycleValidationError(
-            "exit_code", "is required for 'exited' and only allowed there"
-        )
-    if diagnostic is not None and state is not ProcessState.failed:
-        raise ProcessLifecycleValidationError(
-            "diagnostic", "is only allowed on failed completions, lost and abandoned"
-        )
-    if value is not None and state is not ProcessState.exited:
-        raise ProcessLifecycleValidationError("value", "is only allowed for 'exited'")
-    check_diagnostic(diagnostic)
-    check_signal(state, signal)
-
-
-def check_signal(state: ProcessState, signal: int | None) -> None:
-    """``signaled`` needs the signal's number; a stop's states may carry it; others never."""
-    if signal is None:
-        if state is ProcessState.signaled:
-            raise ProcessLifecycleValidationError("signal", "is required for 'signaled'")
-        return
-    if state not in SIGNAL_STATES:
-        raise ProcessLifecycleValidationError(
-            "signal", "is only allowed for signaled, interrupted, terminated and killed"
-        )
-    if type(signal) is not int or not 1 <= signal <= MAX_SIGNAL:
-        raise ProcessLifecycleValidationError(
-            "signal", f"must be a signal number from 1 to {MAX_SIGNAL}, not {signal!r}"
-        )
-
-
-def checked_survivors(survivors: Any) -> list[int]:
-    """OS pids still alive after a tree stop, as stored: positive ints, sorted, each once (so a
-    retry that lists them in another order is the same write)."""
-    if isinstance(survivors, str | bytes) or not isinstance(survivors, list | tuple | set):
-        raise ProcessLifecycleValidationError(
-            "survivors", f"must be a sequence of OS pids, not {type(survivors).__name__}"
-        )
-    bad = [pid for pid in survivors if type(pid) is not int or pid < 1]
-    if bad:
-        raise ProcessLifecycleValidationError(
-            "survivors", f"must be positive OS pids, not {bad[0]!r}"
-        )
-    return sorted(set(survivors))
+    @overload
+    def __get__(self, process: None, owner: type) -> Parsed[_Model]: ...
+    @overload
+    def __get__(self, process: object, owner: type | None = None) -> _Model | None: ...
+    def __get__(self, process: object, owner: type | None = None) -> Parsed[_Model] | _Model | None:
+        if process is None:
+            return self  # asked of the class: the descriptor, as a property answers
+        document = getattr(process, self.source)
+        if document is None:
+            return None
+        parsed: _Model | None = getattr(process, self.cache)
+        if parsed is None:
+            parsed = self.model.model_validate(document)
+            setattr(process, self.cache, parsed)
+        return parsed
 
 
 class Process(Aggregate):
@@ -228,13 +189,13 @@ class Process(Aggregate):
             self.apply(process)
             return process
 
-    class Started(Event):
-        """v2 (0.2.0): ``os``, the child's OS facts; v1 events read back with ``os=None``."""
+    class Running(Event):
+        """Base of the two events that make a process running, which carry the child's OS
+        facts since v2 (0.2.0): ``os``; v1 events read back with ``os=None`` (§11.3)."""
 
-        TOPIC = "procledger:Process.Started"
+        TOPIC = "procledger:Process.Running"
         class_version = 2
         state: str
-        started_at_ms: int
         event_id: str | None
         os: dict[str, Any] | None
 
@@ -242,44 +203,39 @@ class Process(Aggregate):
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             state["os"] = None
 
+    class Started(Running):
+        TOPIC = "procledger:Process.Started"
+        class_version = 2
+        started_at_ms: int
+
         def evolve(self, process: Process) -> None:
-            process.state = _STATES[self.state]
+            process.state = STATES[self.state]
             process.started_at_ms = self.started_at_ms
             process.os_json = self.os
             process.remember(self)
 
         def fingerprint(self) -> str:
-            return started_fingerprint(self.started_at_ms, self.os)
+            return running_fingerprint("started", self.started_at_ms, self.os)
 
-    class Backgrounded(Event):
-        """v2 (0.2.0): ``os``, the child's OS facts; v1 events read back with ``os=None``.
-
-        A background run is never ``Started``, so this is the event that made it running and
-        its facts are the run's; after a ``Started`` it only fills facts that one lacked.
-        """
+    class Backgrounded(Running):
+        """A background run is never ``Started``, so this is the event that made it running and
+        its facts are the run's; after a ``Started`` it only fills facts that one lacked."""
 
         TOPIC = "procledger:Process.Backgrounded"
         class_version = 2
-        state: str
         backgrounded_at_ms: int
-        event_id: str | None
-        os: dict[str, Any] | None
-
-        @staticmethod
-        def upcast_v1_v2(state: dict[str, Any]) -> None:
-            state["os"] = None
 
         def evolve(self, process: Process) -> None:
             if process.started_at_ms is None:
                 process.started_at_ms = self.backgrounded_at_ms
             if process.os_json is None:
                 process.os_json = self.os
-            process.state = _STATES[self.state]
+            process.state = STATES[self.state]
             process.backgrounded = True
             process.remember(self)
 
         def fingerprint(self) -> str:
-            return backgrounded_fingerprint(self.backgrounded_at_ms, self.os)
+            return running_fingerprint("backgrounded", self.backgrounded_at_ms, self.os)
 
     class StopRequested(Event):
         TOPIC = "procledger:Process.StopRequested"
@@ -289,11 +245,11 @@ class Process(Aggregate):
         event_id: str | None
 
         def evolve(self, process: Process) -> None:
-            process.stop_requested.append(_REASONS[self.reason])
+            process.stop_requested.append(REASONS[self.reason])
             process.remember(self)
 
         def fingerprint(self) -> str:
-            return _fingerprint("stop_requested", self.reason)
+            return fingerprint("stop_requested", self.reason)
 
     class Terminal(Event):
         """Base of the three terminal events; the fields compared for identical replays."""
@@ -306,8 +262,8 @@ class Process(Aggregate):
         authority: dict[str, Any] | None
 
         def evolve(self, process: Process) -> None:
-            process.state = _STATES[self.state]
-            process.reason = _REASONS[self.reason]
+            process.state = STATES[self.state]
+            process.reason = REASONS[self.reason]
             process.finished_at_ms = self.at_ms
             process.wait = None
             process.terminal_event = self
@@ -343,15 +299,7 @@ class Process(Aggregate):
             process.survivors = self.survivors
 
         def fingerprint(self) -> str:
-            return completed_fingerprint(
-                self.state,
-                self.reason,
-                self.exit_code,
-                self.diagnostic,
-                self.value,
-                signal=self.signal,
-                survivors=self.survivors,
-            )
+            return Outcome.recorded(self).fingerprint()
 
     class Lost(Terminal):
         TOPIC = "procledger:Process.Lost"
@@ -363,7 +311,7 @@ class Process(Aggregate):
             process.diagnostic = self.diagnostic
 
         def fingerprint(self) -> str:
-            return _fingerprint("lost", self.diagnostic)
+            return fingerprint("lost", self.diagnostic)
 
     class Abandoned(Terminal):
         TOPIC = "procledger:Process.Abandoned"
@@ -381,7 +329,7 @@ class Process(Aggregate):
                 )
 
         def fingerprint(self) -> str:
-            return _fingerprint("abandoned", self.reason, self.diagnostic, self.owner)
+            return fingerprint("abandoned", self.reason, self.diagnostic, self.owner)
 
     class ProducerEvent(Event):
         TOPIC = "procledger:Process.ProducerEvent"
@@ -392,7 +340,7 @@ class Process(Aggregate):
 
         def evolve(self, process: Process) -> None:
             process.replay_keys[self.replay_key] = (
-                _fingerprint(self.event_type, self.payload),
+                fingerprint(self.event_type, self.payload),
                 self.originator_version,
             )
 
@@ -587,31 +535,12 @@ class Process(Aggregate):
         process_id: str = self.registration_json["id"]
         return process_id
 
-    @property
-    def first_started(self) -> OwnerStamp | None:
-        if self.first_started_json is None:
-            return None
-        if self._first_started is None:
-            self._first_started = OwnerStamp.model_validate(self.first_started_json)
-        return self._first_started
-
-    @property
-    def os(self) -> OsFacts | None:
-        """The running child's OS facts, parsed only when a reader asks for them."""
-        if self.os_json is None:
-            return None
-        if self._os is None:
-            self._os = OsFacts.model_validate(self.os_json)
-        return self._os
-
-    @property
-    def output(self) -> OutputSummary | None:
-        """The run's output summary, parsed only when a reader asks for it."""
-        if self.output_json is None:
-            return None
-        if self._output is None:
-            self._output = OutputSummary.model_validate(self.output_json)
-        return self._output
+    first_started = Parsed(OwnerStamp)
+    """Who started the process first, and when (``first_started_json`` parsed)."""
+    os = Parsed(OsFacts)
+    """The running child's OS facts (``os_json`` parsed)."""
+    output = Parsed(OutputSummary)
+    """The run's output summary (``output_json`` parsed)."""
 
     @property
     def os_pid(self) -> int | None:
@@ -681,7 +610,9 @@ class Process(Aggregate):
         os: OsFacts | None = None,
     ) -> bool:
         os_json = os_document(os)
-        if self._is_replay(event_id, lambda: started_fingerprint(started_at_ms, os_json)):
+        if self._is_replay(
+            event_id, lambda: running_fingerprint("started", started_at_ms, os_json)
+        ):
             return False
         check_transition(
             self.state, LifecycleKind.started, ProcessState.running, process_id=self.process_id
@@ -705,8 +636,9 @@ class Process(Aggregate):
         os: OsFacts | None = None,
     ) -> bool:
         os_json = os_document(os)
-        fingerprint = functools.partial(backgrounded_fingerprint, backgrounded_at_ms, os_json)
-        if self._is_replay(event_id, fingerprint):
+        if self._is_replay(
+            event_id, lambda: running_fingerprint("backgrounded", backgrounded_at_ms, os_json)
+        ):
             return False
         kind, target = LifecycleKind.backgrounded, ProcessState.running
         check_transition(self.state, kind, target, process_id=self.process_id)
@@ -727,10 +659,10 @@ class Process(Aggregate):
     def request_stop(
         self, reason: TerminalReason | str, *, at_ms: int, event_id: str | None
     ) -> bool:
-        stop_reason = _as_reason(reason)
+        stop_reason = as_reason(reason)
         check_row(LifecycleKind.stop_requested, ProcessState.running, stop_reason)
         assert stop_reason is not None
-        if self._is_replay(event_id, lambda: _fingerprint("stop_requested", stop_reason.value)):
+        if self._is_replay(event_id, lambda: fingerprint("stop_requested", stop_reason.value)):
             return False
         check_transition(
             self.state, LifecycleKind.stop_requested, self.state, process_id=self.process_id
@@ -748,14 +680,21 @@ class Process(Aggregate):
 
     # -- terminals ------------------------------------------------------------------------------
 
-    def _decide_terminal(
+    def _ends(
         self,
         kind: LifecycleKind,
         state: ProcessState,
+        reason: TerminalReason,
+        *,
         event_id: str | None,
         fingerprint: Callable[[], str],
+        authority: CompletionAuthority | None,
+        output: tuple[OutputSummary, dict[str, str]] | None,
+        at_ms: int,
     ) -> bool:
-        """Replay, then state: True when the terminal must be appended."""
+        """What every terminal decides before its event, in §3.2's order (docs/design.md):
+        replay, then state, then authority; then the run's output facts go first (§14). True
+        when the terminal event must follow."""
         if event_id is not None and self._is_replay(event_id, fingerprint):
             return False
         if self.state.is_terminal:
@@ -765,6 +704,9 @@ class Process(Aggregate):
                 self.state.value, kind.value, state.value, process_id=self.process_id
             )
         check_transition(self.state, kind, state, process_id=self.process_id)
+        if authority is not None:
+            self.check_authority(authority, reason=reason)
+        self._emit_output(output, at_ms)
         return True
 
     def check_authority(
@@ -781,56 +723,56 @@ class Process(Aggregate):
                 f"{authority.authority!r} may not record this terminal"
             )
 
+    def end(
+        self,
+        outcome: Outcome,
+        *,
+        event_id: str | None,
+        authority: CompletionAuthority | None,
+        at_ms: int,
+    ) -> bool:
+        """Record ``outcome`` as the ``Completed`` terminal; it was checked when it was made
+        (``Outcome``), so only replay, state and authority are left to decide."""
+        if not self._ends(
+            LifecycleKind.completed,
+            outcome.state,
+            outcome.reason,
+            event_id=event_id,
+            fingerprint=outcome.fingerprint,
+            authority=authority,
+            output=outcome.output_facts,
+            at_ms=at_ms,
+        ):
+            return False
+        self._emit(  # the stored fields, in the order 0.1.0 and 0.2.0 wrote them (§11)
+            self.Completed,
+            at_ms,
+            state=outcome.state.value,
+            reason=outcome.reason.value,
+            exit_code=outcome.exit_code,
+            diagnostic=outcome.diagnostic,
+            value=outcome.value,
+            event_id=event_id,
+            authority=authority_payload(authority),
+            signal=outcome.signal,
+            survivors=list(outcome.survivors),
+        )
+        return True
+
     def complete(
         self,
         state: ProcessState | str,
         reason: TerminalReason | str,
         *,
-        exit_code: int | None,
-        diagnostic: str | None,
-        value: Any,
         event_id: str | None,
         authority: CompletionAuthority | None,
         at_ms: int,
-        signal: int | None = None,
-        survivors: Sequence[int] = (),
-        output: tuple[OutputSummary, dict[str, str]] | None = None,
+        **details: Any,
     ) -> bool:
-        to_state, terminal_reason = _as_state(state), _as_reason(reason)
-        check_row(LifecycleKind.completed, to_state, terminal_reason)
-        assert terminal_reason is not None
-        check_completion_fields(to_state, exit_code, diagnostic, value, signal)
-        pids = checked_survivors(survivors)
-
-        fingerprint = functools.partial(
-            completed_fingerprint,
-            to_state.value,
-            terminal_reason.value,
-            exit_code,
-            diagnostic,
-            value,
-            signal=signal,
-            survivors=pids,
-        )
-        if not self._decide_terminal(LifecycleKind.completed, to_state, event_id, fingerprint):
-            return False
-        if authority is not None:
-            self.check_authority(authority, reason=terminal_reason)
-        self._emit_output(output, at_ms)  # the run's output facts first (docs/design.md §14)
-        self._emit(
-            self.Completed,
-            at_ms,
-            state=to_state.value,
-            reason=terminal_reason.value,
-            exit_code=exit_code,
-            diagnostic=diagnostic,
-            value=value,
-            event_id=event_id,
-            authority=authority_payload(authority),
-            signal=signal,
-            survivors=pids,
-        )
-        return True
+        """``end`` from the outcome's words (``Outcome``'s fields as keywords): the form
+        ``procledger.testing.apply_to_process`` sends a completion in."""
+        outcome = Outcome.of(state, reason, **details)
+        return self.end(outcome, event_id=event_id, authority=authority, at_ms=at_ms)
 
     def _emit_output(self, facts: tuple[OutputSummary, dict[str, str]] | None, at_ms: int) -> None:
         if facts is None:
@@ -859,18 +801,23 @@ class Process(Aggregate):
     ) -> bool:
         check_diagnostic(diagnostic)
         state = ProcessState.lost_on_restore
-        if not self._decide_terminal(
-            LifecycleKind.lost, state, event_id, lambda: _fingerprint("lost", diagnostic)
+        reason = TerminalReason.lost_on_restore
+        if not self._ends(  # output: what the gone supervisor's capture left on disk
+            LifecycleKind.lost,
+            state,
+            reason,
+            event_id=event_id,
+            fingerprint=lambda: fingerprint("lost", diagnostic),
+            authority=authority,
+            output=output,
+            at_ms=at_ms,
         ):
             return False
-        if authority is not None:
-            self.check_authority(authority, reason=TerminalReason.lost_on_restore)
-        self._emit_output(output, at_ms)  # what the gone supervisor's capture left on disk
         self._emit(
             self.Lost,
             at_ms,
             state=state.value,
-            reason=TerminalReason.lost_on_restore.value,
+            reason=reason.value,
             diagnostic=diagnostic,
             event_id=event_id,
             authority=authority_payload(authority),
@@ -889,22 +836,23 @@ class Process(Aggregate):
         at_ms: int,
         output: tuple[OutputSummary, dict[str, str]] | None = None,
     ) -> bool:
-        abandon_reason = _as_reason(reason)
+        abandon_reason = as_reason(reason)
         check_row(LifecycleKind.abandoned, ProcessState.abandoned, abandon_reason)
         assert abandon_reason is not None
         check_diagnostic(diagnostic)
         owner_json = owner.model_dump(mode="json") if owner is not None else None
         reason_value = abandon_reason.value
-        if not self._decide_terminal(
+        if not self._ends(
             LifecycleKind.abandoned,
             ProcessState.abandoned,
-            event_id,
-            lambda: _fingerprint("abandoned", reason_value, diagnostic, owner_json),
+            abandon_reason,
+            event_id=event_id,
+            fingerprint=lambda: fingerprint("abandoned", reason_value, diagnostic, owner_json),
+            authority=authority,
+            output=output,
+            at_ms=at_ms,
         ):
             return False
-        if authority is not None:
-            self.check_authority(authority, reason=abandon_reason)
-        self._emit_output(output, at_ms)
         self._emit(
             self.Abandoned,
             at_ms,
@@ -930,10 +878,10 @@ class Process(Aggregate):
             raise UndeclaredEventType(
                 f"process {self.process_id!r} did not declare event type {event_type!r}"
             )
-        fingerprint = _fingerprint(event_type, payload)
+        content = fingerprint(event_type, payload)
         if replay_key in self.replay_keys:
             recorded, sequence = self.replay_keys[replay_key]
-            if recorded != fingerprint:
+            if recorded != content:
                 raise ReplayConflict(
                     f"process {self.process_id!r}: replay_key {replay_key!r} was used "
                     "with another payload"
@@ -1034,42 +982,16 @@ class Process(Aggregate):
         return None if self.wake_target_cleared else self.registration.wake_target
 
 
-def completed_fingerprint(
-    state: str,
-    reason: str,
-    exit_code: int | None,
-    diagnostic: str | None,
-    value: Any,
-    *,
-    signal: int | None = None,
-    survivors: Sequence[int] = (),
-) -> str:
-    """What an identical terminal repeat must match. ``signal`` and ``survivors`` join only
-    when set, so a v1 event (upcast to ``None`` and ``[]``) keeps the fingerprint 0.1.0 gave
-    it and a retry from 0.1.0-era code still matches it."""
-    if signal is None and not survivors:
-        return _fingerprint("completed", state, reason, exit_code, diagnostic, value)
-    return _fingerprint(
-        "completed", state, reason, exit_code, diagnostic, value, signal, list(survivors)
-    )
-
-
 def os_document(os: OsFacts | None) -> dict[str, Any] | None:
     """The stored form of OS facts: the JSON the event carries and its fingerprint hashes."""
     return None if os is None else os.model_dump(mode="json")
 
 
-def started_fingerprint(started_at_ms: int, os: dict[str, Any] | None) -> str:
-    """A retry is identical when it names the same start time and the same child; the OS
-    facts join the fingerprint only when present, so a v1 event (``os=None``) keeps the
-    fingerprint 0.1.0 gave it and a retry from 0.1.0-era code still matches it."""
+def running_fingerprint(kind: str, at_ms: int, os: dict[str, Any] | None) -> str:
+    """A ``started``/``backgrounded`` retry is identical when it names the same time and the
+    same child; the OS facts join the fingerprint only when present, so a v1 event
+    (``os=None``) keeps the fingerprint 0.1.0 gave it and a retry from 0.1.0-era code still
+    matches it (docs/design.md §11.3)."""
     if os is None:
-        return _fingerprint("started", started_at_ms)
-    return _fingerprint("started", started_at_ms, os)
-
-
-def backgrounded_fingerprint(backgrounded_at_ms: int, os: dict[str, Any] | None) -> str:
-    """As ``started_fingerprint``: the same child, or no facts on either side."""
-    if os is None:
-        return _fingerprint("backgrounded", backgrounded_at_ms)
-    return _fingerprint("backgrounded", backgrounded_at_ms, os)
+        return fingerprint(kind, at_ms)
+    return fingerprint(kind, at_ms, os)

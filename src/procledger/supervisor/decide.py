@@ -3,7 +3,9 @@
 - ``event_ids``: the stable id of every lifecycle write and of the completion command, derived
   from the process id and its registration hash, so every retry (a re-sent write, a restarted
   ``start``, a ``restore``) reuses them.
-- ``outcome``: which terminal a finished child gets, from how it ended and what was asked of it.
+- ``outcome``: which terminal a finished child gets, from how it ended and what was asked of it:
+  an ``Outcome`` (``domain/outcome.py``), the one value that carries it to the event
+  (docs/design.md §6.2).
 - ``start_refusal``: whether a registration may be started at all.
 - ``mode_policy`` / ``request_policy``: which signals carry out a stop.
 """
@@ -13,15 +15,28 @@ from __future__ import annotations
 import functools
 import signal
 import uuid
-from dataclasses import dataclass
 from typing import Final
 
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import AlreadyTerminal, InvalidTransition
+from procledger.domain.outcome import Outcome
 from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.modes import StopMode
+
+__all__ = [
+    "ID_NAMESPACE",
+    "STOP_REASONS",
+    "EventIds",
+    "Outcome",
+    "event_ids",
+    "mode_policy",
+    "outcome",
+    "request_policy",
+    "spawn_failure",
+    "start_refusal",
+]
 
 ID_NAMESPACE: Final = uuid.UUID("6b0f8e46-3f2c-4f69-9a0e-5d1c2b7a9e41")
 """The uuid5 namespace of the ids the Supervisor derives (never change it: stored ids use it)."""
@@ -89,20 +104,6 @@ def event_ids(process_id: str, registration_hash: str) -> EventIds:
     """The ids of one registration's writes: uuid5 of the process id, its registration hash
     and the write's kind, so a retried or restored write reuses the id of the first try."""
     return EventIds(process_id, registration_hash)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """A terminal write: ``completed`` with these fields."""
-
-    state: ProcessState
-    reason: TerminalReason
-    exit_code: int | None = None
-    diagnostic: str | None = None
-    signal: int | None = None
-    """The signal that ended the child, whoever sent it (``None``: it exited, or unknown)."""
-    survivors: tuple[int, ...] = ()
-    """OS pids of the tree still alive after the final SIGKILL of a stop."""
 
 
 _SIGNAL_STATES: Final[dict[int, ProcessState]] = {

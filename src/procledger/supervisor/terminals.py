@@ -218,22 +218,15 @@ def _entry(
     ticket: Ticket, lease: Lease, result: Outcome, store: str | None, output: OutputFacts
 ) -> OutboxEntry:
     """The outbox entry of ``result`` (``store`` empty where there is no outbox)."""
-    return OutboxEntry(
+    return OutboxEntry.of(
+        result.with_output(*output),
         store=store or "",
         host_id=this_host_id() or "",
         process_id=ticket.process_id,
         registration_hash=ticket.registration_hash,
         event_id=ticket.ids.completed,
-        state=result.state.value,
-        reason=result.reason.value,
         owner=lease.owner.model_dump(mode="json"),
         written_at_ms=int(time.time() * 1000),
-        exit_code=result.exit_code,
-        diagnostic=result.diagnostic,
-        signal=result.signal,
-        survivors=list(result.survivors),
-        output=output[0].model_dump(mode="json"),
-        tails=output[1],
     )
 
 
