@@ -75,7 +75,7 @@ async def test_stop_records_the_request_and_the_signal(
     async with AsyncSupervisor(registry, owner=owner) as sup:
         handle = await sup.start(LONG)
         child = await child_of(handle, procs)
-        record = await handle.stop("terminate", grace=5)
+        record = await handle.stop("terminate", grace_s=5)
         assert (record.state, record.signal, record.stop_requested) == (
             "terminated",
             signal.SIGTERM,
