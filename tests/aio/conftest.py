@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from procledger import LeaseOwner, ProcessRegistry, open_registry
+from procledger import LeaseOwner
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -22,10 +22,9 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{tmp_path / 'ledger.db'}")
-    yield opened
-    opened.close()
+def registry_url(tmp_path: Path) -> str:
+    """The ``registry`` of these tests: a SQLite file of their own."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
 
 
 @pytest.fixture

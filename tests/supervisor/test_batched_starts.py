@@ -22,19 +22,11 @@ from procledger import (
     ProcessRegistry,
     SpawnError,
     SupervisorClosed,
-    open_registry,
 )
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import OwnedChild, StopPolicy
 from procledger.supervisor.supervisor import Settle, Supervisor
 from recovery._support import dead_owner
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from procledger import (
     ProcessState,
     Readiness,
     TerminalReason,
-    open_registry,
 )
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.supervisor import Supervisor
@@ -68,13 +67,6 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
     return port
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ from procledger import (
     RestartMode,
     RestartPolicy,
     TerminalReason,
-    open_registry,
 )
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.supervisor import Supervisor
@@ -34,13 +33,6 @@ ISSUE_POLICY = RestartPolicy(
     backoff_initial_s=0.2,
     backoff_max_s=1.6,
 )
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
 
 
 @pytest.fixture

@@ -53,13 +53,6 @@ HANDLE = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
 
 @pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
 def owner() -> LeaseOwner:
     return LeaseOwner.local_process(f"test-supervisor-{uuid.uuid4().hex[:8]}")
 

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -41,10 +40,8 @@ from procledger.supervisor.supervisor import Supervisor
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{tmp_path}/ledger.db")
-    yield opened
-    opened.close()
+def registry_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/ledger.db"
 
 
 @pytest.fixture
