@@ -1,7 +1,7 @@
 """Helpers shared by the test packages: polling on a state, the PID recorder behind the ``procs``
 fixture (``tests/conftest.py``), reaping a helper process, the environment of a child Python
-that must import the procledger under test, ``procledger`` run in such a child, a command's
-registration, and the write transactions a registry begins.
+that must import the procledger under test, Python code and ``procledger`` run in such a child, a
+command's registration, and the write transactions a registry begins.
 
 Imported as ``_shared``: pytest puts ``tests/`` on ``sys.path`` when it loads the root conftest.
 """
@@ -61,6 +61,23 @@ def child_env(**overrides: str) -> dict[str, str]:
     imports the procledger under test; then ``overrides``."""
     path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path, **overrides}
+
+
+def run_python(
+    code: str, *options: str, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (``python [OPTIONS] -c CODE``) to completion,
+    capturing its output: what importing or running something costs or touches, measured
+    where this test process's imports cannot hide it. ``env`` defaults to ``child_env()``."""
+    argv = [sys.executable, *options, "-c", code]
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env() if env is None else env,
+        check=False,
+    )
 
 
 def run_cli(
