@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from _shared import Processes, wait_until
+from _shared import Processes, dead_owner, wait_until
 from procledger import (
     Acquired,
     Busy,
@@ -34,7 +34,7 @@ from procledger.recovery import RecoveryWorker, RunResult, SweepReport
 from procledger.supervisor.decide import event_ids
 from procledger.testing import FakeClock
 
-from ._support import RecordingRunner, dead_owner, kinds, opaque_owner, register
+from ._support import RecordingRunner, kinds, opaque_owner, register
 
 TIMINGS = LeaseTimings(ttl_ms=3_000, renew_ms=1_000)
 ALIVE = LeaseOwner.local_process("alive-supervisor")  # this test process: alive
