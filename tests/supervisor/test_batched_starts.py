@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from _shared import Processes, command_registration, write_transactions
+from _shared import Processes, command_registration, dead_owner, write_transactions
 from procledger import (
     LeaseOwner,
     ProcessHandle,
@@ -26,12 +26,6 @@ from procledger import (
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import OwnedChild, StopPolicy
 from procledger.supervisor.supervisor import Settle, Supervisor
-from recovery._support import dead_owner
-
-
-@pytest.fixture
-def owner() -> LeaseOwner:
-    return LeaseOwner.local_process(f"test-batched-{uuid.uuid4().hex[:8]}")
 
 
 def sleeper(pidfile: Path) -> list[str]:

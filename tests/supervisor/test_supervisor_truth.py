@@ -44,11 +44,6 @@ def registry_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/ledger.db"
 
 
-@pytest.fixture
-def owner() -> LeaseOwner:
-    return LeaseOwner.local_process(f"truth-{uuid.uuid4().hex[:8]}")
-
-
 def _sh(script: str) -> list[str]:
     return ["sh", "-c", script]
 
