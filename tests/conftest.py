@@ -8,8 +8,9 @@ Without ``$PROCLEDGER_TEST_POSTGRES_URL`` they skip locally and fail in CI (``CI
 
 ``shared_url`` runs a test twice: on a SQLite file and on a PostgreSQL schema; ``registry`` is
 the ledger at ``registry_url`` (``shared_url`` unless a module names another, e.g. a SQLite file
-of its own), opened for the test and closed after it. ``procs`` records every process a test
-creates and kills it *by exact pid* at teardown (see ``_shared.Processes``).
+of its own), opened for the test and closed after it; ``owner`` is a lease owner of the test's
+own. ``procs`` records every process a test creates and kills it *by exact pid* at teardown
+(see ``_shared.Processes``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from psycopg import sql
 
 from _cluster import connect_waiting
 from _shared import IN_CI, Processes
-from procledger import ProcessRegistry, open_registry
+from procledger import LeaseOwner, ProcessRegistry, open_registry
 
 # A suite started from a non-interactive shell's background job inherits SIGINT *ignored*
 # (POSIX job-control rules), and an ignored signal stays ignored across exec: every child the
@@ -144,6 +145,12 @@ def registry(registry_url: str) -> Iterator[ProcessRegistry]:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+def owner() -> LeaseOwner:
+    """A local-process lease owner of this test's own (this process, a fresh owner id)."""
+    return LeaseOwner.local_process(f"test-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from procledger import LeaseOwner
-
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
@@ -25,11 +23,6 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 def registry_url(tmp_path: Path) -> str:
     """The ``registry`` of these tests: a SQLite file of their own."""
     return f"sqlite:///{tmp_path / 'ledger.db'}"
-
-
-@pytest.fixture
-def owner() -> LeaseOwner:
-    return LeaseOwner.local_process("aio-test")
 
 
 POOL_THREADS = ("AnyIO worker thread", "Trio thread")

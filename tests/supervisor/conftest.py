@@ -6,8 +6,8 @@
 - ``no_leaks`` (autouse): the open descriptors, the threads and the child processes of this
   test process are the same after each test as before it -- on every path.
 - ``in_thread``: run a blocking call in a thread, to cancel or stop it from the test.
-- ``owner``, ``make_supervisor``, ``supervisor``: Supervisors on the test's ``registry``
-  (``tests/conftest.py``), each shut down after the test.
+- ``make_supervisor``, ``supervisor``: Supervisors on the test's ``registry``, owned by its
+  ``owner`` (both ``tests/conftest.py``), each shut down after the test.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -102,12 +101,6 @@ def in_thread(procs: Processes) -> Iterator[StartCall]:
     procs.kill_all()
     for call in calls:
         call.thread.join(10)
-
-
-@pytest.fixture
-def owner() -> LeaseOwner:
-    """A local-process owner of this test's own."""
-    return LeaseOwner.local_process(f"test-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture
