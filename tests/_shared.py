@@ -1,7 +1,9 @@
 """Helpers shared by the test packages: polling on a state, the PID recorder behind the ``procs``
 fixture (``tests/conftest.py``), reaping a helper process, the environment of a child Python
-that must import the procledger under test, ``procledger`` run in such a child, a command's
-registration, and the write transactions a registry begins.
+that must import the procledger under test, Python code and ``procledger`` run in such a child,
+a command's registration, an owner that is provably dead, the write transactions a registry
+begins, a small file system to fill (``small_tmpfs``, ``fill_up``), and a lifecycle history
+driven with OS facts (``os_facts``, ``drive``) for property tests.
 
 Imported as ``_shared``: pytest puts ``tests/`` on ``sys.path`` when it loads the root conftest.
 """
@@ -10,14 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psutil
+import pytest
+from hypothesis import strategies as st
 
 import procledger
 from procledger import (
@@ -27,7 +33,13 @@ from procledger import (
     ProcessRegistry,
     RecoveryDisposition,
 )
+from procledger.adapters.liveness import local_identity, read_process_start
+from procledger.domain.leases import LeaseOwner, Liveness
+from procledger.domain.process import Process
+from procledger.domain.records import OsFacts
 from procledger.domain.registration import env_ref_for
+from procledger.domain.vocabulary import LifecycleKind
+from procledger.testing import LifecycleHistory, apply_to_process
 
 SRC = Path(procledger.__file__).resolve().parents[1]
 """The ``src`` folder of the procledger under test."""
@@ -61,6 +73,23 @@ def child_env(**overrides: str) -> dict[str, str]:
     imports the procledger under test; then ``overrides``."""
     path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path, **overrides}
+
+
+def run_python(
+    code: str, *options: str, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter (``python [OPTIONS] -c CODE``) to completion,
+    capturing its output: what importing or running something costs or touches, measured
+    where this test process's imports cannot hide it. ``env`` defaults to ``child_env()``."""
+    argv = [sys.executable, *options, "-c", code]
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=child_env() if env is None else env,
+        check=False,
+    )
 
 
 def run_cli(
@@ -148,6 +177,60 @@ class Processes:
             pass
 
 
+@contextlib.contextmanager
+def small_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (``mount -o size=``) at ``mount``, made here, and unmounted after
+    the block: a disk a test can fill without filling the machine's. Skips the test where
+    it cannot be mounted (not root, no ``mount``)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root (mount)")
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mount)],
+        capture_output=True,
+        check=False,
+        timeout=30,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True, capture_output=True, timeout=30)
+
+
+def fill_up(path: Path) -> Path:
+    """Write ``path`` (unbuffered, in ever smaller pieces) until its file system is full to
+    the last byte (ENOSPC); ``path``, to delete when the disk should have room again."""
+    with open(path, "wb", buffering=0) as file:
+        for size in (65536, 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    file.write(b"\0" * size)
+    return path
+
+
+def dead_owner(owner_id: str) -> LeaseOwner:
+    """A ``local_process`` owner whose PID really existed on this host and is now gone: a
+    short-lived child is spawned, its start time read while it is unreaped, then reaped."""
+    mine = local_identity()
+    assert mine is not None, "these tests need a readable /proc"
+    child = subprocess.Popen(["true"])
+    try:
+        start = read_process_start(child.pid)  # alive or a zombie: /proc/<pid> still exists
+    finally:
+        child.wait()
+    assert start is not None
+    liveness = Liveness(
+        kind="local_process",
+        host_id=mine.host_id,
+        boot_id=mine.boot_id,
+        pid=child.pid,
+        process_start=start,
+    )
+    return LeaseOwner(owner_id=owner_id, incarnation_id=uuid.uuid4().hex, liveness=liveness)
+
+
 def command_registration(process_id: str, argv: Sequence[str] = ("true",)) -> ProcessRegistration:
     """An ``owner_bound`` command registration run in ``/``, with this ``PATH``'s env ref."""
     return ProcessRegistration(
@@ -170,3 +253,30 @@ def write_transactions(registry: ProcessRegistry) -> list[bool]:
 
     registry.store.begin = begin  # type: ignore[method-assign]
     return begun
+
+
+os_facts = st.builds(
+    OsFacts,
+    pid=st.integers(min_value=1, max_value=2**31 - 1),
+    pgid=st.integers(min_value=1, max_value=2**31 - 1),
+    start_time=st.one_of(
+        st.integers(min_value=0, max_value=2**53),
+        st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False),
+    ),
+    host_id=st.text(min_size=1, max_size=40),
+)
+"""A running process's OS facts (docs/design.md §11.3), over the widest values they take."""
+
+
+def drive(process: Process, history: LifecycleHistory, facts: OsFacts | None) -> None:
+    """The history's commands, with OS facts on the ones that make a process running
+    (``apply_to_process`` gives none)."""
+    for at_ms, command in enumerate(history.commands, start=20):
+        if command.kind is LifecycleKind.started and command.at_ms is not None:
+            process.record_started(command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts)
+        elif command.kind is LifecycleKind.backgrounded and command.at_ms is not None:
+            process.record_backgrounded(
+                command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts
+            )
+        else:
+            apply_to_process(process, command, at_ms=at_ms)

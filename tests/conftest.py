@@ -6,8 +6,11 @@ PostgreSQL tests take ``postgres_schema_url`` (one fresh schema per test) or
 Without ``$PROCLEDGER_TEST_POSTGRES_URL`` they skip locally and fail in CI (``CI=true``);
 ``.ci/pg-dev`` starts a throwaway server and prints the export line.
 
-``shared_url`` runs a test twice: on a SQLite file and on a PostgreSQL schema. ``procs`` records
-every process a test creates and kills it *by exact pid* at teardown (see ``_shared.Processes``).
+``shared_url`` runs a test twice: on a SQLite file and on a PostgreSQL schema; ``registry`` is
+the ledger at ``registry_url`` (``shared_url`` unless a module names another, e.g. a SQLite file
+of its own), opened for the test and closed after it; ``owner`` is a lease owner of the test's
+own. ``procs`` records every process a test creates and kills it *by exact pid* at teardown
+(see ``_shared.Processes``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from psycopg import sql
 
 from _cluster import connect_waiting
 from _shared import IN_CI, Processes
+from procledger import LeaseOwner, ProcessRegistry, open_registry
 
 # A suite started from a non-interactive shell's background job inherits SIGINT *ignored*
 # (POSIX job-control rules), and an ignored signal stays ignored across exec: every child the
@@ -122,6 +126,31 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/shared.db"
     return str(request.getfixturevalue("postgres_schema_url"))
+
+
+@pytest.fixture
+def registry_url(shared_url: str) -> str:
+    """The ledger ``registry`` opens: ``shared_url``. A module whose tests need one store only
+    overrides this fixture (and keeps ``registry``)."""
+    return shared_url
+
+
+@pytest.fixture
+def registry(registry_url: str) -> Iterator[ProcessRegistry]:
+    """The ledger at ``registry_url``, closed after the test (also when it closed it itself:
+    closing twice is harmless). A module that wants it filled first overrides ``registry``
+    with a fixture that takes this one."""
+    opened = open_registry(registry_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def owner() -> LeaseOwner:
+    """A local-process lease owner of this test's own (this process, a fresh owner id)."""
+    return LeaseOwner.local_process(f"test-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from _design import DESIGN_ROWS, DESIGN_TRANSITIONS
-from _shared import child_env, run_cli
+from _shared import run_cli, run_python
 from procledger import cli
 from procledger.domain.errors import InvalidTransition, NotFound
 from procledger.domain.lifecycle_table import render_markdown, render_mermaid
@@ -79,14 +77,7 @@ print(" ".join(sorted(name for name in heavy if name in sys.modules)) or "none",
 
 
 def test_table_imports_neither_stores_nor_supervisor_nor_rich() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", TABLE_AND_IMPORTS],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    done = run_python(TABLE_AND_IMPORTS)
     assert done.returncode == 0, done.stderr
     assert done.stdout == render_markdown()
     assert done.stderr.strip() == "none"
@@ -107,14 +98,7 @@ print(" ".join(loaded) or "none", file=sys.stderr)
 
 
 def test_table_does_not_import_python_statemachine() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", TABLE_WITHOUT_THE_MACHINE],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    done = run_python(TABLE_WITHOUT_THE_MACHINE)
     assert done.returncode == 0, done.stderr
     assert done.stdout == render_mermaid()
     assert done.stderr.strip() == "none"

@@ -10,6 +10,7 @@ import importlib
 import pytest
 
 import procledger
+from _shared import run_python
 
 VOCABULARY = [
     "ProcessState", "TerminalReason", "LifecycleKind", "RecoveryDisposition", "ProcessStatus",
@@ -115,9 +116,6 @@ def test_the_byte_limits_are_the_designed_values() -> None:
 
 
 def test_the_property_test_kit_is_importable_without_pytest() -> None:
-    import subprocess
-    import sys
-
     code = (
         "import sys; sys.modules['pytest'] = None; sys.modules['_pytest'] = None\n"
         "import procledger.testing as t\n"
@@ -125,7 +123,5 @@ def test_the_property_test_kit_is_importable_without_pytest() -> None:
         ".RuleBasedStateMachine)\n"
         "assert 'pytest' not in {m.split('.')[0] for m in sys.modules if sys.modules[m]}\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    done = run_python(code, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from _shared import CLI, child_env
+from _shared import CLI, child_env, run_python
 
 REPORT = "import sys; print(' '.join(sorted(m for m in {heavy!r} if m in sys.modules)) or 'none')"
 HEAVY = (
@@ -37,14 +37,7 @@ HEAVY = (
 def loaded_after(code: str) -> set[str]:
     """The heavy modules loaded once ``code`` ran in a fresh interpreter."""
     script = f"{code}\n{REPORT.format(heavy=HEAVY)}"
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    done = run_python(script)
     assert done.returncode == 0, done.stderr
     last = done.stdout.strip().splitlines()[-1]
     return set() if last == "none" else set(last.split())

@@ -14,6 +14,7 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _shared import drive, os_facts
 from procledger.adapters.codec import OrjsonMapper, decode_event
 from procledger.domain.errors import StoreError
 from procledger.domain.leases import CompletionAuthority, LeaseOwner
@@ -28,8 +29,7 @@ from procledger.domain.records import (
 from procledger.domain.registration import ProcessRegistration, env_ref_for
 from procledger.domain.rendering import render_record
 from procledger.domain.session import Session
-from procledger.domain.vocabulary import LifecycleKind
-from procledger.testing import LifecycleHistory, apply_to_process, lifecycle_histories
+from procledger.testing import LifecycleHistory, lifecycle_histories
 
 MAPPER = OrjsonMapper()
 JOB_1 = uuid.UUID("9897ed87-a79e-5f15-a2e6-be0666086fb3")
@@ -285,31 +285,6 @@ def test_every_stored_event_class_declares_its_version() -> None:
     for cls in classes:
         for version in range(1, cls.class_version):
             assert callable(getattr(cls, f"upcast_v{version}_v{version + 1}"))
-
-
-os_facts = st.builds(
-    OsFacts,
-    pid=st.integers(min_value=1, max_value=2**31 - 1),
-    pgid=st.integers(min_value=1, max_value=2**31 - 1),
-    start_time=st.one_of(
-        st.integers(min_value=0, max_value=2**53),
-        st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False),
-    ),
-    host_id=st.text(min_size=1, max_size=40),
-)
-
-
-def drive(process: Process, history: LifecycleHistory, facts: OsFacts | None) -> None:
-    """The history's commands, with OS facts on the ones that make a process running."""
-    for at_ms, command in enumerate(history.commands, start=20):
-        if command.kind is LifecycleKind.started and command.at_ms is not None:
-            process.record_started(command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts)
-        elif command.kind is LifecycleKind.backgrounded and command.at_ms is not None:
-            process.record_backgrounded(
-                command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts
-            )
-        else:
-            apply_to_process(process, command, at_ms=at_ms)
 
 
 def every_fact(process: Process, payload: Any) -> None:

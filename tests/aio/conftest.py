@@ -13,8 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from procledger import LeaseOwner, ProcessRegistry, open_registry
-
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
@@ -22,15 +20,9 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{tmp_path / 'ledger.db'}")
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def owner() -> LeaseOwner:
-    return LeaseOwner.local_process("aio-test")
+def registry_url(tmp_path: Path) -> str:
+    """The ``registry`` of these tests: a SQLite file of their own."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
 
 
 POOL_THREADS = ("AnyIO worker thread", "Trio thread")

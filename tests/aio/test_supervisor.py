@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from pathlib import Path
 
@@ -75,7 +76,7 @@ async def test_stop_records_the_request_and_the_signal(
     async with AsyncSupervisor(registry, owner=owner) as sup:
         handle = await sup.start(LONG)
         child = await child_of(handle, procs)
-        record = await handle.stop("terminate", grace=5)
+        record = await handle.stop("terminate", grace_s=5)
         assert (record.state, record.signal, record.stop_requested) == (
             "terminated",
             signal.SIGTERM,
@@ -85,57 +86,51 @@ async def test_stop_records_the_request_and_the_signal(
         assert await handle.wait() == record
 
 
-async def test_a_cancelled_waiter_leaves_the_child_running(
-    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
-) -> None:
-    async with AsyncSupervisor(registry, owner=owner) as sup:
-        handle = await sup.start(LONG)
-        child = await child_of(handle, procs)
-        waiting = anyio.Event()
+async def cancel_a_waiter(handle: AsyncProcessHandle) -> None:
+    waiting = anyio.Event()
 
-        async def waiter() -> None:
-            waiting.set()
+    async def waiter() -> None:
+        waiting.set()
+        await handle.wait()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(waiter)
+        await waiting.wait()
+        group.cancel_scope.cancel()
+
+
+async def time_out_a_waiter(handle: AsyncProcessHandle) -> None:
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.2):
             await handle.wait()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(waiter)
-            await waiting.wait()
-            group.cancel_scope.cancel()
+
+async def cancel_an_output_reader(handle: AsyncProcessHandle) -> None:
+    with anyio.move_on_after(10) as scope:
+        async with aclosing(handle.output()) as output:
+            async for chunk in output:
+                assert chunk.data == b"ready\n"
+                scope.cancel()  # the reader stops; the child must not notice
+    assert scope.cancelled_caught
+
+
+@pytest.mark.parametrize("interrupt", [cancel_a_waiter, time_out_a_waiter, cancel_an_output_reader])
+async def test_what_is_cancelled_around_a_child_leaves_it_running(
+    interrupt: Callable[[AsyncProcessHandle], Awaitable[None]],
+    registry: ProcessRegistry,
+    owner: LeaseOwner,
+    procs: Processes,
+) -> None:
+    """Cancelling a waiter, a timeout around ``wait``, or a cancelled output reader touches
+    nothing: the child runs on, ``running`` in the ledger, still watched (a stop finds it)."""
+    async with AsyncSupervisor(registry, owner=owner) as sup:
+        handle = await sup.start(["sh", "-c", "echo ready; exec sleep 600"])
+        child = await child_of(handle, procs)
+        await interrupt(handle)
         assert alive(child)
         assert (await handle.record()).state == "running"
         record = await handle.stop("kill")
     assert (record.state, record.signal) == ("killed", signal.SIGKILL)
-
-
-async def test_a_timeout_around_wait_leaves_the_child_running(
-    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
-) -> None:
-    async with AsyncSupervisor(registry, owner=owner) as sup:
-        handle = await sup.start(LONG)
-        child = await child_of(handle, procs)
-        with pytest.raises(TimeoutError):
-            with anyio.fail_after(0.2):
-                await handle.wait()
-        assert alive(child)
-        assert (await handle.record()).state == "running"
-        await handle.stop("kill")
-
-
-async def test_a_cancelled_output_reader_leaves_the_child_running(
-    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
-) -> None:
-    async with AsyncSupervisor(registry, owner=owner) as sup:
-        handle = await sup.start(["sh", "-c", "echo ready; exec sleep 600"])
-        child = await child_of(handle, procs)
-        with anyio.move_on_after(10) as scope:
-            async with aclosing(handle.output()) as output:
-                async for chunk in output:
-                    assert chunk.data == b"ready\n"
-                    scope.cancel()  # the reader stops; the child must not notice
-        assert scope.cancelled_caught
-        assert alive(child)
-        assert (await handle.record()).state == "running"
-        await handle.stop("kill")
 
 
 async def test_leaving_the_block_stops_and_records_every_child(

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ from statemachine import StateMachine
 
 import procledger.domain.lifecycle_table as table
 from _design import DESIGN_ROWS, DESIGN_TRANSITIONS
+from _shared import run_python
 from procledger.domain.errors import InvalidTransition, ProcessLifecycleValidationError
 from procledger.domain.lifecycle import (
     ProcessLifecycle,
@@ -236,16 +234,7 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def test_the_run_time_never_imports_python_statemachine() -> None:
-    src = str(Path(table.__file__).parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", _IMPORTS],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    done = run_python(_IMPORTS, "-X", "importtime")
     assert done.returncode == 0, done.stderr
     modules = json.loads(done.stdout)
     assert [m for m in modules if m.split(".")[0] == "statemachine"] == []

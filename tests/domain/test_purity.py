@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import procledger.domain
+from _shared import run_python
 
 DOMAIN_DIR = Path(procledger.domain.__file__).parent
 DOMAIN_FILES = sorted(DOMAIN_DIR.glob("*.py"))
-SRC_DIR = DOMAIN_DIR.parents[1]
 
 # Modules whose import alone means I/O, concurrency or a clock.
 FORBIDDEN_MODULES = frozenset(
@@ -194,10 +191,7 @@ FORBIDDEN_LOADED = (
 
 
 def test_importing_the_domain_loads_no_other_layer_and_does_no_io() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC_DIR), *sys.path])}
-    result = subprocess.run(
-        [sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, check=False
-    )
+    result = run_python(_PROBE)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert "procledger.domain.lifecycle" in report["imported"]

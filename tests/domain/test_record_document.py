@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _shared import drive, os_facts
 from procledger.domain.leases import LeaseOwner
 from procledger.domain.process import Process
 from procledger.domain.records import ExternalRef, OsFacts, ProcessRecord, WaitState
@@ -16,31 +17,7 @@ from procledger.domain.rendering import (
     record_forms,
     render_record,
 )
-from procledger.domain.vocabulary import LifecycleKind
-from procledger.testing import LifecycleHistory, apply_to_process, lifecycle_histories
-
-os_facts = st.builds(
-    OsFacts,
-    pid=st.integers(min_value=1, max_value=2**22),
-    pgid=st.integers(min_value=1, max_value=2**22),
-    start_time=st.one_of(
-        st.integers(min_value=0, max_value=2**40),
-        st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False),
-    ),
-    host_id=st.text(min_size=1, max_size=20),
-)
-
-
-def drive(process: Process, history: LifecycleHistory, facts: OsFacts | None) -> None:
-    for at_ms, command in enumerate(history.commands, start=10):
-        if command.kind is LifecycleKind.started and command.at_ms is not None:
-            process.record_started(command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts)
-        elif command.kind is LifecycleKind.backgrounded and command.at_ms is not None:
-            process.record_backgrounded(
-                command.at_ms, at_ms=at_ms, event_id=command.event_id, os=facts
-            )
-        else:
-            apply_to_process(process, command, at_ms=at_ms)
+from procledger.testing import LifecycleHistory, lifecycle_histories
 
 
 @given(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -28,13 +28,17 @@ def path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def registry(path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{path}")
+def registry_url(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def registry(registry: ProcessRegistry) -> ProcessRegistry:
+    """The shared ``registry`` on this file, with ``IDS`` registered and granted."""
     for process_id in IDS:
-        opened.register(registration(process_id))
-        opened.grant_handle("s", process_id)
-    yield opened
-    opened.close()
+        registry.register(registration(process_id))
+        registry.grant_handle("s", process_id)
+    return registry
 
 
 def damage_record(path: Path, process_id: str, record: bytes) -> None:

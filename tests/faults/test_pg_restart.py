@@ -14,13 +14,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import pytest
 
-from _cluster import Cluster, find_cluster
+from _cluster import Cluster
 from _shared import wait_until
 from procledger import ProcessRegistry, StoreUnavailable, open_registry
 from registry.conformance import registration
@@ -58,20 +56,6 @@ class Writer:
 
     def writes_after(self, moment: float) -> int:
         return sum(1 for at in self.done_at if at > moment)
-
-
-@pytest.fixture
-def cluster(postgres_url: str) -> Cluster:
-    return find_cluster(postgres_url)
-
-
-@pytest.fixture
-def restart_url(
-    postgres_schemas: Callable[[], AbstractContextManager[str]], cluster: Cluster
-) -> Iterator[str]:
-    with postgres_schemas() as url:
-        yield url
-        wait_until(cluster.accepting_at, 120, "the server before dropping the schema")
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import pytest
 
-from _cluster import Cluster, find_cluster
+from _cluster import Cluster
 from _shared import wait_until
 from procledger import ProcessRegistry, open_registry
 from procledger.domain.leases import Acquired, Lease, LeaseOwner
@@ -183,22 +182,6 @@ def _lost_lease(
     if held.expires_at_ms < acked.lease.expires_at_ms:
         return [(process_id, "lease renewal")]
     return []
-
-
-@pytest.fixture
-def cluster(postgres_url: str) -> Cluster:
-    return find_cluster(postgres_url)
-
-
-@pytest.fixture
-def restart_url(
-    postgres_schemas: Callable[[], AbstractContextManager[str]], cluster: Cluster
-) -> Iterator[str]:
-    with postgres_schemas() as url:
-        try:
-            yield url
-        finally:
-            wait_until(cluster.accepting_at, 120, "the server before dropping the schema")
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])

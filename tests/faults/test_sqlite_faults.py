@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import procledger.adapters.sql.sqlite as sqlite_adapter
+from _shared import fill_up, small_tmpfs
 from procledger import (
     ProcledgerError,
     StoreCorrupt,
@@ -28,36 +28,8 @@ from registry.conformance import registration
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs (root only), unmounted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tiny tmpfs needs root")
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
-        capture_output=True,
-        check=False,
-        timeout=30,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "tiny", "1m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True, timeout=30)
-
-
-def fill(folder: Path) -> Path:
-    """Fill the file system of ``folder`` to the last byte; the filler's path."""
-    filler = folder / "filler"
-    descriptor = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
-    try:
-        while True:
-            os.write(descriptor, b"\0" * 4096)
-    except OSError:  # ENOSPC: full
-        pass
-    finally:
-        os.close(descriptor)
-    return filler
 
 
 def test_a_full_disk_is_unavailable_and_the_same_call_succeeds_once_there_is_room(
@@ -67,7 +39,7 @@ def test_a_full_disk_is_unavailable_and_the_same_call_succeeds_once_there_is_roo
     registry = open_registry(f"sqlite:///{path}")
     try:
         registry.register(registration("before"))
-        filler = fill(tiny_disk)
+        filler = fill_up(tiny_disk / "filler")
         big = {"blob": "x" * 200_000}  # more than any page the file may still have free
         failures = []
         for index in range(20):

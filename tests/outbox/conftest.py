@@ -9,10 +9,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,15 +16,7 @@ from pathlib import Path
 import pytest
 
 from _cluster import Cluster, find_cluster
-
-
-@pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``$XDG_STATE_HOME`` in the test's folder: the outbox of the test (and of the processes
-    it starts) is never the user's."""
-    home = tmp_path / "state-home"
-    monkeypatch.setenv("XDG_STATE_HOME", str(home))
-    return home
+from _shared import fill_up, small_tmpfs
 
 
 @dataclass
@@ -43,7 +31,7 @@ class Outage:
 
     def begin(self) -> None:
         if self._filler is not None:
-            _fill(self._filler)
+            fill_up(self._filler)
         else:
             assert self._cluster is not None
             self._options = self._cluster.stop()
@@ -55,15 +43,6 @@ class Outage:
             self._cluster.start(self._options)
 
 
-def _fill(path: Path) -> None:
-    """Write ``path`` (unbuffered) until the file system is full (ENOSPC)."""
-    with open(path, "wb", buffering=0) as file:
-        for size in (65536, 4096, 512, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    file.write(b"\0" * size)
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
     if request.param == "sqlite":
@@ -73,21 +52,8 @@ def outage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Outage]:
 
 
 def _sqlite_outage(tmp_path: Path) -> Iterator[Outage]:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a full tmpfs needs root (mount)")
-    mnt = tmp_path / "small-disk"
-    mnt.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)],
-        capture_output=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
-    try:
+    with small_tmpfs(tmp_path / "small-disk", "4m") as mnt:
         yield Outage(f"sqlite:///{mnt}/ledger.db", "sqlite", _filler=mnt / "filler")
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
 
 
 def _postgres_outage(request: pytest.FixtureRequest) -> Iterator[Outage]:

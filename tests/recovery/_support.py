@@ -1,5 +1,6 @@
-"""Helpers shared by the recovery tests: registrations, a recording runner, owners that are
-provably dead, and worker OS processes (``_worker.py``) started together. (The fake clock is
+"""Helpers shared by the recovery tests: registrations, a recording runner, and worker OS
+processes (``_worker.py``) started together (an owner that is provably dead is
+``_shared.dead_owner``). (The fake clock is
 ``procledger.testing.FakeClock``.)"""
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from procledger import (
     ProcessRegistry,
     RecoveryDisposition,
 )
-from procledger.adapters.liveness import local_identity, read_process_start
-from procledger.domain.leases import Liveness
 from procledger.recovery import RunResult, SweepReport
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
@@ -71,27 +70,6 @@ def register(
 
 def opaque_owner(owner_id: str) -> LeaseOwner:
     return LeaseOwner(owner_id=owner_id, incarnation_id=uuid.uuid4().hex)
-
-
-def dead_owner(owner_id: str) -> LeaseOwner:
-    """A ``local_process`` owner whose PID really existed on this host and is now gone: a
-    short-lived child is spawned, its start time read while it is unreaped, then reaped."""
-    mine = local_identity()
-    assert mine is not None, "these tests need a readable /proc"
-    child = subprocess.Popen(["true"])
-    try:
-        start = read_process_start(child.pid)  # alive or a zombie: /proc/<pid> still exists
-    finally:
-        child.wait()
-    assert start is not None
-    liveness = Liveness(
-        kind="local_process",
-        host_id=mine.host_id,
-        boot_id=mine.boot_id,
-        pid=child.pid,
-        process_start=start,
-    )
-    return LeaseOwner(owner_id=owner_id, incarnation_id=uuid.uuid4().hex, liveness=liveness)
 
 
 class RecordingRunner:

@@ -5,7 +5,6 @@ runner re-runs is captured as the Supervisor captures it, so the library read AP
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from procledger import (
     ProcessRegistry,
     ProcessState,
     TerminalReason,
-    open_registry,
 )
 from procledger.application.output import read_output, stored_tail
 from procledger.recovery import DefaultRunner, RecoveryWorker, RunResult, default_stop_policy
@@ -28,15 +26,6 @@ from ._support import kinds, opaque_owner, register
 
 PRINTS = 'for i in 1 2 3; do echo "out $i"; echo "err $i" >&2; done; exit 3'
 """Three lines to each stream, alternating, then exit 3 (a result, recorded ``exited``)."""
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def test_a_rerun_command_keeps_its_output_for_the_read_api_and_logs(

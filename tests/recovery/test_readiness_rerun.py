@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -22,7 +21,6 @@ from procledger import (
     Readiness,
     RecoveryDisposition,
     TerminalReason,
-    open_registry,
 )
 from procledger.recovery import RecoveryWorker, SweepReport
 
@@ -42,10 +40,8 @@ while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{tmp_path}/ledger.db")
-    yield opened
-    opened.close()
+def registry_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/ledger.db"
 
 
 def register(registry: ProcessRegistry, pid: str, argv: list[str], ready: Readiness) -> None:

@@ -5,9 +5,6 @@ writer lock on SQLite) or holds, so no process is visited by two workers."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-
-import pytest
 
 from procledger import (
     Lease,
@@ -24,15 +21,6 @@ from ._support import opaque_owner, register
 
 TIMINGS = LeaseTimings(ttl_ms=30_000, renew_ms=10_000)
 WAIT_S = 30.0
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def test_the_search_for_free_work_passes_over_rows_another_transaction_is_taking(

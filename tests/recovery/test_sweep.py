@@ -8,12 +8,13 @@ import logging
 import os
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from _shared import Processes, wait_until
+from _shared import Processes, dead_owner, wait_until
 from procledger import (
     Acquired,
     Busy,
@@ -34,7 +35,7 @@ from procledger.recovery import RecoveryWorker, RunResult, SweepReport
 from procledger.supervisor.decide import event_ids
 from procledger.testing import FakeClock
 
-from ._support import RecordingRunner, dead_owner, kinds, opaque_owner, register
+from ._support import RecordingRunner, kinds, opaque_owner, register
 
 TIMINGS = LeaseTimings(ttl_ms=3_000, renew_ms=1_000)
 ALIVE = LeaseOwner.local_process("alive-supervisor")  # this test process: alive
@@ -271,21 +272,24 @@ def test_a_child_spawned_for_a_start_never_recorded_is_found_by_its_marker_and_s
 ) -> None:
     """A supervisor SIGKILLed between a spawn and the ``started`` write leaves a ``starting``
     record with no child on it, and the child running (a burst of starts spawns a whole batch
-    before it records them): the sweep finds it by the run's marker, stops it, and says so."""
-    record = register(registry, "step", "owner_bound")
+    before it records them): the sweep finds it by the run's marker, stops it, and says so.
+    The id is the test's own: the marker is searched for host-wide, and a fixed one would also
+    find (and stop) the child of this test run elsewhere at the same time."""
+    step = f"step-{uuid.uuid4().hex[:8]}"
+    record = register(registry, step, "owner_bound")
     dead = dead_owner("dead-supervisor")
-    claim(registry, "step", dead, ttl=10**9)
-    registry.record_first_started("step", dead, registry.now_ms())
+    claim(registry, step, dead, ttl=10**9)
+    registry.record_first_started(step, dead, registry.now_ms())
     marker = event_ids(record.id, record.registration_hash).run_marker
     child = subprocess.Popen(
         ["sleep", "600"], env={**os.environ, "PROCLEDGER_RUN": marker}, start_new_session=True
     )
     spawned = procs.add(child.pid)
 
-    assert worker.sweep() == SweepReport(abandoned=["step"])
+    assert worker.sweep() == SweepReport(abandoned=[step])
     child.wait(timeout=30)
     Processes.assert_dead(spawned)
-    final = registry.get("step")
+    final = registry.get(step)
     assert (final.state, final.reason) == (ProcessState.abandoned, TerminalReason.owner_dead)
     assert final.diagnostic == (
         f"sweep stopped OS pid {child.pid} carrying its run marker: spawned, but its start was "

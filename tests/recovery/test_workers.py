@@ -12,7 +12,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import orjson
 import psycopg
 import pytest
 
-from _shared import child_env, wait_until
+from _shared import CLI, child_env, end_process, run_cli, wait_until
 from procledger import (
     LeaseOwner,
     LeaseTimings,
@@ -29,7 +28,6 @@ from procledger import (
     ProcessState,
     RecoveryDisposition,
     TerminalReason,
-    open_registry,
 )
 from procledger.recovery import RecoveryWorker, SweepReport
 
@@ -37,7 +35,6 @@ from ._support import Workers, kill_if_alive, kinds, lines, opaque_owner, pid_al
 
 pytestmark = pytest.mark.slow
 
-CLI = (sys.executable, "-m", "procledger")
 WORKER_OPTIONS = ("--ttl-ms", "30000", "--renew-ms", "10000", "--interval", "0.05", "--json")
 APPEND = 'echo "$1" >> "$2"'
 """``sh -c APPEND sh ID FILE``: one line per run."""
@@ -47,15 +44,6 @@ FIRST_RUN_BLOCKS = 'echo $$ >> "$1"; if [ "$(wc -l < "$1")" -eq 1 ]; then exec s
 same PID) until stopped, later runs exit 0 at once."""
 
 FIRST_RUN_FINISHES_LATE = 'echo $$ >> "$1"; if [ "$(wc -l < "$1")" -eq 1 ]; then exec sleep 1; fi'
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 @pytest.fixture
@@ -335,14 +323,7 @@ def test_cli_drain_abandons_only_this_owners_started_owner_bound_processes(
         registry.record_first_started(process_id, owner, registry.now_ms())
         registry.record_started(process_id, registry.now_ms())
 
-    done = subprocess.run(
-        [*CLI, "--url", shared_url, "sweep", "--drain", "--owner", "cli-owner", "--json"],
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("sweep", "--drain", "--owner", "cli-owner", "--json", url=shared_url)
 
     assert done.returncode == 0, done.stderr
     report = SweepReport.model_validate(orjson.loads(done.stdout))
@@ -382,9 +363,7 @@ def test_cli_worker_stops_cleanly_and_hands_its_work_back(
         worker.send_signal(signum)
         out, err = worker.communicate(timeout=30)
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        end_process(worker)
 
     assert worker.returncode == exit_code, err
     assert not pid_alive(int(child))  # the tree was stopped before the worker exited

@@ -4,8 +4,6 @@ fails alone, on SQLite and PostgreSQL (docs/design.md §7.3)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,15 +22,6 @@ from procledger import (
 OWNER = LeaseOwner.local_process("supervisor")
 OTHER = LeaseOwner.local_process("other")
 TTL = 30_000
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def test_new_processes_are_registered_and_claimed_in_one_write(registry: ProcessRegistry) -> None:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import queue
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from _shared import dead_owner
 from procledger import (
     Busy,
     EventType,
@@ -32,8 +31,6 @@ from procledger import (
     RecoveryDisposition,
     open_registry,
 )
-from procledger.adapters.liveness import local_identity
-from procledger.domain.leases import Liveness
 
 from ._race_worker import worker_main
 
@@ -185,32 +182,12 @@ def test_concurrent_claims_on_one_process(workers: Workers, shared_url: str) -> 
         parent.close()
 
 
-def _dead_local_owner() -> LeaseOwner:
-    """A ``local_process`` owner on this host whose process has exited (and been reaped)."""
-    identity = local_identity()
-    if identity is None:
-        pytest.skip("/proc is not readable here")
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return LeaseOwner(
-        owner_id="crashed-runner",
-        incarnation_id="gone",
-        liveness=Liveness(
-            kind="local_process",
-            host_id=identity.host_id,
-            boot_id=identity.boot_id,
-            pid=child.pid,
-            process_start="0",  # even a reused pid started at another time
-        ),
-    )
-
-
 def test_reclaim_race_among_processes_has_one_winner(workers: Workers, shared_url: str) -> None:
     parent = open_registry(shared_url)
     try:
         parent.register(_registration("orphan"))
         parent.record_started("orphan", 1)
-        claimed = parent.claim_lease("orphan", _dead_local_owner(), 600_000)
+        claimed = parent.claim_lease("orphan", dead_owner("crashed-runner"), 600_000)
         observed = claimed.lease  # type: ignore[union-attr]
         workers.start(
             "reclaim",
@@ -246,7 +223,7 @@ def test_real_probe_refuses_to_reclaim_from_a_live_holder(tmp_path: Path) -> Non
             "held", LeaseOwner.local_process("claimant"), observed, 1_000
         )
         assert result == Busy(holder=observed)
-        dead = registry.reclaim_lease("held", _dead_local_owner(), observed, 1_000)
+        dead = registry.reclaim_lease("held", dead_owner("crashed-runner"), observed, 1_000)
         assert dead == Busy(holder=observed)  # whoever asks, a live holder keeps its lease
     finally:
         registry.close()

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +46,8 @@ def path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def registry(path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{path}")
-    try:
-        yield opened
-    finally:
-        opened.close()
+def registry_url(path: Path) -> str:
+    return f"sqlite:///{path}"
 
 
 def groups_of(registry: ProcessRegistry) -> WriteGroups:

@@ -4,8 +4,7 @@ unimportable)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from _shared import run_python
 
 PROGRAM = """
 import sys
@@ -19,9 +18,8 @@ except StoreError as error:
 
 
 def test_a_missing_driver_names_the_extra() -> None:
-    ran = subprocess.run(
-        [sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=60, check=True
-    )
+    ran = run_python(PROGRAM)
+    assert ran.returncode == 0, ran.stderr
     assert "pip install 'procledger[postgres]'" in ran.stdout
     assert "secret" not in ran.stdout
     assert ran.stderr == ""

@@ -4,8 +4,6 @@ is left to the caller, exactly as ``register`` leaves it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from _shared import command_registration, write_transactions
@@ -13,19 +11,9 @@ from procledger import (
     LeaseOwner,
     ProcessRegistry,
     RegistrationConflict,
-    open_registry,
 )
 
 OWNER = LeaseOwner.local_process("supervisor")
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def test_a_new_process_is_registered_leased_and_first_started_in_one_write(

@@ -7,7 +7,6 @@ import multiprocessing
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,8 @@ from .conformance import registration
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{tmp_path / 'ledger.db'}")
-    try:
-        yield opened
-    finally:
-        opened.close()
+def registry_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
 
 
 def connections(registry: ProcessRegistry) -> SQLiteConnections:

@@ -6,6 +6,8 @@
 - ``no_leaks`` (autouse): the open descriptors, the threads and the child processes of this
   test process are the same after each test as before it -- on every path.
 - ``in_thread``: run a blocking call in a thread, to cancel or stop it from the test.
+- ``make_supervisor``, ``supervisor``: Supervisors on the test's ``registry``, owned by its
+  ``owner`` (both ``tests/conftest.py``), each shut down after the test.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import psutil
 import pytest
 
 from _shared import Processes
+from procledger import LeaseOwner, ProcessRegistry, StopPolicy, Supervisor
 
 PROGRAMS = Path(__file__).with_name("programs.py")
 FD_DIR = "/proc/self/fd" if sys.platform == "linux" else "/dev/fd"
@@ -100,9 +103,26 @@ def in_thread(procs: Processes) -> Iterator[StartCall]:
         call.thread.join(10)
 
 
-@pytest.fixture(autouse=True)
-def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A state directory of the test's own: outbox entries never reach the user's."""
-    home = tmp_path / "state-home"
-    monkeypatch.setenv("XDG_STATE_HOME", str(home))
-    return home
+@pytest.fixture
+def make_supervisor(
+    registry: ProcessRegistry, owner: LeaseOwner
+) -> Iterator[Callable[..., Supervisor]]:
+    """``make(**options)``: a Supervisor on ``registry`` (by default owned by ``owner`` and
+    stopping with a 5 s grace), shut down after the test so that no child outlives it."""
+    made: list[Supervisor] = []
+
+    def make(**options: Any) -> Supervisor:
+        options.setdefault("owner", owner)
+        options.setdefault("stop", StopPolicy(grace_s=5.0))
+        made.append(Supervisor(registry, **options))
+        return made[-1]
+
+    yield make
+    for supervisor in made:
+        supervisor.shutdown(grace_s=1.0)
+
+
+@pytest.fixture
+def supervisor(make_supervisor: Callable[..., Supervisor], tmp_path: Path) -> Supervisor:
+    """One Supervisor of ``make_supervisor``'s, capturing output under the test's folder."""
+    return make_supervisor(output_dir=tmp_path / "output")

@@ -15,31 +15,17 @@ from typing import Any
 
 import pytest
 
-from _shared import Processes, command_registration, write_transactions
+from _shared import Processes, command_registration, dead_owner, write_transactions
 from procledger import (
     LeaseOwner,
     ProcessHandle,
     ProcessRegistry,
     SpawnError,
     SupervisorClosed,
-    open_registry,
 )
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.execution import OwnedChild, StopPolicy
 from procledger.supervisor.supervisor import Settle, Supervisor
-from recovery._support import dead_owner
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def owner() -> LeaseOwner:
-    return LeaseOwner.local_process(f"test-batched-{uuid.uuid4().hex[:8]}")
 
 
 def sleeper(pidfile: Path) -> list[str]:

@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import socket
 import sys
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from _shared import Processes
 from procledger import (
-    LeaseOwner,
     ProcessRegistry,
     ProcessState,
     Readiness,
     TerminalReason,
-    open_registry,
 )
-from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.supervisor import Supervisor
 
 CHILD = r"""
@@ -68,33 +62,6 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
     return port
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def make_supervisor(registry: ProcessRegistry) -> Iterator[Callable[..., Supervisor]]:
-    made: list[Supervisor] = []
-
-    def make(**kwargs: Any) -> Supervisor:
-        kwargs.setdefault("owner", LeaseOwner.local_process(f"test-{uuid.uuid4().hex[:8]}"))
-        kwargs.setdefault("stop", StopPolicy(grace_s=5.0))
-        made.append(Supervisor(registry, **kwargs))
-        return made[-1]
-
-    yield make
-    for supervisor in made:
-        supervisor.shutdown(grace_s=1.0)
-
-
-@pytest.fixture
-def supervisor(make_supervisor: Callable[..., Supervisor], tmp_path: Path) -> Supervisor:
-    return make_supervisor(output_dir=tmp_path / "output")
 
 
 def ready_after_go(

@@ -4,15 +4,11 @@ and stops, with real processes."""
 from __future__ import annotations
 
 import itertools
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from _shared import Processes, wait_until
 from procledger import (
-    LeaseOwner,
     NotFound,
     ProcessHandle,
     ProcessRecord,
@@ -21,9 +17,7 @@ from procledger import (
     RestartMode,
     RestartPolicy,
     TerminalReason,
-    open_registry,
 )
-from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.supervisor import Supervisor
 
 SCHEDULE = [0.2, 0.4, 0.8, 1.6, 1.6]
@@ -34,25 +28,6 @@ ISSUE_POLICY = RestartPolicy(
     backoff_initial_s=0.2,
     backoff_max_s=1.6,
 )
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def supervisor(registry: ProcessRegistry, tmp_path: Path) -> Iterator[Supervisor]:
-    made = Supervisor(
-        registry,
-        owner=LeaseOwner.local_process(f"test-{uuid.uuid4().hex[:8]}"),
-        stop=StopPolicy(grace_s=5.0),
-        output_dir=tmp_path / "output",
-    )
-    yield made
-    made.shutdown(grace_s=1.0)
 
 
 def attempts(registry: ProcessRegistry, first: str) -> list[ProcessRecord]:

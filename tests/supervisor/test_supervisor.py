@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,40 +49,6 @@ HANDLE = re.compile(r"^[A-Za-z0-9_-]{22}$")
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def registry(shared_url: str) -> Iterator[ProcessRegistry]:
-    opened = open_registry(shared_url)
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def owner() -> LeaseOwner:
-    return LeaseOwner.local_process(f"test-supervisor-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-def make_supervisor(
-    registry: ProcessRegistry, owner: LeaseOwner
-) -> Iterator[Callable[..., Supervisor]]:
-    made: list[Supervisor] = []
-
-    def make(**kwargs: Any) -> Supervisor:
-        kwargs.setdefault("owner", owner)
-        kwargs.setdefault("stop", StopPolicy(grace_s=5.0))
-        made.append(Supervisor(registry, **kwargs))
-        return made[-1]
-
-    yield make
-    for supervisor in made:
-        supervisor.shutdown(grace_s=1.0)
-
-
-@pytest.fixture
-def supervisor(make_supervisor: Callable[..., Supervisor]) -> Supervisor:
-    return make_supervisor()
 
 
 # -- child programs -------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -41,15 +40,8 @@ from procledger.supervisor.supervisor import Supervisor
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[ProcessRegistry]:
-    opened = open_registry(f"sqlite:///{tmp_path}/ledger.db")
-    yield opened
-    opened.close()
-
-
-@pytest.fixture
-def owner() -> LeaseOwner:
-    return LeaseOwner.local_process(f"truth-{uuid.uuid4().hex[:8]}")
+def registry_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/ledger.db"
 
 
 def _sh(script: str) -> list[str]:

@@ -33,11 +33,11 @@ def register(registry: ProcessRegistry, process_id: str, label: str) -> None:
 
 
 @pytest.fixture
-def registry(shared_url: str) -> ProcessRegistry:
-    opened = open_registry(shared_url)
+def registry(registry: ProcessRegistry) -> ProcessRegistry:
+    """The shared ``registry`` (on each store), with seven processes labelled in turn."""
     for index in range(7):
-        register(opened, f"p{index}", "even" if index % 2 == 0 else "odd")
-    return opened
+        register(registry, f"p{index}", "even" if index % 2 == 0 else "odd")
+    return registry
 
 
 def test_pages_go_backwards_along_the_ids(registry: ProcessRegistry) -> None:

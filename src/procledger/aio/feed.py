@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Final, final
 import anyio
 from anyio import to_thread
 
-from procledger.adapters.sql.listen import ChangeListener, change_listener
 from procledger.aio.wakeup import Wakeup
+from procledger.application.changes import ChangeCursor, ChangeListener, open_change_listener
 from procledger.domain.errors import StoreError
 from procledger.domain.records import ProcessRecord
-from procledger.projections.feed import ChangeCursor
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -57,7 +56,7 @@ class _Pushes:
         self._unsubscribe: Callable[[], None] = registry.subscribe_changes(self._wakeup.set)
         self._listener: ChangeListener | None = None
         try:
-            self._listener = change_listener(registry.store)
+            self._listener = open_change_listener(registry)
         except StoreError as error:
             log.warning("feed follower: no LISTEN (polling instead): %s", error)
         self._pause = FIRST_POLL_S

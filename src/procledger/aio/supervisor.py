@@ -98,7 +98,7 @@ class AsyncProcessHandle:
         """
         return await self._supervisor.wait(self)
 
-    async def stop(self, mode: StopMode | str, grace: float | None = None) -> ProcessRecord:
+    async def stop(self, mode: StopMode | str, grace_s: float | None = None) -> ProcessRecord:
         """Stop the tree as ``Supervisor.stop`` does (the request recorded first); returns the
         record once it ended (``interrupt``: once the grace passed). Once begun, a stop runs
         to its end even if the awaiting task is cancelled.
@@ -106,7 +106,7 @@ class AsyncProcessHandle:
         Raises:
             ValueError: ``mode`` is not a stop mode.
         """
-        return await self._supervisor.stop(self, mode, grace)
+        return await self._supervisor.stop(self, mode, grace_s)
 
     async def wait_ready(self, timeout: float | None = None) -> ProcessRecord:
         """The record once the process is ready (its probes held: ``ready_at_ms`` set) or has
@@ -416,9 +416,9 @@ class AsyncSupervisor:
                     pause = min(pause * 2, READY_POLL_MAX_S)
 
     async def stop(
-        self, handle: AsyncProcessHandle, mode: StopMode | str, grace: float | None = None
+        self, handle: AsyncProcessHandle, mode: StopMode | str, grace_s: float | None = None
     ) -> ProcessRecord:
-        """``handle.stop(mode, grace)``: ``Supervisor.stop`` in a worker thread, shielded
+        """``handle.stop(mode, grace_s)``: ``Supervisor.stop`` in a worker thread, shielded
         from cancellation once begun (a stop is never left half-done).
 
         Raises:
@@ -428,7 +428,7 @@ class AsyncSupervisor:
         stop_mode = StopMode(mode)
         with anyio.CancelScope(shield=True):
             record: ProcessRecord = await self.run_sync(
-                self.supervisor.stop, handle.sync, stop_mode, grace
+                self.supervisor.stop, handle.sync, stop_mode, grace_s
             )
         return record
 

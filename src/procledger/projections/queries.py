@@ -28,9 +28,9 @@ from procledger.projections.records import (
 from procledger.projections.sessions import read_handle, read_handle_sessions, read_handles
 
 PREFIX_CANDIDATES = 5
+"""How many ids an ambiguous prefix lists (enough to choose from, short enough for a line)."""
 SERVICE_ATTEMPTS = 10_000
 """A prefix resolves to a service whose attempts number at most this many."""
-"""How many ids an ambiguous prefix lists (enough to choose from, short enough for a line)."""
 
 FilterLike = ProcessListFilter | Mapping[str, Any] | None
 
