@@ -14,7 +14,7 @@ from procledger.adapters.sql.store import Tx
 def ensure_locked(tx: Tx, process_id: str) -> Any:
     """The process's lease row, created as a released placeholder (fence 0) if missing, and
     locked until commit: an insert and a ``lease_row(lock=True)`` in one statement (one
-    round trip; a claim creates and locks it so). The no-op update on conflict is what locks an existing row, as a
+    round trip). The no-op update on conflict is what locks an existing row, as a
     ``SELECT ... FOR UPDATE`` would, and returns it as it is."""
     return tx.execute(
         f"INSERT INTO {tx.dialect.table('leases')} (process_id, owner, lease_token, "
