@@ -143,7 +143,8 @@ def _construct(
 
 def _schema_step(store: Store, recorder: Any, *, read_only: bool) -> None:
     """Migrate the tables to this code's version -- a writer only, and only when they are
-    older (a current ledger opens with one read); refuse a newer ledger either way."""
+    older (a current ledger opens with one read), or a read-only open of a store with no
+    ledger tables at all; refuse a newer ledger either way (docs/design.md §7.1)."""
     found = stored_version(store)
     check_known(store.location, found)
     if found == SCHEMA_VERSION or (read_only and found is not None):

@@ -1,4 +1,4 @@
-"""The PostgreSQL half of the store, imported only for ``postgresql://`` URLs.
+"""The PostgreSQL backend (``PostgresBackend``), imported only for ``postgresql://`` URLs.
 
 Keeping psycopg and eventsourcing's PostgreSQL module out of every other module keeps SQLite
 commands (and ``procledger`` start-up) from paying for them.

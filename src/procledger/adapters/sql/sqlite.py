@@ -1,5 +1,6 @@
-"""The SQLite half of the store: connections held by the store, transactions as plain context
-managers, and the recorder that appends events with their side effects."""
+"""The SQLite backend (``SQLiteBackend``, a file or ``memory://``): connections held by the
+store, transactions as plain context managers, and the recorder that appends events with their
+side effects (docs/design.md §7.3)."""
 
 from __future__ import annotations
 
