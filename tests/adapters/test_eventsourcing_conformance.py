@@ -14,6 +14,7 @@ session id, §7.2; the PostgreSQL events table keys them as ``uuid``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ from eventsourcing.tests.persistence import (
 
 from procledger.adapters.sql.location import parse_store_url
 from procledger.adapters.sql.opening import open_store
+
+JOIN_S = 30.0
+"""How long closing waits for each thread a case left running (its readers stop at once)."""
 
 
 class AsAggregateRecorder(AggregateRecorder):
@@ -64,7 +68,19 @@ class OnStore:
 
     def open_recorder(self) -> Any:
         opened = open_store(parse_store_url(self.url))
-        self.addCleanup(opened.close)  # type: ignore[attr-defined]
+        before = set(threading.enumerate())
+
+        def close() -> None:
+            # eventsourcing's concurrent cases tell their reader threads to stop but return
+            # without joining them; closing the store under a reader's statement would crash
+            # the interpreter (docs/design.md §7.3), so the threads the case started end first.
+            # (Daemon threads are the drivers' own, such as a connection pool's workers.)
+            for thread in set(threading.enumerate()) - before:
+                if not thread.daemon:
+                    thread.join(JOIN_S)
+            opened.close()
+
+        self.addCleanup(close)  # type: ignore[attr-defined]
         return opened.recorder
 
 
