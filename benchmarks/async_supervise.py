@@ -92,7 +92,8 @@ async def supervised(
 def write_path(registry: ProcessRegistry) -> str:
     """How busy the write path was (a SQLite file: its group commit, docs/design.md §7.3):
     the writes go one after another, so a baton held for most of the wall time is the bound."""
-    groups = registry.store.sqlite.groups if registry.store.sqlite is not None else None
+    connections = getattr(registry.store.backend, "connections", None)
+    groups = getattr(connections, "groups", None)  # a SQLite file's only
     if groups is None:
         return ""
     per_commit = groups.writes / max(groups.commits, 1)

@@ -41,7 +41,7 @@ def test_the_search_for_free_work_passes_over_rows_another_transaction_is_taking
     with store.write() as tx:
         first = lease_rows.next_free(tx, "", now)
         assert first["process_id"] == "a"
-        lease_rows.ensure_row(tx, "a")
+        lease_rows.ensure_locked(tx, "a")
         lease_rows.take(
             tx,
             "a",

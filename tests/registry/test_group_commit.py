@@ -32,6 +32,7 @@ from procledger import (
 from procledger.adapters.sql import leases as lease_rows
 from procledger.adapters.sql import sqlite as sqlite_adapter
 from procledger.adapters.sql.group_commit import WriteGroups
+from procledger.adapters.sql.sqlite import SQLiteBackend, SQLiteConnections
 from procledger.adapters.sql.store import Tx
 
 from .conformance import registration
@@ -50,10 +51,16 @@ def registry_url(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+def connections_of(registry: ProcessRegistry) -> SQLiteConnections:
+    backend = registry.store.backend
+    assert isinstance(backend, SQLiteBackend)
+    return backend.connections
+
+
 def groups_of(registry: ProcessRegistry) -> WriteGroups:
-    assert registry.store.sqlite is not None
-    assert registry.store.sqlite.groups is not None
-    return registry.store.sqlite.groups
+    groups = connections_of(registry).groups
+    assert groups is not None
+    return groups
 
 
 def wait_until(condition: Callable[[], bool]) -> None:
@@ -173,7 +180,7 @@ def test_a_first_member_that_fails_is_rolled_back_whole_and_the_queued_commit(
     queued = Call(lambda: registry.register(registration("q")))
 
     def fails(tx: Tx) -> None:
-        lease_rows.ensure_row(tx, "p")
+        lease_rows.ensure_locked(tx, "p")
         queued.start()
         wait_until(lambda: groups.queued == 1)
         raise ValueError("the first member's own failure")
@@ -194,7 +201,7 @@ def test_an_error_that_ends_the_whole_transaction_fails_every_member(
     registry.register(registration("p"))
 
     def claim(tx: Tx) -> None:
-        lease_rows.ensure_row(tx, "p")
+        lease_rows.ensure_locked(tx, "p")
 
     def breaks_it(tx: Tx) -> None:
         tx.cursor.connection.rollback()  # as SQLite does on SQLITE_FULL
@@ -222,8 +229,7 @@ class FailingCommit(sqlite3.Connection):
 def test_a_failed_commit_fails_every_member_and_keeps_nothing(
     registry: ProcessRegistry, path: Path
 ) -> None:
-    connections = registry.store.sqlite
-    assert connections is not None
+    connections = connections_of(registry)
 
     def failing() -> sqlite3.Connection:
         connection = sqlite3.connect(

@@ -227,15 +227,15 @@ def test_opening_rides_through_a_server_restarting_meanwhile(
     from procledger.adapters.sql import opening
 
     calls: list[object] = []
-    real = opening.create_tables
+    real = opening.migrate
 
-    def flaky(store: object) -> None:
+    def flaky(store: object, create_events_table: object) -> None:
         calls.append(store)
         if len(calls) == 1:
             raise StoreUnavailable("terminating connection due to administrator command")
-        real(store)  # type: ignore[arg-type]
+        real(store, create_events_table)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(opening, "create_tables", flaky)
+    monkeypatch.setattr(opening, "migrate", flaky)
     registry = open_registry(postgres_schema_url)
     try:
         registry.register(registration("after-a-restart"))

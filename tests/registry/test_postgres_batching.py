@@ -14,7 +14,7 @@ from procledger import (
     RecoveryDisposition,
     open_registry,
 )
-from procledger.adapters.sql.postgres import conninfo
+from procledger.adapters.sql.postgres import PostgresBackend, conninfo
 from procledger.testing import FakeClock
 
 pytestmark = pytest.mark.postgres
@@ -40,8 +40,9 @@ def test_a_dead_idle_connection_is_replaced_at_begin_without_the_retry_window(
     registry = open_registry(postgres_schema_url + "&retry_s=0", clock=FakeClock())
     try:
         _register(registry, "a")
-        connections = registry.store.postgres
-        assert connections is not None
+        backend = registry.store.backend
+        assert isinstance(backend, PostgresBackend)
+        connections = backend.connections
         idle = list(connections._idle)  # the connections the next call takes
         assert idle
         pids = [connection.info.backend_pid for connection in idle]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from procledger import ProcessRegistry, StoreError, open_registry
-from procledger.adapters.sql.sqlite import SQLiteConnections
+from procledger.adapters.sql.sqlite import SQLiteBackend, SQLiteConnections
 
 from .conformance import registration
 
@@ -23,8 +23,9 @@ def registry_url(tmp_path: Path) -> str:
 
 
 def connections(registry: ProcessRegistry) -> SQLiteConnections:
-    assert registry.store.sqlite is not None
-    return registry.store.sqlite
+    backend = registry.store.backend
+    assert isinstance(backend, SQLiteBackend)
+    return backend.connections
 
 
 def is_open(connection: sqlite3.Connection) -> bool:

@@ -161,14 +161,17 @@ def _global_options(
 
 
 @contextmanager
-def open_ledger(url: str | None, *, create: bool = True) -> Iterator[ProcessRegistry]:
+def open_ledger(
+    url: str | None, *, create: bool = True, read_only: bool = False
+) -> Iterator[ProcessRegistry]:
     """The one way a command opens the store, closed after it. ``create=False`` for the
-    commands that only read: they never create a ledger, a missing one is an error naming it.
+    commands that never create a ledger, a missing one is an error naming it; ``read_only``
+    for those that only read (no DDL, no write lock: docs/design.md §7.1).
     ``open_registry`` is imported here, through the package's public name, so that
     ``procledger table`` never loads a store."""
     from procledger import open_registry
 
-    registry = open_registry(url, create=create)
+    registry = open_registry(url, create=create, read_only=read_only)
     try:
         yield registry
     finally:

@@ -143,7 +143,7 @@ def ps(
         show_all=show_all, states=state or [], status=status, label=label, since=since
     )
     selection = decode_filter(keys)
-    with open_ledger(cli_state(ctx).url, create=False) as registry:
+    with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
         records, damaged = _listing(
             registry, selection, wanted=wanted, limit=limit, attempts=attempts
         )
@@ -214,7 +214,7 @@ def show(ctx: typer.Context, process_id: _IdArgument, *, as_json: JsonOption = F
     """Show one process's record and its whole event history.
 
     The record includes the child's OS pid and process group, and the signal that ended it."""
-    with open_ledger(cli_state(ctx).url, create=False) as registry:
+    with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
         found = resolve_id(registry, process_id)
         record = registry.get(found)
         events = registry.events(found)
@@ -325,7 +325,7 @@ def feed(
     """Print what changed after a cursor.
 
     One line per changed process, with its cursor; --follow keeps printing."""
-    with open_ledger(cli_state(ctx).url, create=False) as registry:
+    with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
         try:
             _print_feed(registry, since, limit, follow=follow, as_json=as_json)
         except KeyboardInterrupt:

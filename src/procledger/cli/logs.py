@@ -67,7 +67,7 @@ def logs(
 
     On another host, prints the tail the ledger kept and says where the rest is."""
     name = None if stream is None else stream.value
-    with open_ledger(cli_state(ctx).url, create=False) as registry:
+    with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
         found = resolve_id(registry, process_id)
         if follow:
             warn_if_unowned(registry, found)

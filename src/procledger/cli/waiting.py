@@ -70,7 +70,7 @@ def wait(
 
     with option_errors():
         seconds = None if timeout is None else parse_duration(timeout, option="--timeout")
-    with open_ledger(cli_state(ctx).url, create=False) as registry:
+    with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
         found = resolve_id(registry, process_id)
         warn_if_unowned(registry, found)
         waiting = registry.await_ready if until is Until.ready else registry.await_end

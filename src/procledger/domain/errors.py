@@ -33,6 +33,7 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
         ├── StoreURLError                 (a URL that names no usable store)
         ├── StoreUnavailable              (retry later: connection lost, locked, disk full)
         ├── StoreCorrupt                  (.process_id: stored data that cannot be decoded)
+        ├── SchemaTooNew                  (.found, .known: a ledger a newer procledger wrote)
         └── WriteConflict                 (another writer appended first; retried inside)
 """
 
@@ -226,6 +227,18 @@ class StoreCorrupt(StoreError):
     def __init__(self, message: str, *, process_id: str | None = None) -> None:
         super().__init__(message)
         self.process_id = process_id
+
+
+class SchemaTooNew(StoreError):
+    """The ledger's tables are of a newer schema version than this procledger knows
+    (``found`` > ``known``): a newer release migrated them, and this code might misread or
+    damage what it does not know. Neither reading nor writing is attempted; upgrade procledger.
+    The message names the ledger and both versions."""
+
+    def __init__(self, message: str, *, found: int, known: int) -> None:
+        super().__init__(message)
+        self.found = found
+        self.known = known
 
 
 class WriteConflict(StoreError):

@@ -45,6 +45,14 @@ class Dialect:
         """``text`` with this driver's placeholders (written with ``?``)."""
         return text
 
+    def table_exists(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """A query (and its parameters) that returns a row when the side table ``name``
+        exists: opening asks before it reads a table that an older ledger may lack."""
+        return (
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+            (f"procledger_{name}",),
+        )
+
     def originator_key(self, originator_id: UUID) -> Any:
         """How the events table stores an originator id."""
         return originator_id.hex
@@ -103,6 +111,12 @@ class PostgresDialect(Dialect):
     def originator_key(self, originator_id: UUID) -> Any:
         return originator_id
 
+    def table_exists(self, name: str) -> tuple[str, tuple[str, ...]]:
+        return (
+            "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname=? AND tablename=?",
+            (self.location.schema, f"procledger_{name}"),
+        )
+
     def skip_locked(self, alias: str) -> str:
         return f" FOR UPDATE OF {alias} SKIP LOCKED"
 
@@ -118,8 +132,3 @@ class PostgresDialect(Dialect):
     def json_text(self, column: str, *path: str) -> str:
         steps = "".join(f" -> '{step}'" for step in path[:-1])
         return f"({column}::jsonb{steps} ->> '{path[-1]}')"
-
-
-def dialect_for(location: StoreLocation) -> Dialect:
-    """The dialect of a parsed location."""
-    return PostgresDialect(location) if location.dialect == "postgresql" else Dialect(location)

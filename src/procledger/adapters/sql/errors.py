@@ -15,11 +15,21 @@ from typing import Any
 from eventsourcing import persistence as es
 
 from procledger.domain.errors import (
+    ProcledgerError,
     StoreCorrupt,
     StoreError,
     StoreUnavailable,
     WriteConflict,
 )
+
+
+class IntegrityConflict(WriteConflict, es.IntegrityError):
+    """A row the database refused as a duplicate -- above all an event at a ``(stream,
+    version)`` already taken: procledger's ``WriteConflict`` (which its commands retry,
+    docs/design.md §3.7) and eventsourcing's ``IntegrityError`` (what eventsourcing's recorder
+    contract says a duplicate append raises), so code written against either catches it. It
+    lives here, not in the domain, because the domain does not import eventsourcing."""
+
 
 _UNAVAILABLE_SQLITE = (
     "locked",
@@ -35,7 +45,11 @@ _CORRUPT_SQLITE = ("malformed", "not a database", "corrupt", "could not decode")
 
 
 def is_driver_error(error: BaseException) -> bool:
-    """Whether ``error`` comes from a database driver (or eventsourcing's wrapping of one)."""
+    """Whether ``error`` comes from a database driver (or eventsourcing's wrapping of one);
+    never one of procledger's own errors, which are translated already (``IntegrityConflict``
+    is also an eventsourcing error)."""
+    if isinstance(error, ProcledgerError):
+        return False
     if isinstance(
         error,
         sqlite3.Error | es.PersistenceError | es.ConnectionPoolClosedError | UnicodeDecodeError,
@@ -49,7 +63,7 @@ def translate(error: BaseException, where: str) -> StoreError:
     """The ``StoreError`` subclass for a driver error; ``where`` names the store."""
     message = f"{where}: {_first_line(error)}"
     if isinstance(error, sqlite3.IntegrityError | es.IntegrityError):
-        return WriteConflict(message)
+        return IntegrityConflict(message)
     if isinstance(error, UnicodeDecodeError):
         return StoreCorrupt(f"{where}: undecodable text in a stored row: {error}")
     if isinstance(error, sqlite3.Error):
@@ -101,7 +115,7 @@ def _postgres(error: BaseException, message: str) -> StoreError:
         return StoreCorrupt(message)
     if psycopg is not None:
         if isinstance(error, psycopg.errors.IntegrityError):
-            return WriteConflict(message)
+            return IntegrityConflict(message)
         if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError):
             return StoreUnavailable(message)
         if isinstance(error, psycopg.DataError):

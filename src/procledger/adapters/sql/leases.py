@@ -11,17 +11,6 @@ from typing import Any
 from procledger.adapters.sql.store import Tx
 
 
-def ensure_row(tx: Tx, process_id: str) -> None:
-    """A released placeholder row (fence 0) for a process never claimed, so the next read can
-    lock it (a claim creates and locks it in one statement: ``ensure_locked``)."""
-    tx.execute(
-        f"INSERT INTO {tx.dialect.table('leases')} (process_id, owner, lease_token, "
-        "fencing_token, claimed_at_ms, expires_at_ms, released) "
-        "VALUES (?, '{}', '', 0, 0, 0, 1) ON CONFLICT (process_id) DO NOTHING",
-        (process_id,),
-    )
-
-
 def ensure_locked(tx: Tx, process_id: str) -> Any:
     """The process's lease row, created as a released placeholder (fence 0) if missing, and
     locked until commit: an insert and a ``lease_row(lock=True)`` in one statement (one

@@ -42,14 +42,6 @@ _MAX_RETRY_S = 86_400.0
 _POSTGRES_PARAMETERS = frozenset({"schema", "retry_s"})
 
 
-def default_url() -> str:
-    """``$PROCLEDGER_URL``, else the per-user SQLite ledger under ``$XDG_DATA_HOME``."""
-    configured = os.environ.get("PROCLEDGER_URL")
-    if configured:
-        return configured
-    return sqlite_url(default_ledger_path())
-
-
 def default_ledger_path() -> Path:
     """The per-user ledger: ``$XDG_DATA_HOME/procledger/ledger.db`` (made absolute)."""
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

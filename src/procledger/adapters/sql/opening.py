@@ -1,29 +1,24 @@
-"""Opening a store: eventsourcing's infrastructure for the events table, our own transactions
-for everything else, and the side tables.
+"""Opening a store: the backend its URL names (chosen here, once), eventsourcing's
+infrastructure for the events table, our own transactions for everything else, and -- for a
+writer -- the schema step that creates or migrates the tables.
 
-eventsourcing's factory creates (and on PostgreSQL pools connections to) the events table and
-picks our recorder classes by topic; procledger composes these parts privately instead of
-inheriting ``Application``, whose public methods would bypass our transactions.
+eventsourcing's factory makes the datastore (on PostgreSQL, a small pool) that creates the events
+table; procledger composes these parts privately instead of inheriting ``Application``, whose
+public methods would bypass our transactions.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
-from eventsourcing.persistence import InfrastructureFactory
-from eventsourcing.utils import Environment
-
-from procledger.adapters.sql.dialect import APPLICATION_NAME
 from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
-from procledger.adapters.sql.schema import create_tables
-from procledger.adapters.sql.store import Store, ride_through
+from procledger.adapters.sql.schema import SCHEMA_VERSION, check_known, migrate, stored_version
+from procledger.adapters.sql.store import Backend, Store, ride_through
 from procledger.domain.errors import StoreError, StoreUnavailable, WriteConflict
 
 _OPEN_ATTEMPTS = 3
@@ -42,26 +37,52 @@ class OpenedStore:
         self.store.close()
 
 
-def open_store(location: StoreLocation, *, create: bool = True) -> OpenedStore:
-    """Open (creating tables if needed) the store at ``location``; with ``create`` false,
-    never create a ledger (a missing SQLite file or PostgreSQL schema is a ``StoreURLError``).
+def open_store(
+    location: StoreLocation, *, create: bool = True, read_only: bool = False
+) -> OpenedStore:
+    """Open the store at ``location``. A writer's open (the default) creates or migrates the
+    tables to this code's schema version; with ``create`` false it never creates a ledger (a
+    missing SQLite file or PostgreSQL schema is a ``StoreURLError``). A ``read_only`` open
+    creates nothing either, runs no DDL, takes no write lock and refuses writes -- except on a
+    store with no ledger tables at all (an empty file or schema, ``memory://``), which gets them
+    as before: there is nothing there to leave untouched (docs/design.md §7.1).
 
     Raises:
         StoreURLError: the location names nothing that can be opened.
+        SchemaTooNew: a newer procledger migrated the ledger's tables.
         StoreUnavailable: the server or file cannot be reached now.
         StoreError: anything else that stops the store from opening, naming the URL.
     """
+    backend = backend_class(location)
     try:
-        _prepare(location, create=create)
-        return _open(location)
+        backend.prepare(location, create=create and not read_only)
+        return _open(backend, location, read_only=read_only)
     except StoreUnavailable as error:
         raise _said_why(location, error) from error.__cause__
 
 
-def _open(location: StoreLocation) -> OpenedStore:
+def backend_class(location: StoreLocation) -> type[Backend]:
+    """The backend of ``location``'s database: the one place that asks which it is. The
+    PostgreSQL one is imported only for ``postgresql://`` stores (psycopg is an extra: a
+    missing driver is a one-line error saying what to install, not an ImportError)."""
+    if location.dialect != "postgresql":
+        from procledger.adapters.sql.sqlite import SQLiteBackend
+
+        return SQLiteBackend
+    try:
+        from procledger.adapters.sql.postgres import PostgresBackend
+    except ImportError as error:
+        missing = (error.name or "psycopg").split(".")[0]
+        raise StoreError(
+            f"store URL {location.masked!r}: PostgreSQL support is not installed ({missing}): "
+            "pip install 'procledger[postgres]'"
+        ) from None
+    return PostgresBackend
+
+
+def _open(backend: type[Backend], location: StoreLocation, *, read_only: bool) -> OpenedStore:
     def open_once() -> OpenedStore:
-        with _opening_lock(location):
-            return _construct(location)
+        return _construct(backend, location, read_only=read_only)
 
     failure: StoreError | None = None
     for _ in range(_OPEN_ATTEMPTS):
@@ -94,83 +115,46 @@ def _said_why(location: StoreLocation, error: StoreUnavailable) -> StoreUnavaila
     )
 
 
-def _construct(location: StoreLocation) -> OpenedStore:
-    """eventsourcing's factory and recorder, our store on the same database, the tables;
-    whatever was opened is closed again if a later step fails (opening may be retried)."""
+def _construct(
+    backend_class: type[Backend], location: StoreLocation, *, read_only: bool
+) -> OpenedStore:
+    """The backend, eventsourcing's factory and our recorder, the schema step; whatever was
+    opened is closed again if a later step fails (opening may be retried)."""
     where = f"store URL {location.masked!r}: cannot open"
     factory: Any = None
-    store: Store | None = None
+    backend: Backend | None = None
     try:
-        factory = InfrastructureFactory.construct(Environment(APPLICATION_NAME, _env(location)))
-        recorder = factory.application_recorder()
-        store = Store(location)
-        _attach(store, recorder, cast(Any, factory).datastore)
-        create_tables(store)
+        backend = backend_class(location)
+        factory = backend.infrastructure()
+        store = Store(backend)
+        recorder = backend.recorder(factory.datastore, store)
+        _schema_step(store, recorder, read_only=read_only)
     except Exception as error:
-        _close_quietly(factory, store)
+        _close_quietly(factory, backend)
         if isinstance(error, StoreError):
             raise
         if is_driver_error(error):
             raise translate(error, where) from None
         raise StoreError(f"{where}: {error}") from None
+    if read_only:
+        store.refuse_writes()
     return OpenedStore(store, recorder, factory)
 
 
-def _close_quietly(factory: Any, store: Store | None) -> None:
+def _schema_step(store: Store, recorder: Any, *, read_only: bool) -> None:
+    """Migrate the tables to this code's version -- a writer only, and only when they are
+    older (a current ledger opens with one read), or a read-only open of a store with no
+    ledger tables at all; refuse a newer ledger either way (docs/design.md §7.1)."""
+    found = stored_version(store)
+    check_known(store.location, found)
+    if found == SCHEMA_VERSION or (read_only and found is not None):
+        return
+    migrate(store, recorder.create_table)
+
+
+def _close_quietly(factory: Any, backend: Backend | None) -> None:
     """Close a half-opened store; a failure to close adds nothing to the failure to open."""
-    for part in (store, factory):
+    for part in (backend, factory):
         if part is not None:
             with suppress(Exception):
                 part.close()
-
-
-def _env(location: StoreLocation) -> dict[str, str]:
-    if location.dialect == "postgresql":
-        env: dict[str, str] = _postgres(location).postgres_env(location)
-        return env
-    from procledger.adapters.sql.sqlite import sqlite_env
-
-    return sqlite_env(location)
-
-
-def _attach(store: Store, recorder: Any, datastore: Any) -> None:
-    if store.location.dialect == "postgresql":
-        _postgres(store.location).attach(store, recorder, datastore)
-    else:
-        from procledger.adapters.sql import sqlite
-
-        sqlite.attach(store, recorder, datastore)
-
-
-def _prepare(location: StoreLocation, *, create: bool) -> None:
-    """Fail early, with the URL named, where eventsourcing would fail obscurely."""
-    if location.dialect == "postgresql":
-        _postgres(location).create_schema(location, create=create)
-    elif not location.in_memory:
-        from procledger.adapters.sql.sqlite import prepare_sqlite_file
-
-        prepare_sqlite_file(location, create=create)
-
-
-@contextmanager
-def _opening_lock(location: StoreLocation) -> Iterator[None]:
-    """Serialise opening one PostgreSQL schema across processes (a no-op for SQLite)."""
-    if location.dialect != "postgresql":
-        yield
-        return
-    with _postgres(location).schema_opening_lock(location):
-        yield
-
-
-def _postgres(location: StoreLocation) -> ModuleType:
-    """The PostgreSQL adapter, imported only for ``postgresql://`` stores (psycopg is an extra:
-    a missing driver is a one-line error saying what to install, not an ImportError)."""
-    try:
-        from procledger.adapters.sql import postgres
-    except ImportError as error:
-        missing = (error.name or "psycopg").split(".")[0]
-        raise StoreError(
-            f"store URL {location.masked!r}: PostgreSQL support is not installed ({missing}): "
-            "pip install 'procledger[postgres]'"
-        ) from None
-    return postgres

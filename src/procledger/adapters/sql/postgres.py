@@ -1,4 +1,4 @@
-"""The PostgreSQL half of the store, imported only for ``postgresql://`` URLs.
+"""The PostgreSQL backend (``PostgresBackend``), imported only for ``postgresql://`` URLs.
 
 Keeping psycopg and eventsourcing's PostgreSQL module out of every other module keeps SQLite
 commands (and ``procledger`` start-up) from paying for them.
@@ -16,16 +16,17 @@ from typing import Any, NoReturn
 
 import psycopg
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore, PostgresFactory
+from eventsourcing.utils import Environment
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 
-from procledger.adapters.sql.dialect import Dialect
+from procledger.adapters.sql.dialect import APPLICATION_NAME, Dialect, PostgresDialect
 from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
-from procledger.adapters.sql.store import Store, Tx, append_in, ride_through
+from procledger.adapters.sql.store import Backend, Store, Tx, append_in, ride_through
 from procledger.domain.errors import StoreError, StoreURLError
 
 _logger = logging.getLogger("procledger.store")
@@ -187,10 +188,9 @@ class PostgresTransaction:
 class PostgresRecorder(PostgresApplicationRecorder):
     """Like eventsourcing's, with the table lock first so commit order equals id order."""
 
-    store: Store
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, datastore: PostgresDatastore, store: Store) -> None:
+        super().__init__(datastore, events_table_name=f"{APPLICATION_NAME}_events")
+        self.store = store
         # Rendered once: a composed statement is rendered again on every execution.
         self.insert_one_statement = (
             pgsql.SQL(
@@ -252,37 +252,67 @@ def conninfo(location: StoreLocation) -> str:
     )
 
 
-def postgres_env(location: StoreLocation) -> dict[str, str]:
-    """eventsourcing's environment for a PostgreSQL location; never merged with os.environ."""
-    pg = location.pg
-    return {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "POSTGRES_DBNAME": pg["dbname"],
-        "POSTGRES_HOST": pg["host"],
-        "POSTGRES_PORT": pg["port"],
-        "POSTGRES_USER": pg["user"],
-        "POSTGRES_PASSWORD": pg["password"],
-        "POSTGRES_SCHEMA": location.schema,
-        "POSTGRES_POOL_SIZE": "1",  # creates the tables; procledger's calls: PostgresConnections
-        "POSTGRES_MAX_OVERFLOW": "1",
-        "POSTGRES_PRE_PING": "y",
-        "POSTGRES_CONNECT_TIMEOUT": "5",
-        "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
-        "APPLICATION_RECORDER_TOPIC": f"{__name__}:PostgresRecorder",
-    }
+class PostgresBackend(Backend):
+    """A PostgreSQL schema, on connections of the store's own (``PostgresConnections``);
+    eventsourcing's (small) pool only creates the events table and serves the recorder's own
+    methods, which procledger itself does not call (docs/design.md §7.3)."""
 
+    def __init__(self, location: StoreLocation) -> None:
+        super().__init__(location)
+        self.dialect = PostgresDialect(location)
+        self.connections = PostgresConnections(location)
+        self.log_lock: Sequence[str] = ()
+        """Statements that take the events table's write lock: appends then commit in
+        notification-id order, so a feed reader never sees a later id first."""
 
-def attach(store: Store, recorder: Any, datastore: Any) -> None:
-    """Give ``store`` its own connections; eventsourcing's (small) pool stays for the
-    recorder's own methods, which procledger itself no longer calls after opening."""
-    recorder.store = store
-    store.postgres = connections = PostgresConnections(store.location)
-    store.begin = functools.partial(PostgresTransaction, connections, store.dialect)
-    # eventsourcing's lock statements are ``SET LOCAL lock_timeout`` (its default: 0, wait as
-    # long as it takes) and the ``LOCK TABLE``; the timeout is the session's own here
-    # (``conninfo``), so an append sends one statement for its lock, not two.
-    store.log_lock = [recorder.lock_statement]
-    store.change_channel = recorder.channel_name
+    @classmethod
+    def prepare(cls, location: StoreLocation, *, create: bool) -> None:
+        create_schema(location, create=create)
+
+    def opening_lock(self) -> AbstractContextManager[object]:
+        return schema_opening_lock(self.location)
+
+    def infrastructure(self) -> PostgresFactory:
+        """eventsourcing's factory, from an environment of its own (never os.environ)."""
+        pg = self.location.pg
+        env = {
+            "POSTGRES_DBNAME": pg["dbname"],
+            "POSTGRES_HOST": pg["host"],
+            "POSTGRES_PORT": pg["port"],
+            "POSTGRES_USER": pg["user"],
+            "POSTGRES_PASSWORD": pg["password"],
+            "POSTGRES_SCHEMA": self.location.schema,
+            "POSTGRES_POOL_SIZE": "1",  # creates the tables; procledger's calls: its own
+            "POSTGRES_MAX_OVERFLOW": "1",
+            "POSTGRES_PRE_PING": "y",
+            "POSTGRES_CONNECT_TIMEOUT": "5",
+            "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": "0",
+        }
+        return PostgresFactory(Environment(APPLICATION_NAME, env))
+
+    def recorder(self, datastore: Any, store: Store) -> PostgresRecorder:
+        recorder = PostgresRecorder(datastore, store)
+        # eventsourcing's lock statements are ``SET LOCAL lock_timeout`` (its default: 0, wait
+        # as long as it takes) and the ``LOCK TABLE``; the timeout is the session's own here
+        # (``conninfo``), so an append sends one statement for its lock, not two.
+        self.log_lock = (recorder.lock_statement,)
+        self.change_channel = recorder.channel_name
+        return recorder
+
+    def begin(self, write: bool) -> AbstractContextManager[Tx]:
+        return PostgresTransaction(self.connections, self.dialect, write)
+
+    def lock_log(self, tx: Tx) -> None:
+        for statement in self.log_lock:
+            tx.cursor.execute(statement)
+
+    def change_listener(self) -> PostgresListener | None:
+        if self.change_channel is None:
+            return None
+        return PostgresListener(self.location, self.change_channel)
+
+    def close(self) -> None:
+        self.connections.close()
 
 
 class PostgresListener:

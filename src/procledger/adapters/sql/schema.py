@@ -5,30 +5,129 @@ holds the position they reflect. ``leases``, ``envs``, ``journal`` and ``handles
 events: leases change on every renewal (keeping them out of the log keeps loading a process
 cheap), environments hold values that must never reach the log, and the journal is the
 notification command store. ``heads`` holds each process's last event digest, which
-completes the hash chain of its log (docs/design.md §13).
+completes the hash chain of its log (docs/design.md §13). ``meta`` holds the schema version.
+
+Creating and migrating the tables is a step of its own (``migrate``), taken by a writer's open
+only: a read-only open runs no DDL and takes no write lock (docs/design.md §7.1).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 from procledger.adapters.sql import heads
-from procledger.adapters.sql.store import Store
+from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.store import Store, Tx, is_stored_int
+from procledger.domain.errors import SchemaTooNew, StoreCorrupt
+
+SCHEMA_VERSION = 1
+"""The version of the tables this code creates and reads, kept in the ``meta`` table's
+``schema_version`` row (docs/design.md §7.2). Ledgers written before versions were recorded
+(0.1.0 and the releases up to this one) have no row and read as version 0; creating whatever is
+missing (every statement is ``IF NOT EXISTS``) brings any of them to version 1. A later change
+of the tables raises it and adds its step to ``_STEPS``."""
+
+UNVERSIONED = 0
+"""The version of a ledger that has tables but no recorded version."""
 
 
-def create_tables(store: Store) -> None:
-    """Create every side table and index that is missing (idempotent)."""
-    with store.write() as tx:
-        tables = [
-            *_record_tables(store),
-            *_other_tables(store),
-            *_code_point_indexes(store),
-            *heads.create_statements(store),
-        ]
-        for statement in tables:
-            tx.execute(statement)
-        tx.execute(
-            f"INSERT INTO {store.table('tracking')} (name, position) VALUES ('records', 0) "
-            "ON CONFLICT (name) DO NOTHING"
+def stored_version(store: Store) -> int | None:
+    """The ledger's schema version, read without writing: ``None`` where there are no ledger
+    tables yet (an empty SQLite file, a new PostgreSQL schema, a new ``memory://``), 0 for a
+    ledger from before versions were recorded.
+
+    Raises:
+        StoreCorrupt: the recorded version is not an integer.
+    """
+    return store.attempt(_version_in)
+
+
+def check_known(location: StoreLocation, found: int | None) -> None:
+    """Refuse a ledger whose tables a newer procledger migrated (``SchemaTooNew``, naming the
+    ledger and both versions): this code might misread or damage what it does not know."""
+    if found is None or found <= SCHEMA_VERSION:
+        return
+    raise SchemaTooNew(
+        f"ledger {ledger_name(location)}: its schema version is {found}, newer than version "
+        f"{SCHEMA_VERSION}, the newest this procledger knows; upgrade procledger to open it",
+        found=found,
+        known=SCHEMA_VERSION,
+    )
+
+
+def ledger_name(location: StoreLocation) -> str:
+    """How a message names a ledger: its file's absolute path, or its schema and URL."""
+    if location.sqlite_path:
+        return str(Path(location.sqlite_path).absolute())
+    if location.in_memory:
+        return repr(location.masked)
+    return f"in schema {location.schema!r} at {location.masked!r}"
+
+
+def migrate(store: Store, create_events_table: Callable[[], None]) -> None:
+    """Bring the tables to ``SCHEMA_VERSION`` and record it: eventsourcing's events table
+    (``create_events_table``), then every step from the stored version on, and the version
+    row, in one write transaction -- under the backend's opening lock, and re-reading the
+    version inside it, since another process may be opening the same ledger.
+
+    Raises:
+        SchemaTooNew: a newer procledger migrated the ledger meanwhile.
+    """
+    with store.backend.opening_lock():
+        create_events_table()
+        with store.write() as tx:
+            found = _version_in(tx)
+            check_known(store.location, found)
+            if found == SCHEMA_VERSION:
+                return
+            for version in range(found or UNVERSIONED, SCHEMA_VERSION):
+                _STEPS[version](store, tx)
+            tx.execute(
+                f"INSERT INTO {store.table('meta')} (name, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT (name) DO UPDATE SET value=excluded.value",
+                (SCHEMA_VERSION,),
+            )
+
+
+def _version_in(tx: Tx) -> int | None:
+    if tx.execute(*tx.dialect.table_exists("records")).one() is None:
+        return None
+    if tx.execute(*tx.dialect.table_exists("meta")).one() is None:
+        return UNVERSIONED
+    row = tx.execute(
+        f"SELECT value FROM {tx.dialect.table('meta')} WHERE name='schema_version'"
+    ).one()
+    if row is None:
+        return UNVERSIONED
+    if not is_stored_int(row["value"]):
+        raise StoreCorrupt(
+            f"ledger {ledger_name(tx.dialect.location)}: the schema version "
+            f"{row['value']!r} is not an integer"
         )
+    return int(row["value"])
+
+
+def _create_missing(store: Store, tx: Tx) -> None:
+    """Version 0 to 1: create every side table and index that is missing (idempotent), so a
+    ledger of any earlier release -- and a new, empty one -- ends with today's tables."""
+    tables = [
+        *_record_tables(store),
+        *_other_tables(store),
+        *_code_point_indexes(store),
+        *heads.create_statements(store),
+    ]
+    for statement in tables:
+        tx.execute(statement)
+    tx.execute(
+        f"INSERT INTO {store.table('tracking')} (name, position) VALUES ('records', 0) "
+        "ON CONFLICT (name) DO NOTHING"
+    )
+
+
+_STEPS: dict[int, Callable[[Store, Tx], Any]] = {0: _create_missing}
+"""``_STEPS[n]`` migrates version ``n`` to ``n + 1``, inside the migration's transaction."""
 
 
 def _record_tables(store: Store) -> list[str]:
@@ -105,6 +204,9 @@ def _other_tables(store: Store) -> list[str]:
             loop_id TEXT,
             command_id TEXT NOT NULL)""",
         f"CREATE INDEX IF NOT EXISTS procledger_handles_process ON {t('handles')} (process_id)",
+        f"""CREATE TABLE IF NOT EXISTS {t("meta")} (
+            name TEXT PRIMARY KEY,
+            value {big} NOT NULL)""",
     ]
 
 

@@ -1,9 +1,9 @@
-"""The SQLite half of the store: connections held by the store, transactions as plain context
-managers, and the recorder that appends events with their side effects."""
+"""The SQLite backend (``SQLiteBackend``, a file or ``memory://``): connections held by the
+store, transactions as plain context managers, and the recorder that appends events with their
+side effects (docs/design.md §7.3)."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -12,19 +12,21 @@ import threading
 import uuid
 import weakref
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore, SQLiteFactory
+from eventsourcing.utils import Environment
 
-from procledger.adapters.sql.dialect import Dialect
+from procledger.adapters.sql.dialect import APPLICATION_NAME, Dialect
 from procledger.adapters.sql.errors import translate
 from procledger.adapters.sql.group_commit import Group, WriteGroups
 from procledger.adapters.sql.location import StoreLocation
-from procledger.adapters.sql.store import Store, Tx, append_in
+from procledger.adapters.sql.store import Backend, Store, Tx, append_in
 from procledger.domain.errors import StoreError, StoreURLError
 
 LOCK_TIMEOUT_S = 60
@@ -69,6 +71,13 @@ class SQLiteConnections:
             if self._serialised is not None:
                 self._serialised.release()
             raise
+
+    def serialised(self) -> AbstractContextManager[object]:
+        """The lock every transaction of an in-memory store takes (nothing for a file): held
+        also by the recorder methods eventsourcing implements, which read on connections of
+        eventsourcing's pool -- a shared-cache database fails them ("database table is
+        locked") when they meet a write in progress instead of waiting for it."""
+        return self._serialised if self._serialised is not None else nullcontext()
 
     def release(self, connection: sqlite3.Connection) -> None:
         try:
@@ -230,9 +239,16 @@ class GroupedWrite:
 
 
 class SQLiteRecorder(SQLiteApplicationRecorder):
-    """Appends events and runs the write unit's side effects in one transaction."""
+    """Appends events and runs the write unit's side effects in one transaction of the
+    store's own; the methods eventsourcing implements (its reads, creating the events table)
+    take the store's lock where every transaction does (``memory://``)."""
 
-    store: Store
+    def __init__(
+        self, datastore: SQLiteDatastore, store: Store, connections: SQLiteConnections
+    ) -> None:
+        super().__init__(datastore)
+        self.store = store
+        self.connections = connections
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
         with self.store.write() as tx:
@@ -251,21 +267,67 @@ class SQLiteRecorder(SQLiteApplicationRecorder):
         )
         return int(tx.cursor.lastrowid)
 
+    def create_table(self) -> None:
+        with self.connections.serialised():
+            super().create_table()
 
-def sqlite_env(location: StoreLocation) -> dict[str, str]:
-    """eventsourcing's environment for a SQLite location (a private shared-cache database for
-    ``memory://``)."""
-    name = (
-        f"file:procledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
-        if location.in_memory
-        else location.sqlite_path
-    )
-    return {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
-        "SQLITE_DBNAME": name,
-        "SQLITE_LOCK_TIMEOUT": str(math.ceil(LOCK_TIMEOUT_S)),
-        "APPLICATION_RECORDER_TOPIC": f"{__name__}:SQLiteRecorder",
-    }
+    def select_events(self, *args: Any, **kwargs: Any) -> Any:
+        with self.connections.serialised():
+            return super().select_events(*args, **kwargs)
+
+    def select_notifications(self, *args: Any, **kwargs: Any) -> Any:
+        with self.connections.serialised():
+            return super().select_notifications(*args, **kwargs)
+
+    def max_notification_id(self) -> Any:
+        with self.connections.serialised():
+            return super().max_notification_id()
+
+
+class SQLiteBackend(Backend):
+    """A SQLite file, or a private shared-cache in-memory database (``memory://``), on
+    connections of the store's own (docs/design.md §7.3): a write on a file joins this
+    process's group commit; an in-memory store serialises its transactions on one lock."""
+
+    def __init__(self, location: StoreLocation) -> None:
+        super().__init__(location)
+        self.dialect = Dialect(location)
+        self.database = (
+            f"file:procledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            if location.in_memory
+            else location.sqlite_path
+        )
+        self.connections = SQLiteConnections(
+            self.database, in_memory=location.in_memory, timeout=LOCK_TIMEOUT_S
+        )
+
+    @classmethod
+    def prepare(cls, location: StoreLocation, *, create: bool) -> None:
+        if not location.in_memory:
+            prepare_sqlite_file(location, create=create)
+
+    def infrastructure(self) -> SQLiteFactory:
+        return SQLiteFactory(
+            Environment(
+                APPLICATION_NAME,
+                {
+                    "SQLITE_DBNAME": self.database,
+                    "SQLITE_LOCK_TIMEOUT": str(math.ceil(LOCK_TIMEOUT_S)),
+                },
+            )
+        )
+
+    def recorder(self, datastore: Any, store: Store) -> SQLiteRecorder:
+        return SQLiteRecorder(datastore, store, self.connections)
+
+    def begin(self, write: bool) -> AbstractContextManager[Tx]:
+        """A transaction: a write on a file joins this process's group commit."""
+        if write and self.connections.groups is not None:
+            return GroupedWrite(self.connections.groups, self.dialect)
+        return SQLiteTransaction(self.connections, self.dialect, write)
+
+    def close(self) -> None:
+        self.connections.close()
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -348,22 +410,6 @@ def _warn_if_readable_by_others(path: Path) -> None:
         _logger.warning(
             "the ledger %s is readable by other users (mode %o); chmod 600 it", key, mode & 0o777
         )
-
-
-def attach(store: Store, recorder: Any, datastore: Any) -> None:
-    """Give ``store`` its own connections to the file eventsourcing's datastore opened."""
-    recorder.store = store
-    store.sqlite = connections = SQLiteConnections(
-        datastore.pool.db_name, in_memory=store.location.in_memory, timeout=LOCK_TIMEOUT_S
-    )
-    store.begin = functools.partial(_begin, connections, store.dialect)
-
-
-def _begin(connections: SQLiteConnections, dialect: Dialect, write: bool) -> Any:
-    """A transaction: a write on a file joins this process's group commit."""
-    if write and connections.groups is not None:
-        return GroupedWrite(connections.groups, dialect)
-    return SQLiteTransaction(connections, dialect, write)
 
 
 def _where(dialect: Dialect) -> str:

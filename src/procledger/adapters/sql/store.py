@@ -9,20 +9,17 @@ or roll back together. Driver errors never leave a transaction untranslated (``e
 
 from __future__ import annotations
 
+import abc
 import time
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Protocol, TypeVar
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import InfrastructureFactory, StoredEvent
 
-from procledger.adapters.sql.dialect import Dialect, dialect_for
+from procledger.adapters.sql.dialect import Dialect
 from procledger.adapters.sql.location import StoreLocation
 from procledger.domain.errors import StoreError, StoreUnavailable
-
-if TYPE_CHECKING:
-    from procledger.adapters.sql.postgres import PostgresConnections
-    from procledger.adapters.sql.sqlite import SQLiteConnections
 
 T = TypeVar("T")
 
@@ -117,21 +114,86 @@ class WriteUnit(Protocol):
     def after(self, tx: Tx, notification_ids: Sequence[int]) -> None: ...
 
 
-class Store:
-    """Transactions and table names for one opened location."""
+class ChangeListener(Protocol):
+    """A descriptor that becomes readable when another connection committed an append."""
+
+    def fileno(self) -> int: ...
+
+    def drain(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(abc.ABC):
+    """One kind of database behind a ``Store``: how its location is prepared and opened, its
+    own connections and transactions, and the recorder that appends to its events table.
+
+    Each kind is one subclass (``SQLiteBackend``, ``PostgresBackend``), chosen once per
+    location (``opening.backend_class``): nothing else asks which database it is talking to,
+    and the ``Store`` holds its backend rather than attributes set on it from outside
+    (docs/design.md §7.3).
+    """
+
+    dialect: Dialect
 
     def __init__(self, location: StoreLocation) -> None:
         self.location = location
-        self.dialect = dialect_for(location)
-        self.sqlite: SQLiteConnections | None = None  # set when the store is opened
-        self.postgres: PostgresConnections | None = None
-        self.begin: Callable[[bool], AbstractContextManager[Tx]] = self._closed
-        """Opens a transaction (``True``: a write); set when the store is attached."""
-        self.log_lock: Sequence[Any] = ()
-        """Statements that take the events table's write lock (PostgreSQL): appends then
-        commit in notification-id order, so a feed reader never sees a later id first."""
         self.change_channel: str | None = None
         """The channel every append NOTIFYs in its transaction (PostgreSQL only)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def prepare(cls, location: StoreLocation, *, create: bool) -> None:
+        """Fail early, naming the URL, where eventsourcing would fail obscurely; create the
+        file, folder or schema only when ``create``."""
+
+    def opening_lock(self) -> AbstractContextManager[object]:
+        """Held while the schema is created or migrated (across processes where the database
+        needs it: PostgreSQL)."""
+        return nullcontext()
+
+    @abc.abstractmethod
+    def infrastructure(self) -> InfrastructureFactory[Any]:
+        """eventsourcing's factory for this location: its datastore serves the recorder's own
+        methods and creates the events table."""
+
+    @abc.abstractmethod
+    def recorder(self, datastore: Any, store: Store) -> Any:
+        """The recorder that appends to the events table inside ``store``'s transactions."""
+
+    @abc.abstractmethod
+    def begin(self, write: bool) -> AbstractContextManager[Tx]:
+        """A transaction on a connection of this backend's own (``True``: a write)."""
+
+    def lock_log(self, tx: Tx) -> None:
+        """Hold the events table's write lock until ``tx`` ends (a no-op where the database's
+        writer lock already serialises appends: SQLite)."""
+        return
+
+    def change_listener(self) -> ChangeListener | None:
+        """A listener told of other connections' appends, or ``None`` where the database has
+        no such channel (SQLite: followers poll)."""
+        return None
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Close this backend's connections (busy ones when their transaction ends)."""
+
+
+class Store:
+    """Transactions and table names for one opened location, on its one backend."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.location = backend.location
+        self.dialect = backend.dialect
+        self.read_only = False
+        """Whether a write is refused: a read-only open never writes (docs/design.md §7.1)."""
+
+    def refuse_writes(self) -> None:
+        """From now on refuse to begin a write: what a read-only open ends with, once any
+        schema step it needed is done."""
+        self.read_only = True
 
     def table(self, name: str) -> str:
         """A side table's qualified name (events live in eventsourcing's own table)."""
@@ -141,15 +203,25 @@ class Store:
     def events_table(self) -> str:
         return self.dialect.events_table
 
+    @property
+    def change_channel(self) -> str | None:
+        """The channel every append NOTIFYs in its transaction (PostgreSQL only)."""
+        return self.backend.change_channel
+
+    def begin(self, write: bool) -> AbstractContextManager[Tx]:
+        """Open a transaction (``True``: a write)."""
+        if write and self.read_only:
+            raise StoreError(
+                f"store {self.location.masked!r} was opened read-only: it cannot be written"
+            )
+        return self.backend.begin(write)
+
     def write(self) -> AbstractContextManager[Tx]:
         """A serialised write transaction (SQLite: BEGIN IMMEDIATE, so no upgrade deadlock)."""
         return self.begin(True)
 
     def read(self) -> AbstractContextManager[Tx]:
         return self.begin(False)
-
-    def _closed(self, write: bool) -> AbstractContextManager[Tx]:
-        raise StoreError(f"store {self.location.masked!r} is not open")
 
     def attempt(self, body: Callable[[Tx], T], *, write: bool = False) -> T:
         """``body(tx)`` in one transaction, run again from scratch while the store is
@@ -172,14 +244,10 @@ class Store:
     def lock_log(self, tx: Tx) -> None:
         """Hold the events table's write lock until ``tx`` ends (a no-op on SQLite, whose
         writer lock already serialises appends)."""
-        for statement in self.log_lock:
-            tx.cursor.execute(statement)
+        self.backend.lock_log(tx)
 
     def close(self) -> None:
-        if self.sqlite is not None:
-            self.sqlite.close()
-        if self.postgres is not None:
-            self.postgres.close()
+        self.backend.close()
 
 
 def _past_window(location: StoreLocation, error: StoreUnavailable) -> StoreUnavailable:
