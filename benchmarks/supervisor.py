@@ -89,7 +89,7 @@ def _caller() -> str:
         module = frame.frame.f_globals.get("__name__", "")
         if module in {
             "procledger.application.registry",
-            "procledger.application.handle_rows",
+            "procledger.application.handle_addresses",
         } and not frame.function.startswith(("_", "<")):
             return f"{module.rsplit('.', 1)[-1]}.{frame.function}"
     return "other"

@@ -281,7 +281,7 @@ def damage_event_column(path: Path, column: str, value: object) -> None:
 
 
 def test_verify_reports_a_damaged_chain_tracking_row(registry: ProcessRegistry, path: Path) -> None:
-    from procledger.adapters.sql.heads import CHAIN_TRACKING
+    from procledger.adapters.sql.head_rows import CHAIN_TRACKING
 
     with sqlite3.connect(path) as raw:
         raw.execute(

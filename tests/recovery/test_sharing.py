@@ -14,7 +14,7 @@ from procledger import (
     ProcessRegistry,
     open_registry,
 )
-from procledger.adapters.sql import leases as lease_rows
+from procledger.adapters.sql import lease_rows
 from procledger.recovery import RecoveryWorker, RunResult, SweepReport
 
 from ._support import opaque_owner, register

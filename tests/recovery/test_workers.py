@@ -183,7 +183,7 @@ def pause_between_transactions(pid: int, registry: ProcessRegistry, process_id: 
 def _fences_seen(registry: ProcessRegistry, process_id: str) -> int:
     """The stored fence (kept after release): how many claims there have been. A claim cannot
     probe it: a terminal process refuses claims (``AlreadyTerminal``)."""
-    from procledger.adapters.sql import leases as lease_rows
+    from procledger.adapters.sql import lease_rows
 
     with registry.store.read() as tx:
         row = lease_rows.lease_row(tx, process_id)

@@ -29,7 +29,7 @@ from procledger import (
     StoreUnavailable,
     open_registry,
 )
-from procledger.adapters.sql import leases as lease_rows
+from procledger.adapters.sql import lease_rows
 from procledger.adapters.sql import sqlite as sqlite_adapter
 from procledger.adapters.sql.group_commit import WriteGroups
 from procledger.adapters.sql.sqlite import SQLiteBackend, SQLiteConnections

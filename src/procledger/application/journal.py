@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from procledger.adapters.sql import journal as journal_rows
+from procledger.adapters.sql import journal_rows
 from procledger.adapters.sql.store import Store, Tx
 from procledger.domain.errors import IdempotencyCollision, StoreError
 from procledger.domain.notification import ProcessCompletionNotification

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from procledger.adapters.liveness import ProcProbe
-from procledger.adapters.sql import leases as lease_rows
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import lease_rows, record_rows
 from procledger.adapters.sql.store import Tx
 from procledger.application.unit_of_work import Ledger, check_live_lease, release_lease_row
 from procledger.domain.errors import AlreadyTerminal, NotFound, StoreCorrupt

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from procledger.adapters.sql import leases as lease_rows
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import lease_rows, record_rows
 from procledger.adapters.sql.store import Store, Tx
 from procledger.application.leases import lease_from_row
 from procledger.domain.leases import Lease

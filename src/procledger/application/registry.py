@@ -19,13 +19,13 @@ import orjson
 from procledger.adapters.liveness import ProcProbe
 from procledger.adapters.outbox import store_key
 from procledger.adapters.output_files import remove_process_output
-from procledger.adapters.sql import envs as env_rows
+from procledger.adapters.sql import env_rows
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.opening import OpenedStore
 from procledger.adapters.sql.store import Tx
 from procledger.application import cipher, recovery_reads
 from procledger.application.grants import Grants
-from procledger.application.handle_rows import (
+from procledger.application.handle_addresses import (
     HandleRow,
     change_seqs,
     first_handle_row,

@@ -25,14 +25,16 @@ from typing import Any
 
 from eventsourcing.domain import DomainEvent
 
-from procledger.adapters.sql import envs as env_rows
-from procledger.adapters.sql import events as event_rows
-from procledger.adapters.sql import grants as grant_rows
-from procledger.adapters.sql import handles as handle_rows
-from procledger.adapters.sql import heads as head_rows
-from procledger.adapters.sql import journal as journal_rows
-from procledger.adapters.sql import leases as lease_rows
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import (
+    env_rows,
+    event_rows,
+    grant_rows,
+    handle_rows,
+    head_rows,
+    journal_rows,
+    lease_rows,
+    record_rows,
+)
 from procledger.adapters.sql.store import Tx
 from procledger.application.retry import retry_on_conflict
 from procledger.application.unit_of_work import Ledger

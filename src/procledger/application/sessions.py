@@ -3,8 +3,7 @@ write, and report which of its processes nobody else holds any more."""
 
 from __future__ import annotations
 
-from procledger.adapters.sql import grants as grant_rows
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import grant_rows, record_rows
 from procledger.adapters.sql.store import Tx
 from procledger.application.retry import retry_on_conflict
 from procledger.application.unit_of_work import Ledger

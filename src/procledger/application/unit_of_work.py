@@ -29,10 +29,7 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from procledger.adapters.codec import OrjsonMapper
-from procledger.adapters.sql import events as event_rows
-from procledger.adapters.sql import heads as head_rows
-from procledger.adapters.sql import leases as lease_rows
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import event_rows, head_rows, lease_rows, record_rows
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application.retry import retry_on_conflict
 from procledger.application.waiting import ChangeSignal

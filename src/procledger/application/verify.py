@@ -28,9 +28,8 @@ from uuid import UUID
 import orjson
 
 from procledger.adapters.codec import decode_event
-from procledger.adapters.sql import events as event_rows
-from procledger.adapters.sql import heads as head_rows
-from procledger.adapters.sql.records import document_row
+from procledger.adapters.sql import event_rows, head_rows
+from procledger.adapters.sql.record_rows import document_row
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application import cipher
 from procledger.application.unit_of_work import event_digest

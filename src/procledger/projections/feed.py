@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_serializer, model_validator
 
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import record_rows
 from procledger.adapters.sql.store import Tx, is_stored_int
 from procledger.domain.records import ProcessRecord
 from procledger.projections.records import decode_rows

@@ -21,7 +21,7 @@ from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import ProcessStatus
 
 if TYPE_CHECKING:
-    from procledger.adapters.sql.records import Condition
+    from procledger.adapters.sql.record_rows import Condition
 
 StatusFilter = Literal["running", "completed", "failed", "cancelled", "abandoned", "any"]
 STATUS_VALUES: tuple[str, ...] = (*(status.value for status in ProcessStatus), "any")

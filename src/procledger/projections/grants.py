@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from procledger.adapters.sql import grants as grant_rows
+from procledger.adapters.sql import grant_rows
 from procledger.adapters.sql.store import Tx
 from procledger.domain.session import Session
 

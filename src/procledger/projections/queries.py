@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import record_rows
 from procledger.adapters.sql.store import Store
 from procledger.domain.errors import AmbiguousProcessId, NotFound
 from procledger.domain.records import ProcessRecord

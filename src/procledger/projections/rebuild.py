@@ -31,9 +31,7 @@ from uuid import UUID
 import orjson
 
 from procledger.adapters.codec import decode_event
-from procledger.adapters.sql import events as event_rows
-from procledger.adapters.sql import grants as grant_rows
-from procledger.adapters.sql import records as record_rows
+from procledger.adapters.sql import event_rows, grant_rows, record_rows
 from procledger.adapters.sql.store import Store, Tx
 from procledger.domain.process import Process, process_key_hex
 from procledger.domain.rendering import record_document

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from procledger.adapters.sql import records as record_rows
-from procledger.adapters.sql.records import Condition
+from procledger.adapters.sql import record_rows
+from procledger.adapters.sql.record_rows import Condition
 from procledger.adapters.sql.store import Tx
 from procledger.domain.errors import StoreCorrupt
 from procledger.domain.records import ProcessRecord

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from procledger.adapters.sql import grants as grant_rows
+from procledger.adapters.sql import grant_rows
 from procledger.adapters.sql.store import Tx
 from procledger.domain.errors import NotFound, StoreCorrupt
 from procledger.domain.registration import HandleDescriptor

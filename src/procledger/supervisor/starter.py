@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from procledger.application.handle_rows import HandleRow
+from procledger.application.handle_addresses import HandleRow
 from procledger.application.lease_keeper import LeaseKeeper
 from procledger.application.outbox import this_host_id
 from procledger.domain.errors import LeaseLost, SpawnError

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from procledger.adapters.sql import heads
+from procledger.adapters.sql import head_rows
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.domain.errors import SchemaTooNew, StoreCorrupt
@@ -116,7 +116,7 @@ def _create_missing(store: Store, tx: Tx) -> None:
         *_record_tables(store),
         *_other_tables(store),
         *_code_point_indexes(store),
-        *heads.create_statements(store),
+        *head_rows.create_statements(store),
     ]
     for statement in tables:
         tx.execute(statement)

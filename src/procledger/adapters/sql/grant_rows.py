@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from procledger.adapters.sql.records import Condition, bulk_load, where_clause
+from procledger.adapters.sql.record_rows import Condition, bulk_load, where_clause
 from procledger.adapters.sql.store import Tx
 
 GRANT_COLUMNS = "session_id, process_id, descriptor"

@@ -1,7 +1,7 @@
 """The statements of the Supervisor's ``handles`` side table, and its stop-request poll.
 
 Plain rows in, plain rows out: the caller opens the transaction and turns rows into its own
-values (``procledger.application.handle_rows``).
+values (``procledger.application.handle_addresses``).
 """
 
 from __future__ import annotations

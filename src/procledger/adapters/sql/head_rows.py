@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from procledger.adapters.sql.records import RECORD_COLUMNS
+from procledger.adapters.sql.record_rows import RECORD_COLUMNS
 from procledger.adapters.sql.store import Store, Tx
 
 __all__ = [

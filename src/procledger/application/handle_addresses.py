@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from procledger.adapters.sql import handles as handle_sql
+from procledger.adapters.sql import handle_rows
 from procledger.adapters.sql.store import Store, Tx
 
 __all__ = ["HandleRow", "change_seqs", "first_handle_row", "save_handle_row"]
@@ -37,7 +37,7 @@ def save_handle_row(store: Store, row: HandleRow) -> None:
     runs again through ``Store.attempt`` (docs/design.md §7.3)."""
 
     def upsert(tx: Tx) -> None:
-        handle_sql.upsert_handle(
+        handle_rows.upsert_handle(
             tx,
             handle=row.handle,
             process_id=row.process_id,
@@ -52,7 +52,7 @@ def save_handle_row(store: Store, row: HandleRow) -> None:
 
 def first_handle_row(store: Store, process_id: str) -> HandleRow | None:
     """The process's handle row (the first minted, if a retried start minted more)."""
-    row = store.attempt(lambda tx: handle_sql.first_handle_row(tx, process_id))
+    row = store.attempt(lambda tx: handle_rows.first_handle_row(tx, process_id))
     return None if row is None else _row(row)
 
 
@@ -60,7 +60,7 @@ def change_seqs(store: Store, process_ids: Sequence[str]) -> dict[str, int]:
     """The change-feed position of each process's record: one read for a whole batch."""
     if not process_ids:
         return {}
-    return store.attempt(lambda tx: handle_sql.change_seqs(tx, process_ids))
+    return store.attempt(lambda tx: handle_rows.change_seqs(tx, process_ids))
 
 
 def _row(row: Any) -> HandleRow:
