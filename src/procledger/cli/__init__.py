@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 # The order of registration is the order of `procledger --help`: the order a person uses them.
 command = partial(app.command, cls=Command)
 command(context_settings=running.RUN_CONTEXT_SETTINGS, cls=running.RunCommand)(running.run)
+command(name=running.DETACHED_COMMAND, hidden=True)(running.run_detached)
 command()(waiting.wait)
 command()(inspection.ps)
 command()(inspection.show)
