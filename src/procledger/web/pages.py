@@ -18,8 +18,8 @@ from anyio import to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from procledger.domain.wording import event_details, outcome
-from procledger.web.views import STATUSES, list_query, local_time, row
+from procledger.domain.wording import event_details, local_time, outcome
+from procledger.web.views import STATUSES, list_query, row
 
 if TYPE_CHECKING:
     from starlette.requests import Request
