@@ -16,7 +16,8 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``_owner``: the host's CLI owner and its notification session.
 - ``maintenance``: ``table``, ``rebuild``.
 - ``recovery``: ``sweep``, ``worker``.
-- ``running``: ``run``, in the foreground or detached.
+- ``running``: ``run``, in the foreground or detached; ``run_options``: its options, each
+  defined once (flags, help, parsing) on a field of ``RunOptions``.
 - ``waiting``: ``wait`` (readiness or the end of a process or service).
 - ``inspection``: ``ps``, ``show``, ``feed``.
 - ``logs``: ``logs`` (captured output), ``prune`` (retention).
