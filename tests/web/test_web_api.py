@@ -295,3 +295,11 @@ def test_the_api_lists_a_service_as_one_row_as_ps_does(server: Server, ledger: s
         newest = client.get("/api/processes", params={"status": "any", "limit": "1"}).json()
     newest_ps = orjson.loads(run_cli("ps", "--all", "--limit", "1", "--json", url=ledger).stdout)
     assert newest == newest_ps
+    service = cli_ps["records"][0]
+    with server.client() as client:
+        page = client.get("/", params={"limit": "1", "before": cli_ps["records"][1]["id"]}).text
+        older = client.get("/", params={"before": service["attempt_of"]}).text
+    # The table too: one row for the service, showing its newest attempt, keyed by its first.
+    assert page.count(f'data-service="{service["attempt_of"]}"') == 1
+    assert f'data-id="{service["id"]}"' in page
+    assert "data-service" not in older  # nothing before the service's first attempt

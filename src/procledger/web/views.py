@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from procledger.domain.attempts import first_attempt_id
 from procledger.domain.service import age_ms
 from procledger.domain.vocabulary import ProcessState
 from procledger.domain.wording import command_text, local_time, outcome
@@ -36,6 +37,8 @@ def row(record: ProcessRecord) -> dict[str, Any]:
     page's script needs to show ages."""
     return {
         "id": record.id,
+        "service": first_attempt_id(record),
+        "attempt": record.attempt or 0,
         "state": record.state.value,
         "status": record.status.value,
         "outcome": outcome(record),
@@ -70,18 +73,13 @@ class ListQuery:
         return self.selection.matches(record)
 
     def page(self, registry: ProcessRegistry) -> ProcessScan:
-        """This page, newest first, every attempt of a service its own row (the live table
-        upserts rows by id): read backwards along the ids a page at a time, so its cost is its
-        rows (docs/design.md §16)."""
+        """This page, newest first, a service as one row (its newest attempt), as ``ps`` lists
+        it: read backwards along the ids a page at a time, so its cost is its rows
+        (docs/design.md §5.2, §16). The next page starts before the last row's service."""
         from procledger.application.listing import select_processes
 
         return select_processes(
-            registry,
-            self.selection,
-            states=self.states,
-            limit=self.limit,
-            before=self.before,
-            attempts=True,
+            registry, self.selection, states=self.states, limit=self.limit, before=self.before
         )
 
     def listing(self, registry: ProcessRegistry, limit: int | None) -> ProcessScan:
