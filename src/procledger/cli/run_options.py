@@ -50,13 +50,7 @@ def _cli(*flags: inspect.Parameter, parse: Callable[[Raw], Any]) -> dict[str, An
 
 
 def _text(name: str, flag: str, metavar: str, help: str) -> inspect.Parameter:
-    """An option whose value is text, absent unless given (its default is said in ``help``)."""
-    option = typer.Option(flag, metavar=metavar, help=help, show_default=False)
-    return _flag(name, Annotated[str | None, option])
-
-
-def _shown(name: str, flag: str, metavar: str, help: str) -> inspect.Parameter:
-    """A text option absent unless given, as typer shows it by default."""
+    """An option whose value is text, absent unless given (a default is said in ``help``)."""
     return _flag(name, Annotated[str | None, typer.Option(flag, metavar=metavar, help=help)])
 
 
@@ -241,17 +235,17 @@ _OUTPUT_LIMIT = _flag(
     "64MiB",
 )
 _READY = (
-    _shown("ready_port", "--ready-port", "PORT", "Ready once a TCP connect to it succeeds."),
-    _shown(
+    _text("ready_port", "--ready-port", "PORT", "Ready once a TCP connect to it succeeds."),
+    _text(
         "ready_output", "--ready-output", "REGEX", "Ready once a line of stdout or stderr matches."
     ),
-    _shown("ready_file", "--ready-file", "PATH", "Ready once the path exists."),
+    _text("ready_file", "--ready-file", "PATH", "Ready once the path exists."),
     _switch(
         "ready_notify",
         "--ready-notify",
         "Ready once it sends READY=1 to $NOTIFY_SOCKET (sd_notify).",
     ),
-    _shown(
+    _text(
         "ready_timeout",
         "--ready-timeout",
         "DURATION",
@@ -262,7 +256,7 @@ _WAIT_READY = _switch(
     "wait_ready", "--wait-ready", "With --background: return once it is ready (exit 1 if it ends)."
 )
 _RESTART = (
-    _shown(
+    _text(
         "restart",
         "--restart",
         "never|on-failure|always",
@@ -274,25 +268,25 @@ _RESTART = (
         "N",
         "At most N restarts per --restart-window (then a crash_loop).  [default: 5]",
     ),
-    _shown(
+    _text(
         "restart_window",
         "--restart-window",
         "DURATION",
         "The window --max-restarts counts in.  [default: 60s]",
     ),
-    _shown(
+    _text(
         "backoff_initial",
         "--backoff-initial",
         "DURATION",
         "Wait before the first restart, doubling each time.  [default: 0.2s]",
     ),
-    _shown(
+    _text(
         "backoff_max",
         "--backoff-max",
         "DURATION",
         "The longest wait between attempts.  [default: 30s]",
     ),
-    _shown(
+    _text(
         "reset_after",
         "--reset-after",
         "DURATION",
