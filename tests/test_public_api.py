@@ -1,82 +1,85 @@
-"""The public names of ``procledger`` are exactly those of docs/design.md §10, pinned here.
+"""The public names of ``procledger`` are exactly those of docs/design.md §10 and §9's error tree.
 
-Adding a public name is a deliberate act: extend docs/design.md §10 and this list together.
+They are written once, in ``procledger/__init__.py`` (one ``from M import N as N`` per name),
+and ``__all__`` is derived from those statements; this test reads the names from the design,
+not from a copy of its own.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import procledger
 from _shared import run_python
 
-VOCABULARY = [
-    "ProcessState", "TerminalReason", "LifecycleKind", "RecoveryDisposition", "ProcessStatus",
-    "lifecycle_table", "LifecycleRow", "MAX_PROCESS_HANDLE_BYTES", "MAX_DIAGNOSTIC_BYTES",
-]  # fmt: skip
-REGISTRATION_AND_RECORDS = [
-    "ProcessRegistration", "ProcessInput", "Originator", "SessionScope", "EventType",
-    "HandleDescriptor", "ProcessRecord", "ProcessEvent", "ExternalRef", "WaitState", "OsFacts",
-    "Readiness", "RestartMode", "RestartPolicy",
-]  # fmt: skip
-LEASES = ["LeaseOwner", "Lease", "Acquired", "Busy", "LeaseTimings", "CompletionAuthority"]
-REGISTRY = ["ProcessRegistry", "open_registry"]
-PROJECTIONS = [
-    "ChangeCursor", "ProcessListFilter", "HandleSummary", "SessionDeleteReport", "PruneReport",
-    "ProcessScan", "FeedPage", "RebuildReport", "VerifyReport",
-]  # fmt: skip
-NOTIFICATIONS = [
-    "ProcessCompletionNotification", "NotificationDisposition", "Delivery", "Notifier",
-    "LoopInbox",
-]  # fmt: skip
-SUPERVISOR = [
-    "run_captured", "run_streaming", "CapturedOutput", "Streamed", "StopPolicy", "StopMode",
-    "Supervisor", "ProcessHandle",
-]  # fmt: skip
-RECOVERY = ["RecoveryWorker", "SweepReport", "RunResult"]
-# §9: the root and every error it lists.
-ERRORS = [
-    "ProcledgerError", "InvalidTransition", "AlreadyTerminal",
-    "AmbiguousProcessId", "OutputUnavailable", "ReplayConflict",
-    "RegistrationConflict", "RegistrationError", "UndeclaredEventType", "NotFound", "LeaseLost",
-    "AuthorityRejected", "ProcessLifecycleValidationError", "OwnerMismatch", "LoopNotFound",
-    "UnsupportedLoop", "DeliveryStopped", "IdempotencyCollision", "FilterError", "SpawnError",
-    "StdinError", "Interrupted", "SupervisorClosed", "StoreError", "StoreURLError",
-    "StoreUnavailable", "StoreCorrupt", "WriteConflict", "CipherError", "OptionError",
-]  # fmt: skip
-
-EXPECTED = [
-    *VOCABULARY,
-    *REGISTRATION_AND_RECORDS,
-    *LEASES,
-    *REGISTRY,
-    *PROJECTIONS,
-    *NOTIFICATIONS,
-    *SUPERVISOR,
-    *RECOVERY,
-    *ERRORS,
-]
+DESIGN = (Path(__file__).parents[1] / "docs" / "design.md").read_text(encoding="utf-8")
 
 
-def test_the_expected_list_has_no_duplicates() -> None:
-    assert len(EXPECTED) == len(set(EXPECTED)) == 86
+def _section(title: str) -> str:
+    start = DESIGN.index(f"\n## {title}")
+    return DESIGN[start : DESIGN.index("\n## ", start + 1)]
+
+
+def _error_tree() -> list[tuple[str, str | None]]:
+    """§9's drawing: each class with its parent (the root's is ``None``)."""
+    drawing = _section("§9 Errors").split("```")[1]
+    parents: list[tuple[int, str]] = []
+    tree: list[tuple[str, str | None]] = []
+    for line in drawing.strip().splitlines():
+        found = re.match(r"^([│├└─\s]*)(\w+)", line)
+        assert found is not None, line
+        depth = len(found.group(1))
+        while parents and parents[-1][0] >= depth:
+            parents.pop()
+        tree.append((found.group(2), parents[-1][1] if parents else None))
+        parents.append((depth, found.group(2)))
+    return tree
+
+
+def _listed() -> dict[str, list[str]]:
+    """§10's groups: each bullet's backquoted names."""
+    text = _section("§10 Public names").split("`procledger.aio` (§17)")[0]
+    groups: dict[str, list[str]] = {}
+    for bullet in re.findall(r"^- (.+?)(?=^- |^\n|\Z)", text, flags=re.MULTILINE | re.DOTALL):
+        group, names = bullet.split(":", 1)
+        groups[group] = re.findall(r"`([A-Za-z_]\w*)`", names)
+    return groups
+
+
+TREE = _error_tree()
+GROUPS = _listed()
+ERRORS = [name for name, _ in TREE] + GROUPS["errors"]
+DESIGNED = [name for group in GROUPS.values() for name in group] + [name for name, _ in TREE]
+EAGER = {*ERRORS, "ProcessState", "TerminalReason", "LifecycleKind", "RecoveryDisposition"}
+EAGER |= {"ProcessStatus"}
+"""What ``import procledger`` loads at once (docs/design.md §1.2): the errors and the
+vocabulary's enums; every other name is imported on first use."""
+
+
+def test_the_design_is_read() -> None:
+    assert len(TREE) >= 30
+    assert ("SpawnError", "ExecutionError") in TREE
+    assert set(GROUPS) >= {"vocabulary", "registry", "supervisor", "errors"}
+    assert len(DESIGNED) == len(set(DESIGNED)), "a name is listed twice in §9/§10"
 
 
 def test_all_is_exactly_the_names_of_the_design() -> None:
-    exported = getattr(procledger, "__all__", None)
-    assert exported is not None, "procledger.__init__ must define __all__"
-    assert len(exported) == len(set(exported)), "__all__ lists a name twice"
-    missing = sorted(set(EXPECTED) - set(exported))
-    extra = sorted(set(exported) - set(EXPECTED))
+    exported = procledger.__all__
+    assert len(exported) == len(set(exported)), "a name is exported twice"
+    missing = sorted(set(DESIGNED) - set(exported))
+    extra = sorted(set(exported) - set(DESIGNED))
     assert (missing, extra) == ([], [])
 
 
-@pytest.mark.parametrize("name", EXPECTED)
+@pytest.mark.parametrize("name", procledger.__all__)
 def test_every_public_name_is_importable_from_the_package(name: str) -> None:
     module = importlib.import_module("procledger")
-    assert hasattr(module, name), f"procledger.{name} is missing"
     assert getattr(module, name) is not None
 
 
@@ -84,15 +87,37 @@ def test_every_name_in_all_is_importable() -> None:
     namespace: dict[str, object] = {}
     exec("from procledger import *", namespace)  # the star import is the subject
     namespace.pop("__builtins__", None)
-    assert set(namespace) == set(getattr(procledger, "__all__", ()))
+    assert set(namespace) == set(procledger.__all__)
 
 
-@pytest.mark.parametrize("name", ERRORS)
-def test_every_error_is_a_procledger_error(name: str) -> None:
+def test_only_the_errors_and_the_vocabulary_load_at_once() -> None:
+    """In a fresh interpreter: the eager names are bound by the import itself, the others
+    not yet, and the import statement is the interpreter's own again afterwards."""
+    code = (
+        "import builtins; before = builtins.__import__\n"
+        "import procledger\n"
+        "assert builtins.__import__ is before\n"
+        "print(' '.join(sorted(set(vars(procledger)) & set(procledger.__all__))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.split()) == EAGER
+
+
+@pytest.mark.parametrize(("name", "parent"), TREE)
+def test_every_drawn_error_has_its_drawn_parent(name: str, parent: str | None) -> None:
     error = getattr(procledger, name)
     assert isinstance(error, type)
-    assert issubclass(error, Exception)
     assert issubclass(error, procledger.ProcledgerError)
+    if parent is not None:
+        assert issubclass(error, getattr(procledger, parent))
+
+
+@pytest.mark.parametrize("name", GROUPS["errors"])
+def test_every_listed_error_is_a_procledger_error(name: str) -> None:
+    assert issubclass(getattr(procledger, name), procledger.ProcledgerError)
 
 
 def test_not_found_is_also_a_lookup_error() -> None:

@@ -275,3 +275,31 @@ def test_a_service_page_lists_its_attempts(server: Server, ledger: str) -> None:
         assert f'href="/processes/{record["id"]}"' in page
     assert page.count("exit 3") >= 2
     assert "crash_loop" in page
+
+
+def test_the_api_lists_a_service_as_one_row_as_ps_does(server: Server, ledger: str) -> None:
+    """`GET /api/processes` is `ps --json` (docs/design.md §16): a service's attempts are one
+    row, its newest attempt -- as `ps` shows it, through the same selection (§5.2)."""
+    ran = run_cli(
+        "run",
+        "--restart", "always", "--max-restarts", "2", "--backoff-initial", "0.05s",
+        "--", "sh", "-c", "exit 3",
+        url=ledger,
+    )  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    assert run_cli("run", "--", "true", url=ledger).returncode == 0
+    cli_ps = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)
+    assert [r["attempt"] for r in cli_ps["records"]] == [3, None]
+    with server.client() as client:
+        assert client.get("/api/processes", params={"status": "any"}).json() == cli_ps
+        newest = client.get("/api/processes", params={"status": "any", "limit": "1"}).json()
+    newest_ps = orjson.loads(run_cli("ps", "--all", "--limit", "1", "--json", url=ledger).stdout)
+    assert newest == newest_ps
+    service = cli_ps["records"][0]
+    with server.client() as client:
+        page = client.get("/", params={"limit": "1", "before": cli_ps["records"][1]["id"]}).text
+        older = client.get("/", params={"before": service["attempt_of"]}).text
+    # The table too: one row for the service, showing its newest attempt, keyed by its first.
+    assert page.count(f'data-service="{service["attempt_of"]}"') == 1
+    assert f'data-id="{service["id"]}"' in page
+    assert "data-service" not in older  # nothing before the service's first attempt

@@ -138,3 +138,21 @@ def test_argv_and_output_stay_text_in_the_browser(page: Any, server: Server, led
     assert page.evaluate("window.pwned") is None
     assert page.locator("#output script, #output img, td.command img").count() == 0
     assert re.search(r"&lt;script&gt;", page.content())
+
+
+def test_a_service_stays_one_live_row_showing_its_newest_attempt(page: Any, ledger: str) -> None:
+    """As `ps` lists it (docs/design.md §15.4, §16): each new attempt replaces the row."""
+    ran = run_cli(
+        "run",
+        "--restart", "always", "--max-restarts", "2", "--backoff-initial", "0.05s",
+        "--", "sh", "-c", "exit 3",
+        url=ledger,
+    )  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+    newest = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)["records"][0]
+    assert newest["attempt"] == 3
+    expect(row(page, newest["id"])).to_be_visible(timeout=5_000)
+    expect(page.locator("#processes tbody tr")).to_have_count(1)
+    page.reload()
+    expect(row(page, newest["id"])).to_be_visible()
+    expect(page.locator("#processes tbody tr")).to_have_count(1)

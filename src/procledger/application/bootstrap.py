@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from procledger.adapters.sql.location import locate
+from procledger.adapters.sql.location import locate, mask_url
 from procledger.adapters.sql.opening import open_store
 from procledger.application.registry import Clock, ProcessRegistry
+
+__all__ = ["mask_url", "open_registry"]
+"""``mask_url`` (a URL with its password as ``***``) is the façade's, for the layers above
+that show a ledger's URL (the web view) and may not reach into ``adapters.sql``."""
 
 
 def open_registry(

@@ -16,7 +16,8 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``_owner``: the host's CLI owner and its notification session.
 - ``maintenance``: ``table``, ``rebuild``.
 - ``recovery``: ``sweep``, ``worker``.
-- ``running``: ``run``, in the foreground or detached.
+- ``running``: ``run``, in the foreground or detached; ``run_options``: its options, each
+  defined once (flags, help, parsing) on a field of ``RunOptions``.
 - ``waiting``: ``wait`` (readiness or the end of a process or service).
 - ``inspection``: ``ps``, ``show``, ``feed``.
 - ``logs``: ``logs`` (captured output), ``prune`` (retention).
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 # The order of registration is the order of `procledger --help`: the order a person uses them.
 command = partial(app.command, cls=Command)
 command(context_settings=running.RUN_CONTEXT_SETTINGS, cls=running.RunCommand)(running.run)
+command(name=running.DETACHED_COMMAND, hidden=True)(running.run_detached)
 command()(waiting.wait)
 command()(inspection.ps)
 command()(inspection.show)

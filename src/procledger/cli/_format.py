@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 
-from procledger.domain.wording import command_text, ending, outcome, shell_word
+from procledger.domain.wording import command_text, ending, local_time, outcome, shell_word
 
 __all__ = [
     "command_text",
@@ -52,13 +52,6 @@ def cut(text: str, room: int) -> str:
     """``text`` in at most ``room`` characters (at least one), ending in ``…`` when cut."""
     room = max(room, 1)
     return text if len(text) <= room else text[: room - 1] + "…"
-
-
-def local_time(ms: int | None) -> str:
-    """The ledger keeps UTC milliseconds; people read their own time zone, to the second."""
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")  # local, naive
 
 
 def short_time(ms: int | None, now: datetime | None = None) -> str:

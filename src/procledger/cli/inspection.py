@@ -163,23 +163,12 @@ def _listing(
     limit: int | None,
     attempts: bool,
 ) -> tuple[list[ProcessRecord], list[str]]:
-    """What `ps` lists, oldest first, and the damaged ids. The newest ``limit`` are read alone
-    (one page through an index) unless states must be kept after reading (they are no column)
-    or a service's attempts among them collapse into one row."""
-    if limit is not None and not wanted:
-        records, damaged = registry.scan_processes(selection, limit=limit, newest_first=True)
-        if attempts or all(record.attempt is None for record in records):
-            return records[::-1], damaged
-    records, damaged = registry.scan_processes(selection)
-    if wanted:
-        records = [record for record in records if record.state in wanted]
-    if not attempts:
-        from procledger.domain.attempts import newest_per_service
+    """What `ps` lists, oldest first, and the damaged ids: the one list selection (states
+    kept after reading, a service as one row; docs/design.md §5.2) read newest first."""
+    from procledger.application.listing import select_processes
 
-        records = newest_per_service(records)
-    if limit is not None:
-        records = records[len(records) - limit :] if limit else []
-    return records, damaged
+    scan = select_processes(registry, selection, states=wanted, limit=limit, attempts=attempts)
+    return scan.records[::-1], scan.damaged
 
 
 def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:

@@ -8,19 +8,19 @@ too, for runs whose `procledger` died.
 from __future__ import annotations
 
 import errno
+import inspect
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+import orjson
 import typer
 
 from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
@@ -32,30 +32,16 @@ from procledger.cli._app import (
     cli_state,
     dump,
     fail,
-    is_utf8,
     one_line,
     open_ledger,
-    option_errors,
-    parse_grace,
     write_json,
 )
 from procledger.cli._format import ending
 from procledger.cli._owner import cli_notifier, cli_owner
-from procledger.domain.vocabulary import MAX_LEDGER_INT
+from procledger.cli.run_options import Detached, RunOptions, StdinSource
 
 if TYPE_CHECKING:
-    from procledger import (
-        ProcessHandle,
-        ProcessRecord,
-        ProcessRegistry,
-        Readiness,
-        RestartPolicy,
-        StopPolicy,
-        Supervisor,
-    )
-
-StdinSource = Literal["inherit", "null"] | Path
-"""What the child reads: ``Supervisor.start``'s ``stdin`` (docs/design.md §6.2)."""
+    from procledger import ProcessHandle, ProcessRecord, ProcessRegistry, StopPolicy, Supervisor
 
 RUN_CONTEXT_SETTINGS = {"allow_interspersed_args": False}
 """Options before ``--`` or the command's first word are ``run``'s own and parsed strictly (an
@@ -78,242 +64,7 @@ class RunCommand(Command):
         return ["[OPTIONS]", "[--] CMD [ARG]..."]
 
 
-_CommandArgument = Annotated[
-    list[str], typer.Argument(metavar="CMD", show_default=False, hidden=True)
-]
-_BackgroundOption = Annotated[
-    bool,
-    typer.Option(
-        "--background",
-        help="Supervise it from a detached procledger (its output is discarded, its stdin is "
-        "/dev/null); print the process id once it runs and return 0.",
-    ),
-]
-_GraceOption = Annotated[
-    str,
-    typer.Option(
-        "--grace",
-        metavar="S",
-        help="Seconds between stop signals (finite, 0 to 86400).  [default: 10]",
-        show_default=False,
-    ),
-]
-_StopSignalOption = Annotated[
-    str,
-    typer.Option(
-        "--stop-signal",
-        metavar="SIG",
-        help="Sent after SIGINT's grace on Ctrl-C (then SIGKILL after another grace).",
-    ),
-]
-_StdinOption = Annotated[
-    str | None,
-    typer.Option(
-        "--stdin",
-        metavar="inherit|null|PATH",
-        show_default=False,
-        help="The command's stdin: this terminal or pipe (inherit; the default in the "
-        "foreground), /dev/null (null; the default with --background), or a file.",
-    ),
-]
-_JsonOption = Annotated[
-    bool,
-    typer.Option(
-        "--json", help="Print the final record as JSON (the command's stdout goes to stderr)."
-    ),
-]
-_NoCaptureOption = Annotated[
-    bool, typer.Option("--no-capture", help="Keep none of the output (it still streams through).")
-]
-_OutputLimitOption = Annotated[
-    str,
-    typer.Option(
-        "--output-limit",
-        metavar="SIZE",
-        help="Output kept across both streams (512KiB, 1MiB, 64MiB or bytes; 0 keeps nothing).",
-    ),
-]
-_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|K|M|G)?", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
-_SIZE_UNITS |= {"g": 1024**3, "gib": 1024**3}
-
-
-def parse_size(text: str) -> int:
-    """``--output-limit``: ``512KiB``, ``1MiB``, ``64MiB`` or plain bytes."""
-    found = _SIZE.fullmatch(text.strip())
-    if found is None:
-        message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
-        raise typer.BadParameter(message, param_hint="--output-limit")
-    size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
-    if size > MAX_LEDGER_INT:
-        message = f"{text!r} is more than the ledger can count ({MAX_LEDGER_INT} bytes)"
-        raise typer.BadParameter(message, param_hint="--output-limit")
-    return size
-
-
-_Text = Annotated[str | None, typer.Option(show_default=False)]
-_ReadyPortOption = Annotated[
-    str | None,
-    typer.Option("--ready-port", metavar="PORT", help="Ready once a TCP connect to it succeeds."),
-]
-_ReadyOutputOption = Annotated[
-    str | None,
-    typer.Option(
-        "--ready-output", metavar="REGEX", help="Ready once a line of stdout or stderr matches."
-    ),
-]
-_ReadyFileOption = Annotated[
-    str | None, typer.Option("--ready-file", metavar="PATH", help="Ready once the path exists.")
-]
-_ReadyNotifyOption = Annotated[
-    bool,
-    typer.Option(
-        "--ready-notify", help="Ready once it sends READY=1 to $NOTIFY_SOCKET (sd_notify)."
-    ),
-]
-_ReadyTimeoutOption = Annotated[
-    str | None,
-    typer.Option(
-        "--ready-timeout",
-        metavar="DURATION",
-        help="Not ready in time (0.2s, 60s, 5m, 1h): stop the tree, end failed/ready_timeout.",
-    ),
-]
-_WaitReadyOption = Annotated[
-    bool,
-    typer.Option(
-        "--wait-ready", help="With --background: return once it is ready (exit 1 if it ends)."
-    ),
-]
-_RestartOption = Annotated[
-    str | None,
-    typer.Option(
-        "--restart",
-        metavar="never|on-failure|always",
-        help="Start it again, as a new attempt, when it ends (on-failure: when it failed).",
-    ),
-]
-_MaxRestartsOption = Annotated[
-    str | None,
-    typer.Option("--max-restarts", metavar="N", help="At most N restarts per --restart-window "
-                 "(then a crash_loop).  [default: 5]", show_default=False),
-]  # fmt: skip
-_DurationHelp = {
-    "--restart-window": "The window --max-restarts counts in.  [default: 60s]",
-    "--backoff-initial": "Wait before the first restart, doubling each time.  [default: 0.2s]",
-    "--backoff-max": "The longest wait between attempts.  [default: 30s]",
-    "--reset-after": "Running (and ready) this long clears the restart count.",
-}
-_RestartWindowOption = Annotated[
-    str | None,
-    typer.Option("--restart-window", metavar="DURATION", help=_DurationHelp["--restart-window"]),
-]
-_BackoffInitialOption = Annotated[
-    str | None,
-    typer.Option("--backoff-initial", metavar="DURATION", help=_DurationHelp["--backoff-initial"]),
-]
-_BackoffMaxOption = Annotated[
-    str | None,
-    typer.Option("--backoff-max", metavar="DURATION", help=_DurationHelp["--backoff-max"]),
-]
-_ResetAfterOption = Annotated[
-    str | None,
-    typer.Option("--reset-after", metavar="DURATION", help=_DurationHelp["--reset-after"]),
-]
-
-
-@dataclass(frozen=True, slots=True)
-class _Service:
-    """`run`'s readiness and restart flags: parsed (``domain/service.py``), and as written,
-    to hand on to a detached `procledger`."""
-
-    ready: Readiness | None = None
-    restart: RestartPolicy | None = None
-    argv: tuple[str, ...] = ()
-
-    def options(self) -> list[str]:
-        return list(self.argv)
-
-
-def service_flags(flags: dict[str, Any]) -> _Service:
-    """The ``--ready-*`` and restart flags (by their names) checked before anything is
-    recorded; a bad one is a usage error naming it (exit 2)."""
-    from procledger.domain.service import readiness_options, restart_options
-
-    with option_errors():
-        ready = readiness_options(
-            port=flags["--ready-port"],
-            output=flags["--ready-output"],
-            file=flags["--ready-file"],
-            notify=bool(flags["--ready-notify"]),
-            timeout=flags["--ready-timeout"],
-        )
-        restart = restart_options(
-            restart=flags["--restart"],
-            max_restarts=flags["--max-restarts"],
-            window=flags["--restart-window"],
-            backoff_initial=flags["--backoff-initial"],
-            backoff_max=flags["--backoff-max"],
-            reset_after=flags["--reset-after"],
-        )
-    argv: list[str] = ["--ready-notify"] if flags["--ready-notify"] else []
-    for flag, value in flags.items():
-        if isinstance(value, str):
-            argv += [flag, value]
-    return _Service(ready, restart, tuple(argv))
-
-
-_SERVICE_PARAMETERS = (
-    "ready_port", "ready_output", "ready_file", "ready_notify", "ready_timeout", "restart",
-    "max_restarts", "restart_window", "backoff_initial", "backoff_max", "reset_after",
-)  # fmt: skip
-
-
-def _checked_service(params: dict[str, Any]) -> _Service:
-    """`run`'s service flags from its parsed parameters, with the rules that tie them to
-    other flags; a usage error (exit 2) names the flag."""
-    service = service_flags(
-        {f"--{name.replace('_', '-')}": params[name] for name in _SERVICE_PARAMETERS}
-    )
-    if params["wait_ready"] and not params["background"]:
-        raise typer.BadParameter("only with --background", param_hint="--wait-ready")
-    if service.ready is not None and service.ready.output is not None and params["no_capture"]:
-        message = "needs the output captured (drop --no-capture)"
-        raise typer.BadParameter(message, param_hint="--ready-output")
-    return service
-
-
-# How a `run --background` talks to the detached `procledger` it starts; not for people.
-_DetachedFdOption = Annotated[int | None, typer.Option("--detached-fd", hidden=True)]
-_ProcessIdOption = Annotated[str | None, typer.Option("--process-id", hidden=True)]
-
-
-def run(
-    ctx: typer.Context,
-    command: _CommandArgument,
-    *,
-    background: _BackgroundOption = False,
-    grace: _GraceOption = "10",
-    stop_signal: _StopSignalOption = "TERM",
-    stdin: _StdinOption = None,
-    as_json: _JsonOption = False,
-    no_capture: _NoCaptureOption = False,
-    output_limit: _OutputLimitOption = "64MiB",
-    ready_port: _ReadyPortOption = None,
-    ready_output: _ReadyOutputOption = None,
-    ready_file: _ReadyFileOption = None,
-    ready_notify: _ReadyNotifyOption = False,
-    ready_timeout: _ReadyTimeoutOption = None,
-    wait_ready: _WaitReadyOption = False,
-    restart: _RestartOption = None,
-    max_restarts: _MaxRestartsOption = None,
-    restart_window: _RestartWindowOption = None,
-    backoff_initial: _BackoffInitialOption = None,
-    backoff_max: _BackoffMaxOption = None,
-    reset_after: _ResetAfterOption = None,
-    detached_fd: _DetachedFdOption = None,
-    process_id: _ProcessIdOption = None,
-) -> None:
+def run(ctx: typer.Context, **params: Any) -> None:
     """Run a command under supervision and record its whole lifecycle.
 
     Its output streams through and is kept (see `logs`); its stdin is this one's (a pipe or
@@ -324,70 +75,35 @@ def run(
 
     --ready-* probes (all must hold) record when it is ready; --restart starts it again as new
     attempts of one service, with backoff, until --max-restarts per --restart-window."""
-    _dispatch(ctx, command, ctx.params)
+    options = RunOptions.parse(params)
+    if not options.background:
+        _run_foreground(ctx, options)
+    process_id = _run_detached(ctx, options)
+    (_wait_ready if options.wait_ready else _print_started)(ctx, options, process_id)
 
 
-def _dispatch(ctx: typer.Context, command: list[str], params: dict[str, Any]) -> None:
-    """`run` with its flags checked (usage errors before anything is recorded): in the
-    foreground, detached, or as the detached side itself."""
+# typer reads `run`'s parameters from this signature: each flag is declared once, on the
+# `RunOptions` field it sets (cli/run_options.py; docs/design.md §8).
+run.__signature__ = RunOptions.signature(  # type: ignore[attr-defined]
+    inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+)
+
+
+def _stop_policy(options: RunOptions) -> StopPolicy:
+    """Ctrl-C's ladder: SIGINT, then --stop-signal, then SIGKILL, --grace apart."""
     from procledger import StopPolicy
 
-    service = _checked_service(params)
-    grace_s = parse_grace(params["grace"])
-    policy = StopPolicy((signal.SIGINT, _parse_signal(params["stop_signal"])), grace_s)
-    source = _parse_stdin(params["stdin"], params["background"])
-    checked_command(command)
-    keep = _Keep(not params["no_capture"], parse_size(params["output_limit"]), service)
-    fd, process_id = params["detached_fd"], params["process_id"]
-    if fd is not None and process_id is not None:
-        _detached_main(ctx, command, policy, stdin=source, fd=fd, process_id=process_id, keep=keep)
-    if params["background"]:
-        signal_name = params["stop_signal"]
-        detached = _run_detached(
-            ctx, command, grace=grace_s, stop_signal=signal_name, stdin=source, keep=keep
-        )
-        (_wait_ready if params["wait_ready"] else _print_started)(ctx, detached)
-        return
-    _run_foreground(ctx, command, policy, stdin=source, as_json=params["as_json"], keep=keep)
+    return StopPolicy((signal.SIGINT, options.stop_signal), options.grace_s)
 
 
-@dataclass(frozen=True, slots=True)
-class _Keep:
-    """What `run` keeps of the output: whether it captures, and up to how many bytes."""
-
-    capture: bool = True
-    limit: int = 64 * 1024 * 1024
-    service: _Service = _Service()
-
-    def options(self) -> list[str]:
-        capture = [] if self.capture else ["--no-capture"]
-        return ["--output-limit", str(self.limit), *capture, *self.service.options()]
-
-
-def _run_foreground(
-    ctx: typer.Context,
-    command: list[str],
-    policy: StopPolicy,
-    *,
-    stdin: StdinSource,
-    as_json: bool,
-    keep: _Keep,
-) -> NoReturn:
+def _run_foreground(ctx: typer.Context, options: RunOptions) -> NoReturn:
     """Supervise in this process until the terminal is recorded; exit as the command did."""
-    with open_ledger(cli_state(ctx).url) as registry, _child_stdin(stdin) as child_stdin:
+    with open_ledger(cli_state(ctx).url) as registry, _child_stdin(options.stdin) as stdin:
         try:
-            record, exit_code = _supervise(
-                registry,
-                command,
-                policy=policy,
-                background=False,
-                as_json=as_json,
-                stdin=child_stdin,
-                keep=keep,
-            )
+            record, exit_code = _supervise(registry, options, stdin=stdin)
         except SpawnError as exc:  # recorded `failed`; exit as a shell would
             fail(cli_state(ctx), exc, _spawn_exit_code(exc))
-    if as_json:
+    if options.as_json:
         write_json(dump(record))
     elif exit_code and sys.stderr.isatty() and record.signal != signal.SIGPIPE:
         # (SIGPIPE is a pipeline's quiet end -- `| head` -- which no shell reports either.)
@@ -410,65 +126,11 @@ def _child_stdin(stdin: StdinSource) -> Iterator[StdinSource | int]:
 
 def _spawn_exit_code(exc: SpawnError) -> int:
     """127 when the program is not there, 126 when it is but cannot be executed."""
-    return EXIT_NOT_FOUND if exc.errno == errno.ENOENT else EXIT_CANNOT_EXECUTE
+    return _errno_exit_code(exc.errno)
 
 
-def _parse_stdin(value: str | None, background: bool) -> StdinSource:
-    """``--stdin``: ``inherit`` (foreground default), ``null`` (background default) or a
-    readable file, checked before anything is recorded."""
-    if value is None:
-        return "null" if background else "inherit"
-    if value == "null":
-        return "null"
-    if value == "inherit":
-        if background:
-            message = "a detached run has no stdin to inherit (use null or a file)"
-            raise typer.BadParameter(message, param_hint="--stdin")
-        return "inherit"
-    path = Path(value).absolute()
-    if not path.is_file() or not os.access(path, os.R_OK):
-        message = f"{value!r} is neither inherit, null nor a readable file"
-        raise typer.BadParameter(message, param_hint="--stdin")
-    return path
-
-
-def checked_command(command: list[str]) -> None:
-    """Refuse, before anything is recorded, what the ledger cannot keep as text: an argument
-    or a working directory that is not valid UTF-8 (docs/design.md §8) -- and an empty
-    command word, which names no program."""
-    if not command[0]:
-        raise typer.BadParameter("the command is empty; nothing was recorded", param_hint="CMD")
-    for index, word in enumerate(command):
-        if not is_utf8(word):
-            shown = os.fsencode(word)
-            message = f"argument {index} ({shown!r}) is not valid UTF-8; nothing was recorded"
-            raise typer.BadParameter(message, param_hint="CMD")
-    try:
-        workdir = os.getcwd()
-    except FileNotFoundError:
-        message = "the working directory was deleted: cd to one that exists; nothing was recorded"
-        raise UnrecordableInput(message) from None
-    if not is_utf8(workdir):
-        raise UnrecordableInput(
-            f"the working directory {os.fsencode(workdir)!r} is not valid UTF-8: "
-            "run from another directory; nothing was recorded"
-        )
-
-
-class UnrecordableInput(ProcledgerError):
-    """What `run` was given cannot be kept in the ledger as text (non-UTF-8 bytes)."""
-
-
-def _parse_signal(value: str) -> signal.Signals:
-    """``TERM``, ``SIGTERM`` or ``15``; anything else is a usage error (exit 2)."""
-    name = value.strip().upper()
-    try:
-        if name.isdigit():
-            return signal.Signals(int(name))
-        return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
-    except (KeyError, ValueError):
-        message = f"{value!r} is not a signal name or number"
-        raise typer.BadParameter(message, param_hint="--stop-signal") from None
+def _errno_exit_code(number: int | None) -> int:
+    return EXIT_NOT_FOUND if number == errno.ENOENT else EXIT_CANNOT_EXECUTE
 
 
 class _RunSignals:
@@ -562,19 +224,16 @@ def _run_exit_code(record: ProcessRecord, returncode: int | None, shutdown: int 
 
 def _supervise(
     registry: ProcessRegistry,
-    command: list[str],
+    options: RunOptions,
     *,
-    policy: StopPolicy,
-    background: bool,
-    as_json: bool,
     stdin: StdinSource | int,
     process_id: str | None = None,
     started: Callable[[ProcessHandle], None] | None = None,
-    keep: _Keep = _Keep(),
 ) -> tuple[ProcessRecord, int]:
-    """Run ``command`` under a fresh CLI supervisor until its terminal is recorded."""
+    """Run the command under a fresh CLI supervisor until its terminal is recorded."""
     from procledger import Supervisor
 
+    policy = _stop_policy(options)
     owner = cli_owner()
     notifier, loop_id = cli_notifier(registry, owner)
     supervisor = Supervisor(
@@ -584,17 +243,17 @@ def _supervise(
     signals.install()
     try:
         handle = supervisor.start(
-            command,
+            list(options.command),
             process_id=process_id,
             stdin=stdin,
-            stdout=_to_stderr if as_json else None,
-            background=background,
+            stdout=_to_stderr if options.as_json else None,
+            background=options.background,
             session_id=notifier.session_id,
             loop_id=loop_id,
-            capture=keep.capture,
-            output_limit=keep.limit,
-            ready=keep.service.ready,
-            restart=keep.service.restart,
+            capture=options.capture,
+            output_limit=options.output_limit,
+            ready=options.ready,
+            restart=options.restart,
         )
         if started is not None:
             started(handle)
@@ -630,46 +289,35 @@ class BackgroundStartError(ProcledgerError):
     """`run --background` could not start its detached supervisor or its command."""
 
 
-def _run_detached(
-    ctx: typer.Context,
-    command: list[str],
-    *,
-    grace: float,
-    stop_signal: str,
-    stdin: StdinSource,
-    keep: _Keep,
-) -> str:
+def _run_detached(ctx: typer.Context, options: RunOptions) -> str:
     """`run --background`: a detached `procledger` (own session, no terminal) supervises the
     command; this one waits until it is recorded `backgrounded` and returns its id."""
     from procledger.supervisor.minting import new_process_id
 
     process_id = new_process_id(int(time.time() * 1000))
     read_fd, write_fd = os.pipe()
-    argv = [sys.executable, "-m", "procledger", "run", "--background", "--grace", repr(grace)]
-    argv += ["--stop-signal", stop_signal, "--stdin", str(stdin), "--detached-fd", str(write_fd)]
-    argv += ["--process-id", process_id, *keep.options(), "--", *command]
+    handoff = Detached(options, process_id, cli_state(ctx).url, write_fd)
     try:
-        _spawn_detached(argv, write_fd, cli_state(ctx).url)
+        _spawn_detached(handoff)
     finally:
         os.close(write_fd)
     with os.fdopen(read_fd, "rb") as report:
-        answer = report.read().decode(errors="replace").strip()
-    if not answer.startswith("ok"):
-        error = BackgroundStartError(answer or "the detached supervisor exited without a word")
-        fail(cli_state(ctx), error, _detached_exit_code(answer))
+        answer = _Answer.read(report.read())
+    if answer.error is not None:
+        fail(cli_state(ctx), BackgroundStartError(answer.error), answer.exit_code())
     return process_id
 
 
-def _print_started(ctx: typer.Context, process_id: str) -> None:
+def _print_started(ctx: typer.Context, options: RunOptions, process_id: str) -> None:
     """The id of the process a detached `procledger` runs (--json: its record)."""
-    if ctx.params.get("as_json"):
+    if options.as_json:
         with open_ledger(cli_state(ctx).url) as registry:
             write_json(dump(registry.get(process_id)))
     else:
         sys.stdout.write(f"{process_id}\n")
 
 
-def _wait_ready(ctx: typer.Context, process_id: str) -> None:
+def _wait_ready(ctx: typer.Context, options: RunOptions, process_id: str) -> None:
     """`run --background --wait-ready`: return once it is ready (printing its id, or with
     --json the record); if it ended first, say how and exit 1 (docs/design.md §15)."""
     with open_ledger(cli_state(ctx).url) as registry:
@@ -677,80 +325,99 @@ def _wait_ready(ctx: typer.Context, process_id: str) -> None:
     if record.is_terminal and record.ready_at_ms is None:
         error = NotReady(f"process {record.id} ended before it was ready: {ending(record)}")
         fail(cli_state(ctx), error)
-    _print_started(ctx, process_id)
+    _print_started(ctx, options, process_id)
 
 
 class NotReady(ProcledgerError):
     """A process (or every attempt of a service) ended before it was ready."""
 
 
-def _detached_exit_code(answer: str) -> int:
-    """127/126 when the detached side could not start the command (its ``SpawnError`` line
-    carries the errno), as in the foreground; 1 for any other failure."""
-    found = re.match(r"SpawnError: \[Errno (\d+)\]", answer)
-    if found is None:
-        return EXIT_FAILURE
-    return EXIT_NOT_FOUND if int(found.group(1)) == errno.ENOENT else EXIT_CANNOT_EXECUTE
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """The detached side's one JSON line on the report pipe: ``{}`` once the command runs,
+    else the error that stopped it (``errno`` for a ``SpawnError``, so the exit code is a
+    shell's, as in the foreground)."""
+
+    error: str | None = None
+    errno: int | None = None
+
+    @staticmethod
+    def read(data: bytes) -> _Answer:
+        if not data.strip():
+            return _Answer("the detached supervisor exited without a word")
+        found = orjson.loads(data)
+        return _Answer(found.get("error"), found.get("errno"))
+
+    @staticmethod
+    def of(exc: BaseException) -> bytes:
+        error = f"{type(exc).__name__}: {one_line(str(exc))}"
+        number = exc.errno if isinstance(exc, SpawnError) else None
+        return orjson.dumps({"error": error, "errno": number}) + b"\n"
+
+    def exit_code(self) -> int:
+        """127/126 when the command could not be started, as in the foreground; else 1."""
+        return EXIT_FAILURE if self.errno is None else _errno_exit_code(self.errno)
 
 
-_DETACHED_URL = "PROCLEDGER_DETACHED_URL"
-"""How the store URL reaches the detached `procledger`: in its environment, which only its user
-can read, never on its command line, which every user can (a PostgreSQL URL holds a password).
-The detached side takes it out again, so the command inherits the environment `run` had."""
-
-
-def _spawn_detached(argv: list[str], report_fd: int, url: str | None) -> None:
+def _spawn_detached(handoff: Detached) -> None:
     """Its own session and no terminal: the detached `procledger` outlives this one and the
-    terminal's Ctrl-C; it keeps only the pipe it reports on."""
-    env = {**os.environ, _DETACHED_URL: url} if url else None
-    with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
-        subprocess.Popen(
+    terminal's Ctrl-C; it keeps only the pipe it reports on. Its options, the process id and
+    the store URL reach it as one JSON document on its stdin (``Detached``): a pipe only the
+    two ends can read, of any length, gone once read -- not its command line, which every
+    user can read (a PostgreSQL URL holds a password), nor its environment, which the command
+    would inherit."""
+    argv = [sys.executable, "-m", "procledger", DETACHED_COMMAND]
+    with open(os.devnull, "wb") as null_out:
+        child = subprocess.Popen(
             argv,
-            stdin=null_in,
+            stdin=subprocess.PIPE,
             stdout=null_out,
             stderr=null_out,
-            env=env,
-            pass_fds=(report_fd,),
+            pass_fds=(handoff.report_fd,),
             start_new_session=True,
         )
+    assert child.stdin is not None
+    with suppress(BrokenPipeError), child.stdin:  # it died first: its silence says so
+        child.stdin.write(handoff.to_json())
 
 
-def _detached_main(
-    ctx: typer.Context,
-    command: list[str],
-    policy: StopPolicy,
-    *,
-    stdin: StdinSource,
-    fd: int,
-    process_id: str,
-    keep: _Keep,
-) -> NoReturn:
-    """The detached side of `run --background`: report on ``fd`` once the command runs."""
-    report = os.fdopen(fd, "wb")
-    url = os.environ.pop(_DETACHED_URL, None)
-    if url:
-        cli_state(ctx).url = url
+DETACHED_COMMAND = "run-detached"
+"""The hidden command a `run --background` re-executes `procledger` as (not for people)."""
+
+
+def run_detached(ctx: typer.Context) -> NoReturn:
+    """The detached side of `run --background`: read the handoff (``Detached``) from stdin,
+    supervise the command, and answer on the report pipe -- one JSON line -- once it runs."""
+    if sys.stdin.isatty():
+        raise typer.BadParameter(f"only '{PROG} run --background' starts this")
+    handoff = Detached.from_json(sys.stdin.buffer.read())
+    _stdin_from_devnull()
+    cli_state(ctx).url = handoff.url
+    report = os.fdopen(handoff.report_fd, "wb")
 
     def started(_handle: ProcessHandle) -> None:
-        report.write(b"ok\n")
+        report.write(b"{}\n")
         report.close()
 
     try:
-        with open_ledger(cli_state(ctx).url) as registry:
+        with open_ledger(handoff.url) as registry:
             _, exit_code = _supervise(
                 registry,
-                command,
-                policy=policy,
-                background=True,
-                as_json=False,
-                stdin=stdin,
-                process_id=process_id,
+                handoff.options,
+                stdin=handoff.options.stdin,
+                process_id=handoff.process_id,
                 started=started,
-                keep=keep,
             )
     except BaseException as exc:
         if not report.closed:
-            report.write(f"{type(exc).__name__}: {one_line(str(exc))}\n".encode())
+            report.write(_Answer.of(exc))
             report.close()
         raise
     raise typer.Exit(exit_code)
+
+
+def _stdin_from_devnull() -> None:
+    """The handoff pipe is spent: nothing after it reads fd 0 but /dev/null."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)

@@ -5,6 +5,7 @@ same thing; pure text, no I/O."""
 from __future__ import annotations
 
 import shlex
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from procledger.domain.vocabulary import ProcessState
@@ -14,6 +15,14 @@ if TYPE_CHECKING:
 
 _EVENT_KEYS = ("state", "reason", "exit_code", "signal", "diagnostic")
 _ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}
+
+
+def local_time(ms: int | None) -> str:
+    """The ledger keeps UTC milliseconds; people read their own time zone (the machine's: a
+    terminal's for `ps`, the server's for the web view), to the second."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")  # local, naive
 
 
 def outcome(record: ProcessRecord) -> str:

@@ -35,14 +35,9 @@ def dump(model: Any) -> Any:
 async def processes(request: Request) -> Response:
     """``ps --json``: every matching record, or with ``limit`` the newest N (oldest first)."""
     query = list_query(request.query_params)
-    registry = request.app.state.registry
-    if request.query_params.get("limit"):  # the newest N, listed oldest first as `ps --limit`
-        scan = await to_thread.run_sync(query.page, registry)
-        records, damaged = scan.records[::-1], scan.damaged
-    else:
-        scan = await to_thread.run_sync(registry.scan_processes, query.selection)
-        records = [r for r in scan.records if not query.states or r.state in query.states]
-        damaged = scan.damaged
+    limit = query.limit if request.query_params.get("limit") else None
+    scan = await to_thread.run_sync(query.listing, request.app.state.registry, limit)
+    records, damaged = scan.records, scan.damaged
     return JSONResponse({"records": [dump(r) for r in records], "damaged": damaged})
 
 

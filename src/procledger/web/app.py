@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from procledger.adapters.sql.location import mask_url
+from procledger.application.bootstrap import mask_url
 from procledger.domain.errors import NotFound, ProcledgerError, StoreError
 from procledger.web import api, pages, streams
 from procledger.web.actions import Actions, BadAction

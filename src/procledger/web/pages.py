@@ -18,8 +18,9 @@ from anyio import to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from procledger.domain.wording import event_details, outcome
-from procledger.web.views import STATUSES, list_query, local_time, row
+from procledger.domain.attempts import first_attempt_id
+from procledger.domain.wording import event_details, local_time, outcome
+from procledger.web.views import STATUSES, list_query, row
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -62,7 +63,9 @@ async def processes(request: Request) -> Response:
     params = request.query_params
     next_url = None
     if len(chosen) == query.limit:
-        next_url = "/?" + urlencode({**query.params, "before": chosen[-1].id})
+        # Before the last row's service, whose attempts (ids after its first's) are all read.
+        before = first_attempt_id(chosen[-1])
+        next_url = "/?" + urlencode({**query.params, "before": before})
     return html(
         request,
         "processes.html",

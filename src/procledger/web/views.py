@@ -9,20 +9,19 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from procledger.domain.attempts import first_attempt_id
 from procledger.domain.service import age_ms
 from procledger.domain.vocabulary import ProcessState
-from procledger.domain.wording import command_text, outcome
-from procledger.projections.records import ProcessScan
+from procledger.domain.wording import command_text, local_time, outcome
 
 if TYPE_CHECKING:
+    from procledger import ProcessListFilter, ProcessScan
     from procledger.application.registry import ProcessRegistry
     from procledger.domain.records import ProcessRecord
-    from procledger.projections.filters import ProcessListFilter
 
 PAGE_SIZE = 50
 """Rows per page of the processes list: the first page of a large ledger stays fast."""
@@ -33,19 +32,13 @@ class QueryError(ValueError):
     """A list filter in a URL that names no state, status or duration."""
 
 
-def local_time(ms: int | None) -> str:
-    """The ledger keeps UTC milliseconds; people read the server's time zone, to the second
-    (as ``procledger ps`` prints it)."""
-    if ms is None:
-        return ""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
 def row(record: ProcessRecord) -> dict[str, Any]:
     """A record as a row of the processes table: what ``ps`` prints, plus the times the
     page's script needs to show ages."""
     return {
         "id": record.id,
+        "service": first_attempt_id(record),
+        "attempt": record.attempt or 0,
         "state": record.state.value,
         "status": record.status.value,
         "outcome": outcome(record),
@@ -80,28 +73,30 @@ class ListQuery:
         return self.selection.matches(record)
 
     def page(self, registry: ProcessRegistry) -> ProcessScan:
-        """This page, newest first: read backwards along the ids a page at a time (several
-        when a state filter, which is not a column, drops some), so its cost is its rows."""
-        records: list[ProcessRecord] = []
-        damaged: list[str] = []
-        before = self.before
-        while len(records) < self.limit:
-            scan = registry.scan_processes(
-                self.selection, limit=self.limit, after=before, newest_first=True
-            )
-            damaged.extend(scan.damaged)
-            records.extend(r for r in scan.records if not self.states or r.state in self.states)
-            if len(scan.records) + len(scan.damaged) < self.limit:
-                break
-            before = min([r.id for r in scan.records] + scan.damaged)
-        return ProcessScan(records[: self.limit], damaged)
+        """This page, newest first, a service as one row (its newest attempt), as ``ps`` lists
+        it: read backwards along the ids a page at a time, so its cost is its rows
+        (docs/design.md §5.2, §16). The next page starts before the last row's service."""
+        from procledger.application.listing import select_processes
+
+        return select_processes(
+            registry, self.selection, states=self.states, limit=self.limit, before=self.before
+        )
+
+    def listing(self, registry: ProcessRegistry, limit: int | None) -> ProcessScan:
+        """``ps --json``'s records (a service as one row, oldest first): every match, or the
+        newest ``limit``, through the same selection as ``ps``."""
+        from procledger import ProcessScan
+        from procledger.application.listing import select_processes
+
+        scan = select_processes(registry, self.selection, states=self.states, limit=limit)
+        return ProcessScan(scan.records[::-1], scan.damaged)
 
 
 def list_query(query: Mapping[str, str], now_ms: int | None = None) -> ListQuery:
     """The list a URL asks for; ``QueryError`` for a filter that names nothing. Every process
     by default (a page that only listed running ones would drop a row as it ends); a
     ``since`` duration becomes an absolute ``from_ms`` so a stream keeps the page's window."""
-    from procledger.projections.filters import ProcessListFilter
+    from procledger import ProcessListFilter
 
     status = query.get("status") or "any"
     if status not in STATUSES:

@@ -44,7 +44,10 @@
   const COLUMNS = ["id", "state", "status", "outcome", "age", "updated", "command"];
 
   function fill(tr, row) {
-    tr.id = "p-" + row.id;
+    // A service is one row (its newest attempt, as `ps` shows it): keyed by its first id.
+    tr.id = "p-" + row.service;
+    tr.dataset.service = row.service;
+    tr.dataset.attempt = String(row.attempt);
     tr.dataset.id = row.id;
     tr.dataset.created = String(row.created_ms);
     tr.dataset.state = row.state;
@@ -75,18 +78,22 @@
     const empty = document.getElementById("empty");
     const onRow = (change, event) => {
       state.seen.push(event.lastEventId);
-      const id = change.match ? change.row.id : change.id;
-      const existing = document.getElementById("p-" + id);
       if (!change.match) {
-        if (existing) existing.remove();
-      } else if (existing) {
-        fill(existing, change.row);
-      } else if (firstPage) {
-        const tr = document.createElement("tr");
-        fill(tr, change.row);
-        const after = Array.from(body.rows).find((other) => other.dataset.id < id);
-        body.insertBefore(tr, after || null);
-        tr.classList.add("flash");
+        const shown = Array.from(body.rows).find((tr) => tr.dataset.id === change.id);
+        if (shown) shown.remove();
+      } else {
+        const key = change.row.service;
+        const existing = document.getElementById("p-" + key);
+        if (existing) {
+          // An older attempt's change never replaces the newer attempt the row shows.
+          if (change.row.attempt >= Number(existing.dataset.attempt)) fill(existing, change.row);
+        } else if (firstPage) {
+          const tr = document.createElement("tr");
+          fill(tr, change.row);
+          const after = Array.from(body.rows).find((other) => other.dataset.service < key);
+          body.insertBefore(tr, after || null);
+          tr.classList.add("flash");
+        }
       }
       if (empty) empty.hidden = body.rows.length > 0;
     };

@@ -1,0 +1,378 @@
+"""`run`'s options, each defined once (docs/design.md §8): the flags a person types, how they
+parse and what they must agree with, all on one field of ``RunOptions``.
+
+A field of ``RunOptions`` owns its flags (``run``'s signature, and so its ``--help``, is made
+from them in field order) and the parser that turns their text into the field's value. The
+flags are parsed once, in the foreground; a detached `procledger` (``run --background``)
+receives the parsed ``RunOptions`` as JSON and parses no flag again. A refused value is a
+usage error naming the flag (exit 2), found before anything is recorded; with several, the
+first in ``--help`` order is named (the command's words last).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import typer
+
+from procledger import ProcledgerError
+from procledger.cli._app import is_utf8, option_errors, parse_grace
+from procledger.domain.vocabulary import MAX_LEDGER_INT
+
+if TYPE_CHECKING:
+    from procledger import Readiness, RestartPolicy
+
+StdinSource = Literal["inherit", "null"] | Path
+"""What the child reads: ``Supervisor.start``'s ``stdin`` (docs/design.md §6.2)."""
+
+Raw = Mapping[str, Any]
+"""``run``'s parameters as click parsed them: text as typed (``ctx.params``)."""
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+def _flag(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    """One parameter of ``run``'s signature: ``annotation`` is ``Annotated[type, typer...]``."""
+    return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=default)
+
+
+def _cli(*flags: inspect.Parameter, parse: Callable[[Raw], Any]) -> dict[str, Any]:
+    """A ``RunOptions`` field's metadata: typed on the command line as ``flags`` (one or more
+    parameters of ``run``), valued by ``parse`` from what click parsed of them."""
+    return {"flags": flags, "parse": parse}
+
+
+def _text(name: str, flag: str, metavar: str, help: str) -> inspect.Parameter:
+    """An option whose value is text, absent unless given (a default is said in ``help``)."""
+    return _flag(name, Annotated[str | None, typer.Option(flag, metavar=metavar, help=help)])
+
+
+def _switch(name: str, flag: str, help: str) -> inspect.Parameter:
+    return _flag(name, Annotated[bool, typer.Option(flag, help=help)], False)
+
+
+_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|K|M|G)?", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
+_SIZE_UNITS |= {"g": 1024**3, "gib": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """``--output-limit``: ``512KiB``, ``1MiB``, ``64MiB`` or plain bytes."""
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
+        raise typer.BadParameter(message, param_hint="--output-limit")
+    size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
+    if size > MAX_LEDGER_INT:
+        message = f"{text!r} is more than the ledger can count ({MAX_LEDGER_INT} bytes)"
+        raise typer.BadParameter(message, param_hint="--output-limit")
+    return size
+
+
+def parse_signal(value: str) -> signal.Signals:
+    """``TERM``, ``SIGTERM`` or ``15``; anything else is a usage error (exit 2)."""
+    name = value.strip().upper()
+    try:
+        if name.isdigit():
+            return signal.Signals(int(name))
+        return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
+    except (KeyError, ValueError):
+        message = f"{value!r} is not a signal name or number"
+        raise typer.BadParameter(message, param_hint="--stop-signal") from None
+
+
+def parse_stdin(value: str | None, background: bool) -> StdinSource:
+    """``--stdin``: ``inherit`` (foreground default), ``null`` (background default) or a
+    readable file, checked before anything is recorded."""
+    if value is None:
+        return "null" if background else "inherit"
+    if value == "null":
+        return "null"
+    if value == "inherit":
+        if background:
+            message = "a detached run has no stdin to inherit (use null or a file)"
+            raise typer.BadParameter(message, param_hint="--stdin")
+        return "inherit"
+    path = Path(value).absolute()
+    if not path.is_file() or not os.access(path, os.R_OK):
+        message = f"{value!r} is neither inherit, null nor a readable file"
+        raise typer.BadParameter(message, param_hint="--stdin")
+    return path
+
+
+class UnrecordableInput(ProcledgerError):
+    """What `run` was given cannot be kept in the ledger as text (non-UTF-8 bytes)."""
+
+
+def checked_command(command: list[str]) -> tuple[str, ...]:
+    """Refuse, before anything is recorded, what the ledger cannot keep as text: an argument
+    or a working directory that is not valid UTF-8 (docs/design.md §8) -- and an empty
+    command word, which names no program."""
+    if not command[0]:
+        raise typer.BadParameter("the command is empty; nothing was recorded", param_hint="CMD")
+    for index, word in enumerate(command):
+        if not is_utf8(word):
+            shown = os.fsencode(word)
+            message = f"argument {index} ({shown!r}) is not valid UTF-8; nothing was recorded"
+            raise typer.BadParameter(message, param_hint="CMD")
+    try:
+        workdir = os.getcwd()
+    except FileNotFoundError:
+        message = "the working directory was deleted: cd to one that exists; nothing was recorded"
+        raise UnrecordableInput(message) from None
+    if not is_utf8(workdir):
+        raise UnrecordableInput(
+            f"the working directory {os.fsencode(workdir)!r} is not valid UTF-8: "
+            "run from another directory; nothing was recorded"
+        )
+    return tuple(command)
+
+
+def _readiness(raw: Raw) -> Readiness | None:
+    """The ``--ready-*`` probes (docs/design.md §15.1); matching output needs it captured."""
+    from procledger.domain.service import readiness_options
+
+    with option_errors():
+        ready = readiness_options(
+            port=raw["ready_port"],
+            output=raw["ready_output"],
+            file=raw["ready_file"],
+            notify=bool(raw["ready_notify"]),
+            timeout=raw["ready_timeout"],
+        )
+    if ready is not None and ready.output is not None and raw["no_capture"]:
+        message = "needs the output captured (drop --no-capture)"
+        raise typer.BadParameter(message, param_hint="--ready-output")
+    return ready
+
+
+def _restart(raw: Raw) -> RestartPolicy | None:
+    """``--restart`` and its companions (docs/design.md §15.4)."""
+    from procledger.domain.service import restart_options
+
+    with option_errors():
+        return restart_options(
+            restart=raw["restart"],
+            max_restarts=raw["max_restarts"],
+            window=raw["restart_window"],
+            backoff_initial=raw["backoff_initial"],
+            backoff_max=raw["backoff_max"],
+            reset_after=raw["reset_after"],
+        )
+
+
+def _wait_ready(raw: Raw) -> bool:
+    if raw["wait_ready"] and not raw["background"]:
+        raise typer.BadParameter("only with --background", param_hint="--wait-ready")
+    return bool(raw["wait_ready"])
+
+
+def _text_option(flag: str, metavar: str, help: str) -> Any:
+    return typer.Option(flag, metavar=metavar, help=help, show_default=False)
+
+
+_COMMAND = inspect.Parameter(
+    "command",
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    annotation=Annotated[list[str], typer.Argument(metavar="CMD", show_default=False, hidden=True)],
+)
+_BACKGROUND = _switch(
+    "background",
+    "--background",
+    "Supervise it from a detached procledger (its output is discarded, its stdin is "
+    "/dev/null); print the process id once it runs and return 0.",
+)
+_GRACE = _flag(
+    "grace",
+    Annotated[
+        str, _text_option("--grace", "S", "Seconds between stop signals (finite, 0 to 86400).  "
+                          "[default: 10]")
+    ],
+    "10",
+)  # fmt: skip
+_STOP_SIGNAL = _flag(
+    "stop_signal",
+    Annotated[
+        str,
+        typer.Option(
+            "--stop-signal",
+            metavar="SIG",
+            help="Sent after SIGINT's grace on Ctrl-C (then SIGKILL after another grace).",
+        ),
+    ],
+    "TERM",
+)
+_STDIN = _text(
+    "stdin",
+    "--stdin",
+    "inherit|null|PATH",
+    "The command's stdin: this terminal or pipe (inherit; the default in the foreground), "
+    "/dev/null (null; the default with --background), or a file.",
+)
+_JSON = _switch(
+    "as_json", "--json", "Print the final record as JSON (the command's stdout goes to stderr)."
+)
+_NO_CAPTURE = _switch(
+    "no_capture", "--no-capture", "Keep none of the output (it still streams through)."
+)
+_OUTPUT_LIMIT = _flag(
+    "output_limit",
+    Annotated[
+        str,
+        typer.Option(
+            "--output-limit",
+            metavar="SIZE",
+            help="Output kept across both streams (512KiB, 1MiB, 64MiB or bytes; 0 keeps nothing).",
+        ),
+    ],
+    "64MiB",
+)
+_READY = (
+    _text("ready_port", "--ready-port", "PORT", "Ready once a TCP connect to it succeeds."),
+    _text(
+        "ready_output", "--ready-output", "REGEX", "Ready once a line of stdout or stderr matches."
+    ),
+    _text("ready_file", "--ready-file", "PATH", "Ready once the path exists."),
+    _switch(
+        "ready_notify",
+        "--ready-notify",
+        "Ready once it sends READY=1 to $NOTIFY_SOCKET (sd_notify).",
+    ),
+    _text(
+        "ready_timeout",
+        "--ready-timeout",
+        "DURATION",
+        "Not ready in time (0.2s, 60s, 5m, 1h): stop the tree, end failed/ready_timeout.",
+    ),
+)
+_WAIT_READY = _switch(
+    "wait_ready", "--wait-ready", "With --background: return once it is ready (exit 1 if it ends)."
+)
+_RESTART = (
+    _text(
+        "restart",
+        "--restart",
+        "never|on-failure|always",
+        "Start it again, as a new attempt, when it ends (on-failure: when it failed).",
+    ),
+    _text(
+        "max_restarts",
+        "--max-restarts",
+        "N",
+        "At most N restarts per --restart-window (then a crash_loop).  [default: 5]",
+    ),
+    _text(
+        "restart_window",
+        "--restart-window",
+        "DURATION",
+        "The window --max-restarts counts in.  [default: 60s]",
+    ),
+    _text(
+        "backoff_initial",
+        "--backoff-initial",
+        "DURATION",
+        "Wait before the first restart, doubling each time.  [default: 0.2s]",
+    ),
+    _text(
+        "backoff_max",
+        "--backoff-max",
+        "DURATION",
+        "The longest wait between attempts.  [default: 30s]",
+    ),
+    _text(
+        "reset_after",
+        "--reset-after",
+        "DURATION",
+        "Running (and ready) this long clears the restart count.",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """`run`'s options, parsed and checked: what a run -- foreground or detached -- needs.
+    Each field names the flags that set it and how their text becomes its value."""
+
+    command: tuple[str, ...] = field(
+        metadata=_cli(_COMMAND, parse=lambda raw: checked_command(raw["command"]))
+    )
+    background: bool = field(metadata=_cli(_BACKGROUND, parse=lambda raw: bool(raw["background"])))
+    grace_s: float = field(metadata=_cli(_GRACE, parse=lambda raw: parse_grace(raw["grace"])))
+    stop_signal: signal.Signals = field(
+        metadata=_cli(_STOP_SIGNAL, parse=lambda raw: parse_signal(raw["stop_signal"]))
+    )
+    stdin: StdinSource = field(
+        metadata=_cli(_STDIN, parse=lambda raw: parse_stdin(raw["stdin"], bool(raw["background"])))
+    )
+    as_json: bool = field(metadata=_cli(_JSON, parse=lambda raw: bool(raw["as_json"])))
+    capture: bool = field(metadata=_cli(_NO_CAPTURE, parse=lambda raw: not raw["no_capture"]))
+    output_limit: int = field(
+        metadata=_cli(_OUTPUT_LIMIT, parse=lambda raw: parse_size(raw["output_limit"]))
+    )
+    ready: Readiness | None = field(metadata=_cli(*_READY, parse=_readiness))
+    wait_ready: bool = field(metadata=_cli(_WAIT_READY, parse=_wait_ready))
+    restart: RestartPolicy | None = field(metadata=_cli(*_RESTART, parse=_restart))
+
+    @classmethod
+    def parse(cls, raw: Raw) -> RunOptions:
+        """The options ``raw`` (``ctx.params``) names, each field parsed and checked once, in
+        ``--help`` order with the command last; the first refusal is a usage error."""
+        ordered = [*fields(cls)[1:], fields(cls)[0]]
+        values = {spec.name: spec.metadata["parse"](raw) for spec in ordered}
+        return cls(**values)
+
+    @staticmethod
+    def signature(context: inspect.Parameter) -> inspect.Signature:
+        """``run``'s signature for typer: ``context``, then every field's flags in order."""
+        flags = [flag for spec in fields(RunOptions) for flag in spec.metadata["flags"]]
+        return inspect.Signature([context, *flags])
+
+
+@dataclass(frozen=True, slots=True)
+class Detached:
+    """What a `run --background` hands its detached `procledger`, as one JSON document on
+    that one's stdin: the parsed options, the id to record the run under, the store URL
+    (never on a command line, which every user can read), and the pipe to answer on."""
+
+    options: RunOptions
+    process_id: str
+    url: str | None
+    report_fd: int
+
+    def to_json(self) -> bytes:
+        document: bytes = _adapter().dump_json(self)
+        return document
+
+    @staticmethod
+    def from_json(document: bytes) -> Detached:
+        """The handoff a `run --background` wrote; anything else is ``HandoffError``."""
+        from pydantic import ValidationError
+
+        try:
+            detached: Detached = _adapter().validate_json(document)
+        except ValidationError as exc:
+            reason = exc.errors()[0]["msg"] if exc.errors() else str(exc)
+            message = f"stdin holds no handoff of 'procledger run --background': {reason}"
+            raise HandoffError(message) from None
+        return detached
+
+
+class HandoffError(ProcledgerError):
+    """What the detached side of `run --background` read on its stdin is not a handoff."""
+
+
+def _adapter() -> Any:
+    """pydantic's adapter for ``Detached``: the options' own types (a ``Path``, a signal, the
+    readiness and restart models) to JSON and back, checked on the way in."""
+    from pydantic import TypeAdapter
+
+    from procledger import Readiness, RestartPolicy  # noqa: F401  (the annotations name them)
+
+    return TypeAdapter(Detached)

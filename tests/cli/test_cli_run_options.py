@@ -1,0 +1,55 @@
+"""`run`'s options are one typed object (docs/design.md §8): each ``RunOptions`` field names its
+flags, so ``run``'s signature, its parsing and what a detached `procledger` receives (JSON) come
+from one place."""
+
+from __future__ import annotations
+
+import inspect
+import signal
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from procledger.cli import running
+from procledger.cli.run_options import Detached, HandoffError, RunOptions
+
+RAW = {
+    "command": ["sleep", "1"], "background": True, "grace": "2.5", "stop_signal": "HUP",
+    "stdin": None, "as_json": True, "no_capture": False, "output_limit": "1KiB",
+    "ready_port": "8080", "ready_output": None, "ready_file": None, "ready_notify": False,
+    "ready_timeout": "5s", "wait_ready": True, "restart": "on-failure", "max_restarts": "3",
+    "restart_window": None, "backoff_initial": None, "backoff_max": None, "reset_after": None,
+}  # fmt: skip
+
+
+def test_run_s_parameters_are_the_fields_flags() -> None:
+    parameters = list(inspect.signature(running.run).parameters)
+    flags = [flag.name for spec in fields(RunOptions) for flag in spec.metadata["flags"]]
+    assert parameters == ["ctx", *flags]
+    assert set(flags) == set(RAW)
+
+
+def test_the_flags_parse_once_into_typed_values() -> None:
+    options = RunOptions.parse(RAW)
+    assert options.command == ("sleep", "1")
+    assert (options.grace_s, options.stop_signal) == (2.5, signal.SIGHUP)
+    assert (options.stdin, options.capture, options.output_limit) == ("null", True, 1024)
+    assert options.ready is not None
+    assert (options.ready.port, options.ready.timeout_s) == (8080, 5.0)
+    assert options.restart is not None
+    assert options.restart.max_restarts == 3
+
+
+def test_the_detached_half_receives_the_same_options_as_json(tmp_path: Path) -> None:
+    source = tmp_path / "input"
+    source.write_text("x")
+    for options in (RunOptions.parse(RAW), RunOptions.parse(RAW | {"stdin": str(source)})):
+        handoff = Detached(options, "1a2b-3c", "postgresql://u:secret@h/db", 7)
+        assert Detached.from_json(handoff.to_json()) == handoff
+
+
+@pytest.mark.parametrize("document", [b"", b"[]", b'{"options": {}}', b"\xff"])
+def test_anything_but_a_handoff_is_a_handoff_error(document: bytes) -> None:
+    with pytest.raises(HandoffError, match="no handoff"):
+        Detached.from_json(document)
