@@ -92,7 +92,7 @@ async def supervised(
 def write_path(registry: ProcessRegistry) -> str:
     """How busy the write path was (a SQLite file: its group commit, docs/design.md §7.3):
     the writes go one after another, so a baton held for most of the wall time is the bound."""
-    connections = getattr(registry.store.backend, "connections", None)
+    connections = getattr(registry._store.backend, "connections", None)
     groups = getattr(connections, "groups", None)  # a SQLite file's only
     if groups is None:
         return ""

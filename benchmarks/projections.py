@@ -207,7 +207,7 @@ def child_rebuild(url: str) -> dict[str, Any]:
 
 def feed_tip(registry: ProcessRegistry) -> int:
     """Where the feed ends now (paging there would decode every record on the way)."""
-    store = registry.store
+    store = registry._store
     with store.read() as tx:
         row = tx.execute(f"SELECT MAX(change_seq) AS tip FROM {store.table('records')}").one()
     return int(row["tip"] or 0)

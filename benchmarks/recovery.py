@@ -140,7 +140,7 @@ def _register(url: str, processes: int, work: str) -> None:
 def _check_all_done(url: str, processes: int) -> None:
     registry = open_registry(url)
     try:
-        store = registry.store
+        store = registry._store
         with store.read() as tx:
             row = tx.execute(
                 f"SELECT COUNT(*) AS n FROM {store.table('records')} WHERE status='completed'"

@@ -124,13 +124,13 @@ def build(registry: ProcessRegistry, processes: int) -> None:
 
 
 def count_events(registry: ProcessRegistry) -> int:
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         row = tx.execute(f"SELECT COUNT(*) AS n FROM {tx.dialect.events_table}").one()
     return int(row["n"])
 
 
 def feed_tip(registry: ProcessRegistry) -> int:
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         row = tx.execute(f"SELECT MAX(change_seq) AS tip FROM {tx.dialect.table('records')}").one()
     return int(row["tip"] or 0)
 

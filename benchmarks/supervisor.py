@@ -67,7 +67,7 @@ def library(url: str, calls: int) -> tuple[float, float]:
 def counting_writes(registry: ProcessRegistry) -> Iterator[Counter[str]]:
     """Count write transactions, each named by the registry or supervisor call that made it."""
     counts: Counter[str] = Counter()
-    store = registry.store
+    store = registry._store
     original = store.begin  # every transaction, whether through write() or attempt()
 
     @contextlib.contextmanager

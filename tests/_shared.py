@@ -245,13 +245,13 @@ def command_registration(process_id: str, argv: Sequence[str] = ("true",)) -> Pr
 def write_transactions(registry: ProcessRegistry) -> list[bool]:
     """Every transaction ``registry``'s store begins from now on (True for a write)."""
     begun: list[bool] = []
-    original = registry.store.begin
+    original = registry._store.begin
 
     def begin(write: bool) -> Any:
         begun.append(write)
         return original(write)
 
-    registry.store.begin = begin  # type: ignore[method-assign]
+    registry._store.begin = begin  # type: ignore[method-assign]
     return begun
 
 

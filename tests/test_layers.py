@@ -135,7 +135,7 @@ def test_the_supervisor_is_built_from_small_parts() -> None:
 
 
 def test_only_the_application_layer_reaches_the_store_and_the_table_functions() -> None:
-    """What import-linter cannot see: ``registry.store`` (or ``_store``) used outside
+    """What import-linter cannot see: ``registry._store`` (or ``_store``) used outside
     ``application/``, or a table function of ``adapters/sql`` called from a layer that must
     go through the façade (docs/design.md §1.2)."""
     outside = (SOURCE / name for name in ("supervisor", "recovery", "aio", "web", "cli"))

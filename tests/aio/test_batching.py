@@ -19,7 +19,7 @@ MISSING = 7
 async def test_a_burst_of_starts_shares_writes_and_each_ends_as_alone(
     registry: ProcessRegistry, owner: LeaseOwner
 ) -> None:
-    groups = registry.store.backend.connections.groups  # type: ignore[attr-defined]
+    groups = registry._store.backend.connections.groups  # type: ignore[attr-defined]
     outcomes: dict[int, ProcessRecord | SpawnError] = {}
 
     async def one(index: int) -> None:

@@ -34,8 +34,8 @@ D = NotificationDisposition
 
 
 def _journal_rows(registry: ProcessRegistry) -> list[Any]:
-    with registry.store.read() as tx:
-        return tx.execute(f"SELECT * FROM {registry.store.table('journal')} ORDER BY seq").all()
+    with registry._store.read() as tx:
+        return tx.execute(f"SELECT * FROM {registry._store.table('journal')} ORDER BY seq").all()
 
 
 @pytest.fixture

@@ -72,7 +72,7 @@ def drain_feed(
 
 def snapshot(registry: ProcessRegistry) -> dict[str, Any]:
     """Everything the read models answer, in comparable form."""
-    store = registry.store
+    store = registry._store
     with store.read() as tx:
         grants = [
             (row["session_id"], row["process_id"], row["descriptor"])

@@ -49,7 +49,7 @@ def _rewritten_by(registry: ProcessRegistry, action: object) -> set[str]:
     """The processes whose ``records`` row ``action()`` updated: by the rows' versions on
     PostgreSQL (``xmin``), by an ``AFTER UPDATE`` trigger on SQLite."""
     assert callable(action)
-    store = registry.store
+    store = registry._store
     table = store.table("records")
     if store.dialect.name == "postgresql":
 
@@ -533,7 +533,7 @@ class ProjectionContract(StoreCase):
 
     @staticmethod
     def _add_journal(registry: ProcessRegistry, pid: str, handle: str, command: str) -> None:
-        store = registry.store
+        store = registry._store
         with store.write() as tx:
             tx.execute(
                 f"INSERT INTO {store.table('handles')} "
@@ -549,7 +549,7 @@ class ProjectionContract(StoreCase):
 
     @staticmethod
     def _journal(registry: ProcessRegistry) -> list[tuple[str, str]]:
-        store = registry.store
+        store = registry._store
         with store.read() as tx:
             rows = tx.execute(
                 f"SELECT j.command_id AS c, h.handle AS h FROM {store.table('journal')} j "
@@ -581,8 +581,8 @@ class ProjectionContract(StoreCase):
         applied = report.applied
         assert report.damaged == []
 
-        with registry.store.read() as tx:
-            stored = tx.execute(f"SELECT COUNT(*) AS n FROM {registry.store.events_table}").one()
+        with registry._store.read() as tx:
+            stored = tx.execute(f"SELECT COUNT(*) AS n FROM {registry._store.events_table}").one()
         assert applied == int(stored["n"])
         assert calls[-1] == (applied, applied)
         assert [done for done, _ in calls] == sorted(done for done, _ in calls)
@@ -623,7 +623,7 @@ class ProjectionContract(StoreCase):
         registry.register(registration("good"))
         registry.grant_handle("s", "good")
         live = snapshot(registry)
-        store = registry.store
+        store = registry._store
         broken = uuid.uuid4()
         with store.write() as tx:
             tx.execute(
@@ -651,7 +651,7 @@ class ProjectionContract(StoreCase):
             registry.register(registration(f"p{index}"))
             registry.grant_handle("s", f"p{index}")
         live = snapshot(registry)
-        store = registry.store
+        store = registry._store
         with store.write() as tx:
             tx.execute(f"UPDATE {store.table('records')} SET status='failed' WHERE process_id='p0'")
             tx.execute(f"UPDATE {store.table('records')} SET change_seq=1 WHERE process_id='p1'")
@@ -675,7 +675,7 @@ class ProjectionContract(StoreCase):
             registry.register(registration(f"p{index}"))
         finish(registry, "p3")
         live = snapshot(registry)
-        store = registry.store
+        store = registry._store
         with store.write() as tx:
             tx.execute(f"UPDATE {store.table('records')} SET record='{{}}' WHERE process_id='p1'")
         assert _rewritten_by(registry, registry.rebuild) == {"p1"}
@@ -690,7 +690,7 @@ class ProjectionContract(StoreCase):
         for index in range(5):
             registry.register(registration(f"p{index}"))
         live = snapshot(registry)
-        store = registry.store
+        store = registry._store
         table = store.table("records")
         with store.write() as tx:
             for index in range(3):
@@ -714,7 +714,7 @@ class ProjectionContract(StoreCase):
         finish(registry, "gap")
         registry.register(registration("whole"))
         live = snapshot(registry)
-        store = registry.store
+        store = registry._store
         with store.write() as tx:
             tx.execute(
                 f"DELETE FROM {store.events_table} WHERE originator_id=? AND originator_version=2",
@@ -728,7 +728,7 @@ class ProjectionContract(StoreCase):
         registry.register(registration("p"))
         registry.grant_handle("s", "p")
         live = snapshot(registry)
-        store = registry.store
+        store = registry._store
         with store.write() as tx:
             tx.execute(f"DELETE FROM {store.table('records')}")
             tx.execute(f"DELETE FROM {store.table('grants')}")

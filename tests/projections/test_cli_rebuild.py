@@ -32,7 +32,7 @@ def test_rebuild_command_rebuilds_and_reports(
     registry = open_registry(ledger)
     try:
         live = snapshot(registry)
-        store = registry.store
+        store = registry._store
         with store.write() as tx:
             tx.execute(f"DELETE FROM {store.table('records')}")
     finally:

@@ -112,13 +112,13 @@ def test_every_read_uses_an_index(shared_url: str, monkeypatch: pytest.MonkeyPat
     registry = open_registry(shared_url, clock=FakeClock())
     try:
         populate(registry)
-        dialect = registry.store.dialect.name
+        dialect = registry._store.dialect.name
         failures: list[str] = []
         for name, read in READS.items():
             statements = captured_selects(monkeypatch, registry, read)
             assert statements, f"{name} ran no SELECT"
             for statement, params in statements:
-                plan = plan_of(registry.store, statement, params)
+                plan = plan_of(registry._store, statement, params)
                 if plan_problems(dialect, statement, plan):
                     failures.append(f"{name} on {dialect}: {statement}\n  " + "\n  ".join(plan))
         assert not failures, "\n".join(failures)
@@ -131,9 +131,9 @@ def test_the_checker_sees_a_full_scan_and_a_sort(shared_url: str) -> None:
     registry = open_registry(shared_url, clock=FakeClock())
     try:
         populate(registry)
-        table = registry.store.table("records")
+        table = registry._store.table("records")
         statement = f"SELECT process_id FROM {table} WHERE updated_at_ms>? ORDER BY record LIMIT ?"
-        plan = plan_of(registry.store, statement, (0, 5))
-        assert plan_problems(registry.store.dialect.name, statement, plan)
+        plan = plan_of(registry._store, statement, (0, 5))
+        assert plan_problems(registry._store.dialect.name, statement, plan)
     finally:
         registry.close()

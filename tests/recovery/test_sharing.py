@@ -31,7 +31,7 @@ def test_the_search_for_free_work_passes_over_rows_another_transaction_is_taking
     ``a`` is held, so it gets ``b`` too."""
     for process_id in ("a", "b"):
         register(registry, process_id, "rerunnable")
-    store, now = registry.store, registry.now_ms()
+    store, now = registry._store, registry.now_ms()
     found: list[str] = []
     second = threading.Thread(
         target=lambda: found.append(
@@ -64,8 +64,8 @@ def test_the_search_for_free_work_passes_over_rows_another_transaction_is_taking
 def test_postgres_searches_lock_with_skip_locked(registry: ProcessRegistry) -> None:
     """The statement itself, on each store: PostgreSQL passes over locked rows; SQLite's search
     runs inside a write transaction, which already excludes every other writer."""
-    suffix = registry.store.dialect.skip_locked("r")
-    if registry.store.dialect.name == "postgresql":
+    suffix = registry._store.dialect.skip_locked("r")
+    if registry._store.dialect.name == "postgresql":
         assert suffix == " FOR UPDATE OF r SKIP LOCKED"
     else:
         assert suffix == ""
@@ -79,7 +79,7 @@ def test_a_claim_that_wins_between_the_search_and_the_take_is_respected(
     rival = opaque_owner("rival")
 
     def rival_claims_first(record: ProcessRecord, lapsed: Lease | None) -> bool:
-        if registry.store.dialect.name == "postgresql":  # SQLite: one writer, no such window
+        if registry._store.dialect.name == "postgresql":  # SQLite: one writer, no such window
             claimer = threading.Thread(target=registry.claim_lease, args=("job", rival, 30_000))
             claimer.start()
             claimer.join(WAIT_S)
@@ -87,7 +87,7 @@ def test_a_claim_that_wins_between_the_search_and_the_take_is_respected(
 
     found = registry.claim_next_free("", opaque_owner("w"), 30_000, rival_claims_first)
     assert found is not None
-    if registry.store.dialect.name == "postgresql":
+    if registry._store.dialect.name == "postgresql":
         assert found.acquired is None
         assert registry.get_lease("job").owner == rival  # type: ignore[union-attr]
     else:

@@ -159,9 +159,9 @@ def _lease_row_free(registry: ProcessRegistry, process_id: str) -> bool:
         finally:
             connection.close()
     try:
-        with registry.store.write() as tx:
+        with registry._store.write() as tx:
             tx.execute("SET LOCAL lock_timeout = '100ms'")
-            table = registry.store.table("leases")
+            table = registry._store.table("leases")
             tx.execute(f"SELECT 1 FROM {table} WHERE process_id=? FOR UPDATE", (process_id,))
         return True
     except psycopg.errors.LockNotAvailable:
@@ -185,7 +185,7 @@ def _fences_seen(registry: ProcessRegistry, process_id: str) -> int:
     probe it: a terminal process refuses claims (``AlreadyTerminal``)."""
     from procledger.adapters.sql import lease_rows
 
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         row = lease_rows.lease_row(tx, process_id)
     assert row is not None
     return int(row["fencing_token"])

@@ -277,7 +277,7 @@ class RegistryConformance(StoreCase):
         ref = registry.store_env({"TOKEN": secret})
         registry.register(registration("p-env", env_ref=ref))
         registry.record_started("p-env", 1)
-        store = registry.store
+        store = registry._store
         with store.read() as tx:
             events = tx.execute(f"SELECT state FROM {store.events_table}").all()
             records = tx.execute(f"SELECT record FROM {store.table('records')}").all()
@@ -1542,7 +1542,7 @@ class RegistryConformance(StoreCase):
 
     def edit_registration(self, registry: ProcessRegistry, process_id: str) -> None:
         """Rewrite the stored Registered event's argv, leaving its hash (raw SQL)."""
-        store = registry.store
+        store = registry._store
         key: Any = store.dialect.originator_key(process_uuid(process_id))
         where = "WHERE originator_id=? AND originator_version=1"
         with store.write() as tx:
@@ -1576,7 +1576,7 @@ class RegistryConformance(StoreCase):
 
     def corrupt_event(self, registry: ProcessRegistry, process_id: str, version: int) -> None:
         """Overwrite one stored event's state with bytes that are not JSON (raw SQL)."""
-        store = registry.store
+        store = registry._store
         aggregate_id = process_uuid(process_id)
         key: Any = store.dialect.originator_key(aggregate_id)
         with store.write() as tx:
@@ -1611,7 +1611,7 @@ class RegistryConformance(StoreCase):
     ) -> None:
         for pid in ("healthy", "broken"):
             registry.register(registration(pid))
-        store = registry.store
+        store = registry._store
         with store.write() as tx:
             tx.execute(
                 f"UPDATE {store.table('records')} SET record=? WHERE process_id=?",

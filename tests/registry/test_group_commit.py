@@ -52,7 +52,7 @@ def registry_url(path: Path) -> str:
 
 
 def connections_of(registry: ProcessRegistry) -> SQLiteConnections:
-    backend = registry.store.backend
+    backend = registry._store.backend
     assert isinstance(backend, SQLiteBackend)
     return backend.connections
 
@@ -97,7 +97,7 @@ def with_queued(registry: ProcessRegistry, body: Callable[[Tx], None], calls: li
     inside = threading.Event()
 
     def hold() -> None:
-        with registry.store.write() as tx:
+        with registry._store.write() as tx:
             body(tx)
             inside.set()
             wait_until(lambda: groups.queued == len(calls))
@@ -189,7 +189,7 @@ def test_a_first_member_that_fails_is_rolled_back_whole_and_the_queued_commit(
     holder.start()
     assert isinstance(holder.result(), ValueError)
     assert queued.result().id == "q"
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         assert lease_rows.lease_row(tx, "p") is None
 
 
@@ -211,13 +211,13 @@ def test_an_error_that_ends_the_whole_transaction_fails_every_member(
     holder = with_queued(registry, claim, [breaker])
     assert isinstance(holder.result(), StoreUnavailable)
     assert isinstance(breaker.result(), StoreUnavailable)
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         assert lease_rows.lease_row(tx, "p") is None
     assert registry.register(registration("q")).id == "q"  # the next group is a fresh one
 
 
 def _write(registry: ProcessRegistry, body: Callable[[Tx], None]) -> None:
-    with registry.store.write() as tx:
+    with registry._store.write() as tx:
         body(tx)
 
 
@@ -255,7 +255,7 @@ def test_a_failed_commit_fails_every_member_and_keeps_nothing(
 def test_a_write_begun_inside_another_on_the_same_thread_is_refused_at_once(
     registry: ProcessRegistry,
 ) -> None:
-    with registry.store.write(), pytest.raises(StoreError, match="inside another"):
+    with registry._store.write(), pytest.raises(StoreError, match="inside another"):
         registry.register(registration("p"))
     assert registry.register(registration("p")).id == "p"  # the baton was handed on
 

@@ -40,13 +40,13 @@ def test_a_dead_idle_connection_is_replaced_at_begin_without_the_retry_window(
     registry = open_registry(postgres_schema_url + "&retry_s=0", clock=FakeClock())
     try:
         _register(registry, "a")
-        backend = registry.store.backend
+        backend = registry._store.backend
         assert isinstance(backend, PostgresBackend)
         connections = backend.connections
         idle = list(connections._idle)  # the connections the next call takes
         assert idle
         pids = [connection.info.backend_pid for connection in idle]
-        with psycopg.connect(conninfo(registry.store.location), autocommit=True) as admin:
+        with psycopg.connect(conninfo(registry._store.location), autocommit=True) as admin:
             for pid in pids:
                 admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
         _register(registry, "b")
@@ -62,7 +62,7 @@ def test_a_batched_transaction_reads_the_row_count_of_its_own_statement(
     registry = open_registry(postgres_schema_url, clock=FakeClock())
     try:
         _register(registry, "a")
-        store = registry.store
+        store = registry._store
         table = store.table("records")
         with store.write() as tx:
             tx.batch()

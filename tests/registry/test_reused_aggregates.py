@@ -81,7 +81,7 @@ def test_a_write_notices_an_event_damaged_behind_its_back(
     first, _ = pair
     first.register(registration("p"))
     first.record_started("p", 1)
-    store = first.store
+    store = first._store
     key: Any = process_uuid("p")
     with store.write() as tx:
         tx.execute(

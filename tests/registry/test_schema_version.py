@@ -102,7 +102,7 @@ def test_postgres_read_only_opens_run_no_schema_step_and_a_newer_schema_is_refus
 ) -> None:
     registry = open_registry(postgres_schema_url)
     registry.register(command_registration("p"))
-    location, schema = registry.store.location, registry.store.location.schema
+    location, schema = registry._store.location, registry._store.location.schema
     registry.close()
     with monkeypatch.context() as patched:
         no_migration(patched)

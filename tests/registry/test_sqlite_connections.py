@@ -23,7 +23,7 @@ def registry_url(tmp_path: Path) -> str:
 
 
 def connections(registry: ProcessRegistry) -> SQLiteConnections:
-    backend = registry.store.backend
+    backend = registry._store.backend
     assert isinstance(backend, SQLiteBackend)
     return backend.connections
 
@@ -38,15 +38,15 @@ def is_open(connection: sqlite3.Connection) -> bool:
 
 def test_a_thread_reuses_the_connection_it_gave_back(registry: ProcessRegistry) -> None:
     registry.register(registration("p"))
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         first = tx.cursor.connection
     registry.record_started("p", 1)
-    with registry.store.write() as tx:
+    with registry._store.write() as tx:
         assert tx.cursor.connection is first
 
 
 def test_a_nested_transaction_gets_its_own_connection(registry: ProcessRegistry) -> None:
-    with registry.store.write() as outer, registry.store.read() as inner:
+    with registry._store.write() as outer, registry._store.read() as inner:
         assert inner.cursor.connection is not outer.cursor.connection
 
 
@@ -58,7 +58,7 @@ def test_threads_share_the_idle_connections_and_few_stay_open(registry: ProcessR
     opened: list[sqlite3.Connection] = []
 
     def hold() -> None:
-        with registry.store.read() as tx:
+        with registry._store.read() as tx:
             opened.append(tx.cursor.connection)
             inside.wait(timeout=30)
             done.wait(timeout=30)
@@ -74,7 +74,7 @@ def test_threads_share_the_idle_connections_and_few_stay_open(registry: ProcessR
     assert len(set(map(id, opened))) == count
     still_open = [connection for connection in opened if is_open(connection)]
     assert len(still_open) == SQLiteConnections._KEPT_IDLE
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         assert any(tx.cursor.connection is connection for connection in still_open)
 
 
@@ -85,7 +85,7 @@ def test_closing_the_registry_closes_every_connection(tmp_path: Path) -> None:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with registry.store.read() as tx:
+        with registry._store.read() as tx:
             opened.append(tx.cursor.connection)
         held.set()
         release.wait(timeout=30)
@@ -93,7 +93,7 @@ def test_closing_the_registry_closes_every_connection(tmp_path: Path) -> None:
     thread = threading.Thread(target=hold)
     thread.start()
     assert held.wait(timeout=30)
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         opened.append(tx.cursor.connection)
     registry.close()
     release.set()
@@ -111,10 +111,10 @@ def test_closing_while_another_thread_writes_lets_that_write_finish(tmp_path: Pa
 
     def write() -> None:
         try:
-            with registry.store.write() as tx:
+            with registry._store.write() as tx:
                 inside.set()
                 assert proceed.wait(timeout=30)
-                envs = registry.store.table("envs")
+                envs = registry._store.table("envs")
                 tx.execute(f"INSERT INTO {envs} (env_ref, env) VALUES ('e', '{{}}')")
                 outcome.append(tx.cursor.connection)
         except BaseException as error:  # reported below, on the test's thread
@@ -143,7 +143,7 @@ def _child_reads(
     results: multiprocessing.SimpleQueue[object],
 ) -> None:
     """In a forked child, with the registry object the parent had opened."""
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         results.put(id(tx.cursor.connection) in parent_connections)
     results.put(registry.get("p").id)
 
@@ -151,7 +151,7 @@ def _child_reads(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_never_uses_the_parents_connections(registry: ProcessRegistry) -> None:
     registry.register(registration("p"))
-    with registry.store.read() as tx:
+    with registry._store.read() as tx:
         parent_connections = {id(tx.cursor.connection)}
     context = multiprocessing.get_context("fork")
     results: multiprocessing.SimpleQueue[object] = context.SimpleQueue()

@@ -501,7 +501,7 @@ def _race(actions: list[Callable[[], object]]) -> list[BaseException]:
 
 
 def _lease_row(registry: ProcessRegistry, process_id: str) -> Any:
-    store = registry.store
+    store = registry._store
     with store.read() as tx:
         return tx.execute(
             f"SELECT fencing_token, released FROM {store.table('leases')} WHERE process_id=?",

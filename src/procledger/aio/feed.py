@@ -18,7 +18,7 @@ import anyio
 from anyio import to_thread
 
 from procledger.aio.wakeup import Wakeup
-from procledger.application.changes import ChangeCursor, ChangeListener, open_change_listener
+from procledger.application.changes import ChangeCursor, ChangeListener
 from procledger.domain.errors import StoreError
 from procledger.domain.records import ProcessRecord
 
@@ -56,7 +56,7 @@ class _Pushes:
         self._unsubscribe: Callable[[], None] = registry.subscribe_changes(self._wakeup.set)
         self._listener: ChangeListener | None = None
         try:
-            self._listener = open_change_listener(registry)
+            self._listener = registry.open_change_listener()
         except StoreError as error:
             log.warning("feed follower: no LISTEN (polling instead): %s", error)
         self._pause = FIRST_POLL_S

@@ -20,6 +20,7 @@ from procledger.adapters.liveness import ProcProbe
 from procledger.adapters.outbox import store_key
 from procledger.adapters.output_files import remove_process_output
 from procledger.adapters.sql import env_rows
+from procledger.adapters.sql.listen import ChangeListener, change_listener
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.opening import OpenedStore
 from procledger.adapters.sql.store import Tx
@@ -111,13 +112,13 @@ class ProcessRegistry:
 
     def __init__(self, opened: OpenedStore, *, clock: Clock | None = None) -> None:
         self._opened = opened
-        self.store = opened.store
+        self._store = opened.store
         self.location: StoreLocation = opened.store.location
         self._changes = ChangeSignal()
-        self._ledger = Ledger(self.store, opened.recorder, clock or system_clock, self._changes)
+        self._ledger = Ledger(self._store, opened.recorder, clock or system_clock, self._changes)
         self._leases = Leases(self._ledger, ProcProbe())
         self._grants = Grants(self._ledger)
-        self._journal = NotificationJournal(self.store)
+        self._journal = NotificationJournal(self._store)
         self._reads = self._ledger.reads
 
     @property
@@ -274,7 +275,7 @@ class ProcessRegistry:
         """
         ledger = self._ledger
         key = process_uuid(process_id)
-        stored = self.store.attempt(lambda tx: ledger.stored_events(tx, key, after))
+        stored = self._store.attempt(lambda tx: ledger.stored_events(tx, key, after))
         if not stored and after == 0:
             raise NotFound(f"process {process_id!r} not found")
         if not stored:
@@ -300,7 +301,7 @@ class ProcessRegistry:
         text = plain.decode() if sealed is None else sealed
         replace_plain = sealed is not None
         # ON CONFLICT: a run repeated after a lost commit finds its own row (docs/design.md §7.3)
-        self.store.attempt(
+        self._store.attempt(
             lambda tx: env_rows.insert(tx, env_ref, text, replace_plain=replace_plain), write=True
         )
         return env_ref
@@ -314,7 +315,7 @@ class ProcessRegistry:
                 (the message names the env ref, never the key).
             StoreCorrupt: the stored environment cannot be decoded.
         """
-        stored = self.store.attempt(lambda tx: env_rows.select(tx, env_ref))
+        stored = self._store.attempt(lambda tx: env_rows.select(tx, env_ref))
         if stored is None:
             raise NotFound(f"environment {env_ref!r} was never stored")
         payload = cipher.unseal(env_ref, stored) if cipher.is_encrypted(stored) else stored
@@ -973,23 +974,34 @@ class ProcessRegistry:
         """
         return self._reads.handle_sessions(process_id)
 
+    def open_change_listener(self) -> ChangeListener | None:
+        """A connection of its own, told of every commit by other processes to this store
+        (PostgreSQL's LISTEN), or ``None`` where the store has no such channel (SQLite and
+        memory: their followers poll, and ``subscribe_changes`` tells of this registry's own
+        writes). The caller closes it.
+
+        Raises:
+            StoreError: the listening connection could not be opened.
+        """
+        return change_listener(self._store)
+
     # -- the handles side table (docs/design.md §6.2) -------------------------------------------
 
     def save_handle_row(self, row: HandleRow) -> None:
         """Keep where a started process's completion notification goes, so ``restore``
         publishes it with the same handle and command id (an upsert: a retried start)."""
-        save_handle_row(self.store, row)
+        save_handle_row(self._store, row)
 
     def handle_row(self, process_id: str) -> HandleRow | None:
         """The process's handle row (the first, if a retried start minted more), or ``None``
         where its start asked for no completion notification."""
-        return first_handle_row(self.store, process_id)
+        return first_handle_row(self._store, process_id)
 
     def change_seqs(self, process_ids: Sequence[str]) -> dict[str, int]:
         """The change-feed position of each process's record (absent ones left out): one read
         for a batch, so a supervisor notices stop requests made elsewhere without decoding
         every record."""
-        return change_seqs(self.store, process_ids)
+        return change_seqs(self._store, process_ids)
 
     def prune_terminal(
         self,
@@ -1026,7 +1038,7 @@ class ProcessRegistry:
             ``RebuildReport(applied, damaged)``: the events read, and the ids of what could
             not be rebuilt (``"stream <uuid>"`` when not even its id can be read).
         """
-        report = rebuild_read_models(self.store, progress)
+        report = rebuild_read_models(self._store, progress)
         self._changes.notify()
         return report
 
@@ -1041,7 +1053,7 @@ class ProcessRegistry:
         Raises:
             StoreUnavailable: the store cannot be reached.
         """
-        return verify_ledger(self.store)
+        return verify_ledger(self._store)
 
     # -- the notification journal ----------------------------------------------------------------
 
@@ -1087,12 +1099,12 @@ class ProcessRegistry:
         """Ids of the processes that have not ended, in code point order: every recovery
         worker walks them in the same order, whatever order a PostgreSQL collation would give.
         """
-        return recovery_reads.non_terminal_ids(self.store)
+        return recovery_reads.non_terminal_ids(self._store)
 
     def held_leases(self, now_ms: int) -> list[Lease]:
         """The leases live at ``now_ms`` (neither released nor expired) on processes that have
         not ended, by process id: where a sweep looks for holders that are provably dead."""
-        return recovery_reads.held_leases(self.store, now_ms)
+        return recovery_reads.held_leases(self._store, now_ms)
 
     def record_and_lease(self, process_id: str) -> tuple[ProcessRecord, Lease | None] | None:
         """The process's record and its stored lease as ``get_lease`` gives it (live or
@@ -1106,7 +1118,7 @@ class ProcessRegistry:
         Raises:
             StoreCorrupt: its stored record cannot be decoded.
         """
-        return recovery_reads.record_and_lease(self.store, process_id)
+        return recovery_reads.record_and_lease(self._store, process_id)
 
 
 def _require_lease_or_authority(
