@@ -36,6 +36,10 @@ EXIT_STOPPED = 130
 """128 + SIGINT: what a command stopped on request (Ctrl-C, ``procledger stop``) exits with."""
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+IdArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
+]
+"""The process a command acts on (``ProcessRegistry.resolve_process_id``, docs/design.md §8)."""
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from procledger.cli._app import (
+    IdArgument,
     JsonOption,
     cli_state,
     dump,
@@ -39,14 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["NobodyToStop", "StillOwned", "abandon", "live_owner", "restore", "stop"]
 
-_IdArgument = Annotated[
-    str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
-]
-
 
 def stop(
     ctx: typer.Context,
-    process_id: _IdArgument,
+    process_id: IdArgument,
     *,
     mode: Annotated[
         StopMode,
@@ -105,7 +102,7 @@ def _said(record: ProcessRecord, message: str, as_json: bool) -> None:
 
 def abandon(
     ctx: typer.Context,
-    process_id: _IdArgument,
+    process_id: IdArgument,
     *,
     reason: Annotated[
         str | None,

@@ -11,6 +11,7 @@ import typer
 from procledger import ProcessState
 from procledger.cli._app import (
     EXIT_STOPPED,
+    IdArgument,
     JsonOption,
     cli_state,
     count_option,
@@ -37,9 +38,6 @@ if TYPE_CHECKING:
 _FEED_PAGE = 500
 _FEED_POLL_S = 0.25
 _STATES = ", ".join(state.value for state in ProcessState)
-_IdArgument = Annotated[
-    str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
-]
 
 
 def parse_age(text: str, option: str) -> int:
@@ -199,7 +197,7 @@ def _attempt_note(record: ProcessRecord) -> str:
     return f" · attempt {record.attempt}{gave_up}"
 
 
-def show(ctx: typer.Context, process_id: _IdArgument, *, as_json: JsonOption = False) -> None:
+def show(ctx: typer.Context, process_id: IdArgument, *, as_json: JsonOption = False) -> None:
     """Show one process's record and its whole event history.
 
     The record includes the child's OS pid and process group, and the signal that ended it."""

@@ -13,6 +13,7 @@ import typer
 
 from procledger.cli._app import (
     EXIT_STOPPED,
+    IdArgument,
     cli_state,
     count_option,
     open_ledger,
@@ -33,14 +34,9 @@ class Stream(StrEnum):
     stderr = "stderr"
 
 
-_IdArgument = Annotated[
-    str, typer.Argument(metavar="ID", help="A process id, or any unique prefix of one.")
-]
-
-
 def logs(
     ctx: typer.Context,
-    process_id: _IdArgument,
+    process_id: IdArgument,
     *,
     stream: Annotated[
         Stream | None, typer.Option("--stream", help="Only this stream (default: both, merged).")

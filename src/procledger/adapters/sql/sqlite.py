@@ -147,7 +147,29 @@ def _forget_parents_connections() -> None:
 os.register_at_fork(after_in_child=_forget_parents_connections)
 
 
-class SQLiteTransaction:
+class _TranslatedExit:
+    """The way out of a transaction, for both kinds below: the kind's own ending (``_end``),
+    then a driver error raised inside the ``with`` block leaves it as a ``StoreError``
+    subclass (docs/design.md §9)."""
+
+    __slots__ = ()
+    _dialect: Dialect
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._end(error)
+        if isinstance(error, sqlite3.Error | UnicodeDecodeError):
+            raise translate(error, _where(self._dialect)) from error
+
+    def _end(self, error: BaseException | None) -> None:
+        raise NotImplementedError
+
+
+class SQLiteTransaction(_TranslatedExit):
     """One SQLite transaction as a plain context manager (a generator-based one costs a few
     microseconds per layer, and this runs once per command). Driver errors leave it as
     ``StoreError`` subclasses."""
@@ -171,18 +193,11 @@ class SQLiteTransaction:
             raise
         return Tx(cursor, self._dialect)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def _end(self, error: BaseException | None) -> None:
         try:
             self._finish(error)
         except sqlite3.Error as failure:
             raise translate(failure, _where(self._dialect)) from failure
-        if isinstance(error, sqlite3.Error | UnicodeDecodeError):
-            raise translate(error, _where(self._dialect)) from error
 
     def _finish(self, error: BaseException | None) -> None:
         connection = self._connection
@@ -201,7 +216,7 @@ class SQLiteTransaction:
             self._connections.release(connection)
 
 
-class GroupedWrite:
+class GroupedWrite(_TranslatedExit):
     """One write transaction on a SQLite file, as a member of a group commit (``WriteGroups``):
     it returns once the group's commit -- this write's included -- is durable."""
 
@@ -220,12 +235,7 @@ class GroupedWrite:
             raise translate(error, _where(self._dialect)) from error
         return Tx(self._cursor, self._dialect)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def _end(self, error: BaseException | None) -> None:
         failure = self._groups.leave(self._group, self._cursor, error)
         if isinstance(failure, sqlite3.Error):
             raise translate(failure, _where(self._dialect)) from failure
@@ -234,8 +244,6 @@ class GroupedWrite:
                 f"{_where(self._dialect)}: the transaction this write shared was rolled back "
                 f"({type(failure).__name__}: {failure})"
             ) from failure
-        if isinstance(error, sqlite3.Error | UnicodeDecodeError):
-            raise translate(error, _where(self._dialect)) from error
 
 
 class SQLiteRecorder(SQLiteApplicationRecorder):
