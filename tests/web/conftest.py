@@ -119,9 +119,15 @@ def chromium() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Headless system Chromium, one per session; skips locally, fails in CI, without it."""
+    """Headless system Chromium, one per test module; skips locally, fails in CI, without it.
+
+    Not one per session: while Playwright's sync API is open, its event loop counts as running
+    on the worker's main thread, so any later test of the same worker that runs an event loop
+    (``asyncio.run``, ``anyio.run``: the README's async example, the aio tests) failed with
+    "Cannot run the event loop while another loop is running" -- whenever xdist happened to
+    give that worker a browser test first."""
     path = chromium()
     try:
         from playwright.sync_api import sync_playwright
