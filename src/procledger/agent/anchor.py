@@ -95,12 +95,14 @@ class Options:
 
 
 def parse_args(argv: Sequence[str]) -> Options:
-    """``--journal DIR [--backoff-max S] [--healthy-s S] [--stop-grace S] -- AGENT_ARGV...``"""
+    """``--journal DIR [--backoff-initial S] [--backoff-max S] [--healthy-s S] [--stop-grace S]
+    [--segment-bytes N] -- AGENT_ARGV...``"""
     parser = argparse.ArgumentParser(
         prog="python -m procledger.agent.anchor",
         description="Start and restart the procledger agent; journal the exits of its orphans.",
     )
     parser.add_argument("--journal", required=True, help="the exit journal's directory")
+    parser.add_argument("--backoff-initial", type=float, default=0.1, help="seconds")
     parser.add_argument("--backoff-max", type=float, default=5.0, help="seconds (default 5)")
     parser.add_argument("--healthy-s", type=float, default=10.0, help="resets the backoff")
     parser.add_argument("--stop-grace", type=float, default=30.0, help="SIGTERM to SIGKILL")
@@ -110,7 +112,7 @@ def parse_args(argv: Sequence[str]) -> Options:
     agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
     if not agent:
         parser.error("the agent's command is missing: -- AGENT_ARGV...")
-    backoff = Backoff(maximum=args.backoff_max, healthy_s=args.healthy_s)
+    backoff = Backoff(args.backoff_initial, args.backoff_max, args.healthy_s)
     return Options(args.journal, agent, backoff, args.stop_grace, args.segment_bytes)
 
 
