@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from _shared import Processes, child_env, wait_until
-from procledger.agent.anchor import Backoff
+from procledger.agent.anchor import Backoff, UsageError, parse_args
 from procledger.agent.exit_journal import boot_id
 
 from .conftest import AnchorRun, ppid_of, start_time_of
@@ -147,3 +147,37 @@ def test_backoff_doubles_to_its_maximum_and_resets_after_a_healthy_run(
 ) -> None:
     backoff = Backoff(initial=0.1, maximum=1.0, healthy_s=10.0)
     assert [backoff.after_exit(uptime) for uptime in uptimes] == delays
+
+
+def test_the_command_line_takes_options_before_the_double_dash() -> None:
+    options = parse_args(["--journal", "j", "--backoff-max=2", "--", "agent", "--journal", "x"])
+    assert options is not None
+    assert (options.journal, options.agent_argv) == ("j", ["agent", "--journal", "x"])
+    assert (options.backoff.initial, options.backoff.maximum) == (0.1, 2.0)
+    assert (options.stop_grace_s, options.segment_bytes) == (30.0, 1 << 20)
+    assert parse_args(["--help", "--", "agent"]) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "culprit"),
+    [
+        (["--", "agent"], "--journal DIR is required"),
+        (["--journal", "j"], "the agent's command is missing"),
+        (
+            [
+                "--journal",
+                "j",
+                "--",
+            ],
+            "the agent's command is missing",
+        ),
+        (["--journal", "j", "agent"], "unknown option 'agent'"),
+        (["--journal", "j", "--backoff-max", "soon", "--", "a"], "not 'soon'"),
+        (["--journal", "j", "--stop-grace", "nan", "--", "a"], "finite"),
+        (["--journal", "j", "--healthy-s", "-1", "--", "a"], "0 or more"),
+        (["--journal"], "--journal needs a value"),
+    ],
+)
+def test_a_bad_command_line_names_the_culprit(argv: list[str], culprit: str) -> None:
+    with pytest.raises(UsageError, match=culprit):
+        parse_args(argv)

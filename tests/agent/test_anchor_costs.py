@@ -30,6 +30,9 @@ ALLOWED_OURS = {
 }
 
 
+TRIMMED = {"argparse", "dataclasses", "pathlib", "shutil", "inspect", "ctypes"}
+"""Standard modules the anchor avoids: ~1 MB each (``ctypes`` is loaded only to become a
+subreaper, after ``--help`` would have returned)."""
 LOADED = """
 import runpy, sys
 before = set(sys.modules)
@@ -40,7 +43,8 @@ except SystemExit:
     pass
 print("--- loaded:", *sorted(set(sys.modules) - before - {"runpy"}))
 """
-"""What ``python -m procledger.agent.anchor --help`` loads beyond the interpreter's start-up."""
+"""What ``python -m procledger.agent.anchor --help`` loads beyond the interpreter's start-up:
+``sys.modules`` compared, which (unlike ``-X importtime``) lists no import that failed."""
 
 
 def test_the_anchor_imports_the_standard_library_and_its_own_modules_only() -> None:
@@ -52,6 +56,7 @@ def test_the_anchor_imports_the_standard_library_and_its_own_modules_only() -> N
     assert "procledger.agent.exit_journal" in ours
     others = {name.split(".")[0] for name in loaded - ours}
     assert others - set(sys.stdlib_module_names) == set()
+    assert others & TRIMMED == set()
 
 
 def resident_kib(pid: int) -> int:
@@ -68,7 +73,8 @@ def cpu_ticks(pid: int) -> int:
 
 
 def test_the_anchor_is_a_few_mb(anchor: AnchorRun) -> None:
-    """Measured: ~10 MB RSS (Python 3.11), most of it the interpreter itself."""
+    """Measured: 12.3 MB RSS (6.2 MB anonymous) on Python 3.11, where a bare ``python -c
+    'import time; time.sleep(9)'`` is 8.6 MB; the package root's eager imports are ~1.2 MB."""
     anchor.start()
     anchor.await_starts(1)
     rss_kib = resident_kib(anchor.pid)

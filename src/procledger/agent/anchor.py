@@ -33,14 +33,13 @@ re-parented to us on every kernel, which is why every wake reaps everything, not
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from procledger.agent.exit_journal import (
     DEFAULT_SEGMENT_BYTES,
@@ -52,7 +51,7 @@ from procledger.agent.exit_journal import (
     pid_namespace,
 )
 
-__all__ = ["Backoff", "main"]
+__all__ = ["USAGE", "Backoff", "Options", "UsageError", "main", "parse_args"]
 
 SIGNALS = frozenset({signal.SIGCHLD, signal.SIGTERM, signal.SIGINT})
 """What the anchor waits for; blocked for the whole of its life, taken by ``sigtimedwait``."""
@@ -63,16 +62,14 @@ JOURNAL_VARIABLE = "PROCLEDGER_EXIT_JOURNAL"
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-@dataclass
 class Backoff:
     """When to start the agent again: ``initial`` doubling to ``maximum`` over exits that come
     quickly, back to ``initial`` once a run lasted ``healthy_s``. Pure: the caller passes how
     long the run lasted, so a test needs no clock."""
 
-    initial: float = 0.1
-    maximum: float = 5.0
-    healthy_s: float = 10.0
-    _next: float = 0.0
+    def __init__(self, initial: float = 0.1, maximum: float = 5.0, healthy_s: float = 10.0):
+        self.initial, self.maximum, self.healthy_s = initial, maximum, healthy_s
+        self._next = 0.0
 
     def after_exit(self, uptime_s: float) -> float:
         """The delay before the next start, for a run that lasted ``uptime_s``."""
@@ -83,8 +80,7 @@ class Backoff:
         return delay
 
 
-@dataclass(frozen=True)
-class Options:
+class Options(NamedTuple):
     """The command line, parsed."""
 
     journal: str
@@ -94,26 +90,77 @@ class Options:
     segment_bytes: int
 
 
-def parse_args(argv: Sequence[str]) -> Options:
-    """``--journal DIR [--backoff-initial S] [--backoff-max S] [--healthy-s S] [--stop-grace S]
-    [--segment-bytes N] -- AGENT_ARGV...``"""
-    parser = argparse.ArgumentParser(
-        prog="python -m procledger.agent.anchor",
-        description="Start and restart the procledger agent; journal the exits of its orphans.",
-    )
-    parser.add_argument("--journal", required=True, help="the exit journal's directory")
-    parser.add_argument("--backoff-initial", type=float, default=0.1, help="seconds")
-    parser.add_argument("--backoff-max", type=float, default=5.0, help="seconds (default 5)")
-    parser.add_argument("--healthy-s", type=float, default=10.0, help="resets the backoff")
-    parser.add_argument("--stop-grace", type=float, default=30.0, help="SIGTERM to SIGKILL")
-    parser.add_argument("--segment-bytes", type=int, default=DEFAULT_SEGMENT_BYTES)
-    parser.add_argument("agent", nargs=argparse.REMAINDER, help="-- AGENT_ARGV...")
-    args = parser.parse_args(argv)
-    agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
+USAGE = f"""\
+usage: python -m procledger.agent.anchor --journal DIR [--backoff-initial S] [--backoff-max S]
+         [--healthy-s S] [--stop-grace S] [--segment-bytes N] -- AGENT_ARGV...
+
+Start the procledger agent (AGENT_ARGV) and start it again whenever it ends: after
+--backoff-initial seconds (0.1) doubling to --backoff-max (5), back to the first once a run
+lasted --healthy-s (10). Journal in DIR the exit of every child that ends here, the agent's
+orphans included (segments of --segment-bytes, {DEFAULT_SEGMENT_BYTES}). On SIGTERM or SIGINT
+send the agent SIGTERM (SIGKILL after --stop-grace seconds, 30), then exit 0, leaving the
+agent's children running.
+"""
+_NUMBERS = {
+    "--backoff-initial": 0.1,
+    "--backoff-max": 5.0,
+    "--healthy-s": 10.0,
+    "--stop-grace": 30.0,
+    "--segment-bytes": float(DEFAULT_SEGMENT_BYTES),
+}
+
+
+class UsageError(Exception):
+    """A command line the anchor cannot run; the message names the culprit."""
+
+
+def parse_args(argv: Sequence[str]) -> Options | None:
+    """The options before ``--`` and the agent's argv after it; None when help was asked.
+    Hand-written, not ``argparse``, which would cost the anchor ~1 MB (it loads ``shutil``,
+    ``gettext`` and the compression modules). Raises ``UsageError``."""
+    args = list(argv)
+    split = args.index("--") if "--" in args else len(args)
+    options, agent = args[:split], args[split + 1 :]
+    if "-h" in options or "--help" in options:
+        return None
+    values = _option_values(options)
+    if "--journal" not in values:
+        raise UsageError("--journal DIR is required")
     if not agent:
-        parser.error("the agent's command is missing: -- AGENT_ARGV...")
-    backoff = Backoff(args.backoff_initial, args.backoff_max, args.healthy_s)
-    return Options(args.journal, agent, backoff, args.stop_grace, args.segment_bytes)
+        raise UsageError("the agent's command is missing: -- AGENT_ARGV...")
+    number = {name: _number(name, values.get(name), default) for name, default in _NUMBERS.items()}
+    backoff = Backoff(number["--backoff-initial"], number["--backoff-max"], number["--healthy-s"])
+    segment_bytes = max(1, int(number["--segment-bytes"]))
+    return Options(values["--journal"], agent, backoff, number["--stop-grace"], segment_bytes)
+
+
+def _option_values(options: list[str]) -> dict[str, str]:
+    """``--name VALUE`` and ``--name=VALUE`` pairs, each name known."""
+    values: dict[str, str] = {}
+    pending = iter(options)
+    for option in pending:
+        name, equals, value = option.partition("=")
+        if name != "--journal" and name not in _NUMBERS:
+            raise UsageError(f"unknown option {option!r} (the agent's argv goes after --)")
+        if not equals:
+            following = next(pending, None)
+            if following is None:
+                raise UsageError(f"{name} needs a value")
+            value = following
+        values[name] = value
+    return values
+
+
+def _number(name: str, text: str | None, default: float) -> float:
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{name} takes a number of seconds, not {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise UsageError(f"{name} must be a finite number, 0 or more, not {text!r}")
+    return value
 
 
 def set_child_subreaper() -> bool:
@@ -296,7 +343,14 @@ def _soonest(now: float, *moments: float | None) -> float | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the anchor; its exit status (0 after a stop, 2 when it cannot start)."""
-    options = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        options = parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError as error:
+        sys.stderr.write(f"{USAGE}\nerror: {error}\n")
+        return 2
+    if options is None:
+        sys.stdout.write(USAGE)
+        return 0
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # before the agent exists: none is lost
     writer = JournalWriter(options.journal, options.segment_bytes)
     try:

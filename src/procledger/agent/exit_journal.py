@@ -45,9 +45,7 @@ import itertools
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 __all__ = [
     "DEFAULT_SEGMENT_BYTES",
@@ -68,14 +66,14 @@ DEFAULT_SEGMENT_BYTES: Final = 1 << 20
 _PREFIX: Final = "exits-"
 _SUFFIX: Final = ".jsonl"
 _LOCK: Final = "lock"
+StrPath = str | os.PathLike[str]
 
 
 class JournalBusy(RuntimeError):
     """Another writer (another anchor) holds the journal's lock."""
 
 
-@dataclass(frozen=True, slots=True)
-class ExitRecord:
+class ExitRecord(NamedTuple):
     """One process that ended and was reaped by the anchor.
 
     ``exit_code`` is set when it exited, ``signal`` when a signal ended it (``core_dumped``
@@ -83,7 +81,8 @@ class ExitRecord:
     from the zombie before it was reaped (clock ticks since boot, as ``OsFacts.start_time``),
     ``None`` where ``/proc`` could not say. ``agent`` marks the agent's own exits.
     ``time_ms`` is when the anchor saw the exit (epoch ms). ``offset`` is where the record's
-    line begins in the journal (not stored: it is the line's place)."""
+    line begins in the journal (not stored: it is the line's place; ``-1`` before it is
+    written). A named tuple, not a dataclass: ``dataclasses`` would cost the anchor ~1 MB."""
 
     pid: int
     start_time: int | None
@@ -94,7 +93,7 @@ class ExitRecord:
     boot_id: str
     pid_ns: int | None
     agent: bool = False
-    offset: int = field(default=-1, compare=False)
+    offset: int = -1
 
     @property
     def returncode(self) -> int:
@@ -103,7 +102,7 @@ class ExitRecord:
 
     def to_line(self) -> bytes:
         """The record as one journal line, newline included."""
-        fields = asdict(self)
+        fields = self._asdict()
         del fields["offset"]
         text = json.dumps({"v": FORMAT_VERSION, **fields}, separators=(",", ":"))
         return text.encode() + b"\n"
@@ -112,7 +111,8 @@ class ExitRecord:
 def boot_id() -> str:
     """This boot's id (``/proc/sys/kernel/random/boot_id``), or ``""`` where there is none."""
     try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        with open("/proc/sys/kernel/random/boot_id") as file:
+            return file.read().strip()
     except OSError:
         return ""
 
@@ -133,14 +133,14 @@ def now_ms() -> int:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def read_exits(path: str | os.PathLike[str], after_offset: int = 0) -> tuple[list[ExitRecord], int]:
+def read_exits(path: StrPath, after_offset: int = 0) -> tuple[list[ExitRecord], int]:
     """The complete records at or after ``after_offset``, and the offset to pass next time.
 
     Never raises on content: an incomplete last line is left for a later call (the returned
     offset is its first byte), a complete line that does not parse is skipped. A missing
     journal, or an offset inside dropped segments, reads what is there. Raises ``OSError``
     only when the directory or a segment exists but cannot be read."""
-    segments = _segments(Path(path))
+    segments = _segments(os.fspath(path))
     records: list[ExitRecord] = []
     offset = after_offset
     for index, (base, segment) in enumerate(segments):
@@ -160,7 +160,7 @@ def read_exits(path: str | os.PathLike[str], after_offset: int = 0) -> tuple[lis
     return records, offset
 
 
-def _read_from(segment: Path, position: int) -> bytes:
+def _read_from(segment: str, position: int) -> bytes:
     with open(segment, "rb") as file:
         file.seek(position)
         return file.read()
@@ -207,27 +207,27 @@ def _is_int(value: object) -> bool:
 # -- dropping --------------------------------------------------------------------------------
 
 
-def compact(path: str | os.PathLike[str], upto_offset: int) -> int:
+def compact(path: StrPath, upto_offset: int) -> int:
     """Drop the sealed segments that end at or before ``upto_offset``; how many were dropped.
 
     ``upto_offset`` is an offset ``read_exits`` returned once everything before it was
     delivered. The newest segment is never dropped (the writer appends to it), so this is safe
     while the anchor runs. Oldest first: a crash midway leaves a contiguous journal."""
-    directory = Path(path)
+    directory = os.fspath(path)
     segments = _segments(directory)
     dropped = 0
     for (_, segment), (following, _) in itertools.pairwise(segments):
         if following > upto_offset:
             break
         with contextlib.suppress(FileNotFoundError):
-            segment.unlink()
+            os.unlink(segment)
         dropped += 1
     if dropped:
         _fsync_directory(directory)
     return dropped
 
 
-def _segments(directory: Path) -> list[tuple[int, Path]]:
+def _segments(directory: str) -> list[tuple[int, str]]:
     """The segments, oldest first, each with its base offset."""
     try:
         names = os.listdir(directory)
@@ -237,7 +237,7 @@ def _segments(directory: Path) -> list[tuple[int, Path]]:
     for name in names:
         digits = name[len(_PREFIX) : -len(_SUFFIX)]
         if name.startswith(_PREFIX) and name.endswith(_SUFFIX) and digits.isdigit():
-            found.append((int(digits), directory / name))
+            found.append((int(digits), os.path.join(directory, name)))
     return sorted(found)
 
 
@@ -245,7 +245,7 @@ def _segment_name(base: int) -> str:
     return f"{_PREFIX}{base:020d}{_SUFFIX}"
 
 
-def _fsync_directory(directory: Path) -> None:
+def _fsync_directory(directory: str) -> None:
     """Make a created or deleted name durable (the file's own fsync does not)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -265,8 +265,8 @@ class JournalWriter:
     predecessor. ``append`` returns once the record is on disk, or raises ``OSError`` having
     made no promise (the caller keeps what it would have lost and tries again)."""
 
-    def __init__(self, path: str | os.PathLike[str], segment_bytes: int = DEFAULT_SEGMENT_BYTES):
-        self._directory = Path(path)
+    def __init__(self, path: StrPath, segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        self._directory = os.fspath(path)
         self._segment_bytes = segment_bytes
         self._lock_fd = -1
         self._fd = -1
@@ -276,8 +276,9 @@ class JournalWriter:
 
     def open(self) -> None:
         """Take the lock and open the newest segment for appending."""
-        self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._lock_fd = os.open(self._directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        os.makedirs(self._directory, mode=0o700, exist_ok=True)
+        lock = os.path.join(self._directory, _LOCK)
+        self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -309,7 +310,7 @@ class JournalWriter:
         self._fd = self._lock_fd = -1
 
     def _open_segment(self, base: int) -> None:
-        path = self._directory / _segment_name(base)
+        path = os.path.join(self._directory, _segment_name(base))
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         _fsync_directory(self._directory)
         if self._fd >= 0:
