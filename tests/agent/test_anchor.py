@@ -51,6 +51,8 @@ def test_an_orphan_that_exits_is_journaled_once_with_its_code_and_start_time(
         go.write("go\n")
     record = anchor.await_record(child.pid)
     assert (record.exit_code, record.signal, record.returncode) == (7, None, 7)
+    # Read after the reap, /proc/<pid> would be gone (None) or a stranger's: equal to the value
+    # read while it ran, it was read from the zombie, and names this process and no later one.
     assert record.start_time == start_while_running
     assert (record.boot_id, record.core_dumped) == (boot_id(), False)
     assert anchor.stop() == 0

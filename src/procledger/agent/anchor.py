@@ -24,6 +24,8 @@ thread, no handler running at an arbitrary point, no busy polling (idle is a blo
 call), and the timeout is the next thing due (a restart, a retry, the stop grace). SIGCHLDs
 coalesce, so each wake reaps every zombie there is. The agent is started with
 ``posix_spawn(setsigmask=())``: a blocked mask would otherwise be inherited across ``exec``.
+SIGHUP is left at its default: whoever starts the anchor starts it in a session of its own
+(``setsid``; systemd does), so no terminal's hang-up reaches it.
 
 **Elsewhere.** macOS has no child subreaper: orphans go to launchd and their exits are lost
 (the agent records them ``lost_on_restore``), and no ``/proc`` start time (``start_time`` is
@@ -60,6 +62,9 @@ RETRY_S = 1.0
 JOURNAL_VARIABLE = "PROCLEDGER_EXIT_JOURNAL"
 """Set in the agent's environment: where the journal it must deliver lives."""
 _PR_SET_CHILD_SUBREAPER = 36
+_DEFAULTED = (signal.SIGPIPE, signal.SIGXFSZ)
+"""Python ignores these, and an ignored signal stays ignored across ``exec``: the agent gets
+them back at their defaults, as ``subprocess`` (``restore_signals``) would do."""
 
 
 class Backoff:
@@ -234,7 +239,7 @@ class Anchor:
         self._start_at = None
         argv = self._options.agent_argv
         try:
-            pid = os.posix_spawnp(argv[0], argv, self._env, setsigmask=())
+            pid = os.posix_spawnp(argv[0], argv, self._env, setsigmask=(), setsigdef=_DEFAULTED)
         except OSError as error:
             delay = self._backoff.after_exit(0.0)
             self._start_at = now + delay
@@ -352,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(USAGE)
         return 0
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # before the agent exists: none is lost
-    writer = JournalWriter(options.journal, options.segment_bytes)
+    writer = JournalWriter(os.path.abspath(options.journal), options.segment_bytes)
     try:
         writer.open()
     except (JournalBusy, OSError) as error:
