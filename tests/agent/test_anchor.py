@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from _shared import Processes, child_env, wait_until
+from _shared import Processes, child_env, fill_up, small_tmpfs, wait_until
 from procledger.agent.anchor import Backoff, UsageError, parse_args
 from procledger.agent.exit_journal import boot_id
 
@@ -71,6 +71,36 @@ def test_an_orphan_killed_by_a_signal_is_journaled_with_the_signal(
     assert (record.signal, record.exit_code) == (signal.SIGUSR1, None)
     assert record.returncode == -signal.SIGUSR1
     assert record.start_time == start_while_running
+
+
+def test_an_exit_that_cannot_be_journaled_stays_a_zombie_until_it_can(
+    anchor: AnchorRun, procs: Processes, tmp_path: Path
+) -> None:
+    """A full disk: the kernel keeps the status (and the pid) until the record is written; the
+    agent, meanwhile, is still restarted."""
+    with small_tmpfs(tmp_path / "small-disk", "1m") as disk:
+        anchor.journal = disk / "journal"
+        pidfile = procs.pidfile("child.pid")
+        # One record a segment: the newest segment is always empty, so the next record needs a
+        # new page of the tmpfs, which a full disk refuses.
+        anchor.start("--spawn", f"echo $$ > {pidfile}; exec sleep 3600",
+                     anchor_args=("--segment-bytes", "1"))  # fmt: skip
+        child = orphan_of(anchor, procs, pidfile)
+        filler = fill_up(disk / "filler")
+        child.kill()
+        wait_until(lambda: "kept for a retry" in anchor.stderr.read_text(), 30, "a failed write")
+        assert child.status() == psutil.STATUS_ZOMBIE
+        assert ppid_of(child.pid) == anchor.pid
+        second_agent, _ = anchor.await_starts(2)[1]
+        os.kill(second_agent, signal.SIGKILL)
+        anchor.await_starts(3)  # restarted without its record
+        assert "the agent's exit is not journaled" in anchor.stderr.read_text()
+        filler.unlink()
+        record = anchor.await_record(child.pid)
+        assert record.signal == signal.SIGKILL
+        wait_until(lambda: not child.is_running(), 30, "the zombie to be reaped")
+        assert anchor.stop() == 0
+        assert [r for r in anchor.records() if r.pid == child.pid] == [record]
 
 
 def test_the_agent_is_restarted_with_backoff_that_resets_after_a_healthy_run(
