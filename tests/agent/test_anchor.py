@@ -184,7 +184,10 @@ def test_backoff_doubles_to_its_maximum_and_resets_after_a_healthy_run(
 def test_the_command_line_takes_options_before_the_double_dash() -> None:
     options = parse_args(["--journal", "j", "--backoff-max=2", "--", "agent", "--journal", "x"])
     assert options is not None
-    assert (options.journal, options.agent_argv) == ("j", ["agent", "--journal", "x"])
+    assert (options.journal, options.agent_argv) == (
+        os.path.abspath("j"),
+        ["agent", "--journal", "x"],
+    )
     assert (options.backoff.initial, options.backoff.maximum) == (0.1, 2.0)
     assert (options.stop_grace_s, options.segment_bytes) == (30.0, 1 << 20)
     assert parse_args(["--help", "--", "agent"]) is None

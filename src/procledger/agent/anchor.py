@@ -89,6 +89,7 @@ class Options(NamedTuple):
     """The command line, parsed."""
 
     journal: str
+    """The journal's directory, absolute."""
     agent_argv: list[str]
     backoff: Backoff
     stop_grace_s: float
@@ -136,7 +137,8 @@ def parse_args(argv: Sequence[str]) -> Options | None:
     number = {name: _number(name, values.get(name), default) for name, default in _NUMBERS.items()}
     backoff = Backoff(number["--backoff-initial"], number["--backoff-max"], number["--healthy-s"])
     segment_bytes = max(1, int(number["--segment-bytes"]))
-    return Options(values["--journal"], agent, backoff, number["--stop-grace"], segment_bytes)
+    journal = os.path.abspath(values["--journal"])  # the agent may run elsewhere
+    return Options(journal, agent, backoff, number["--stop-grace"], segment_bytes)
 
 
 def _option_values(options: list[str]) -> dict[str, str]:
@@ -207,7 +209,7 @@ class Anchor:
         self._backoff = options.backoff
         self._boot_id = boot_id()
         self._pid_ns = pid_namespace()
-        self._env = {**os.environ, JOURNAL_VARIABLE: os.path.abspath(options.journal)}
+        self._env = {**os.environ, JOURNAL_VARIABLE: options.journal}
         self._agent_pid: int | None = None
         self._agent_started = 0.0
         self._start_at: float | None = time.monotonic()
@@ -224,6 +226,8 @@ class Anchor:
             if _due(self._stop_deadline, now):
                 self._kill_agent()
             if self._stopping and self._agent_pid is None:
+                if self._retry_at is not None:
+                    _log("stopped with exits not journaled: the disk refused them")
                 return 0
             timeout = _soonest(now, self._start_at, self._retry_at, self._stop_deadline)
             info: signal.struct_siginfo | None
@@ -357,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(USAGE)
         return 0
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # before the agent exists: none is lost
-    writer = JournalWriter(os.path.abspath(options.journal), options.segment_bytes)
+    writer = JournalWriter(options.journal, options.segment_bytes)
     try:
         writer.open()
     except (JournalBusy, OSError) as error:

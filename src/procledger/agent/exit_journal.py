@@ -312,10 +312,11 @@ class JournalWriter:
     def _open_segment(self, base: int) -> None:
         path = os.path.join(self._directory, _segment_name(base))
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        _fsync_directory(self._directory)
-        if self._fd >= 0:
+        size = os.fstat(fd).st_size
+        if self._fd >= 0:  # switched at once: once the new segment exists, the old is sealed
             os.close(self._fd)
-        self._fd, self._base, self._size = fd, base, os.fstat(fd).st_size
+        self._fd, self._base, self._size = fd, base, size
+        _fsync_directory(self._directory)
 
     def _roll(self) -> None:
         """Seal the full segment by starting the next; on failure keep appending here."""
