@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from _shared import Processes, child_env, fill_up, small_tmpfs, wait_until
+from _shared import Processes, child_env, end_process, fill_up, small_tmpfs, wait_until
 from procledger.agent.anchor import Backoff, UsageError, parse_args
 from procledger.agent.exit_journal import boot_id
 
@@ -164,6 +164,31 @@ def test_a_second_anchor_on_the_same_journal_is_refused(anchor: AnchorRun) -> No
     )  # fmt: skip
     assert second.returncode == 2
     assert "another anchor" in second.stderr
+
+
+def test_after_the_anchor_is_killed_a_new_anchor_takes_the_journal_while_the_agent_lives(
+    anchor: AnchorRun, tmp_path: Path
+) -> None:
+    """The journal's lock dies with the anchor: the agent never inherits it."""
+    anchor.start()
+    agent_pid, _ = anchor.await_starts(1)[0]
+    assert anchor.process is not None
+    anchor.process.kill()
+    anchor.process.wait(30)
+    assert psutil.Process(agent_pid).status() != psutil.STATUS_ZOMBIE  # orphaned, alive
+    argv = [sys.executable, "-m", "procledger.agent.anchor", "--journal", str(anchor.journal)]
+    with open(tmp_path / "second-stderr", "wb") as stderr:
+        second = subprocess.Popen(
+            [*argv, "--backoff-initial", "60", "--", "true"], stderr=stderr, env=child_env()
+        )
+    try:
+        log = tmp_path / "second-stderr"
+        wait_until(lambda: "restarting in 60" in log.read_text(), 30, "the second anchor")
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(30) == 0
+    finally:
+        end_process(second)
+    assert [r.exit_code for r in anchor.records() if r.agent] == [0]  # `true`, journaled
 
 
 @pytest.mark.parametrize(
