@@ -76,7 +76,9 @@ class AnchorRun:
             mine = [r for r in self.records() if r.pid == pid and r.agent == agent]
             return mine[0] if mine else None
 
-        return wait_until(found, 30, f"the journal record of pid {pid}")
+        record = wait_until(found, 30, f"the journal record of pid {pid}")
+        assert record is not None
+        return record
 
     def delays(self) -> list[float]:
         """The restart delays the anchor announced on stderr, in order."""

@@ -135,7 +135,12 @@ def test_compacting_while_the_writer_appends_loses_nothing(tmp_path: Path) -> No
     count = 600
     writer = JournalWriter(tmp_path, segment_bytes=1024)
     writer.open()
-    appender = threading.Thread(target=lambda: [writer.append(record(p)) for p in range(count)])
+
+    def append_all() -> None:
+        for pid in range(count):
+            writer.append(record(pid))
+
+    appender = threading.Thread(target=append_all)
     seen: list[int] = []
 
     def deliver(offset: int) -> int:
