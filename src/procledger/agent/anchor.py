@@ -1,6 +1,7 @@
 """The anchor: the agent's parent, so that no exit is lost while the agent is dead (issue 28).
 
-``python -m procledger.agent.anchor --journal DIR [--backoff-max S] -- AGENT_ARGV...``
+``python -m procledger.agent.anchor --journal DIR [OPTIONS] -- AGENT_ARGV...`` (``USAGE``;
+docs/design.md §18.1)
 
 A supervised child must never depend on the agent being alive (containerd-shim and conmon
 exist for the same reason). The anchor is a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``),
@@ -16,8 +17,9 @@ so when the agent dies its children re-parent here rather than to init. The anch
    ``--stop-grace``, or at a second signal), records its exit and exits 0 — leaving the
    supervised children running; the next agent adopts them by pid, start time and run marker.
 
-It does nothing else, and imports nothing but the standard library and ``exit_journal``: it
-must stay a few MB and have as little as possible that can fail.
+It does nothing else, and imports nothing but the standard library, ``exit_journal`` and what
+the package root loads eagerly (the errors and the vocabulary): it must stay a few MB and have
+as little as possible that can fail.
 
 **Signals.** SIGCHLD, SIGTERM and SIGINT are blocked and taken with ``sigtimedwait``: one
 thread, no handler running at an arbitrary point, no busy polling (idle is a blocked system
@@ -27,10 +29,11 @@ coalesce, so each wake reaps every zombie there is. The agent is started with
 SIGHUP is left at its default: whoever starts the anchor starts it in a session of its own
 (``setsid``; systemd does), so no terminal's hang-up reaches it.
 
-**Elsewhere.** macOS has no child subreaper: orphans go to launchd and their exits are lost
-(the agent records them ``lost_on_restore``), and no ``/proc`` start time (``start_time`` is
-``None``); there the anchor only restarts the agent. SIGCHLD is not delivered for a zombie
-re-parented to us on every kernel, which is why every wake reaps everything, not one pid.
+**Linux only, so far.** macOS has no child subreaper (orphans go to launchd and their exits
+are lost: the agent records them ``lost_on_restore``), no ``/proc`` start time, and neither
+``sigtimedwait`` nor ``os.waitid``: an anchor there would wait with kqueue
+(``EVFILT_SIGNAL``/``EVFILT_PROC``) and reap the agent with ``waitpid``; it could only restart
+the agent.
 """
 
 from __future__ import annotations
