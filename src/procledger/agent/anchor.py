@@ -363,6 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options is None:
         sys.stdout.write(USAGE)
         return 0
+    if not hasattr(signal, "sigtimedwait") or not hasattr(os, "waitid"):
+        _log(f"the anchor runs on Linux only so far, not on {sys.platform}")
+        return 2
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # before the agent exists: none is lost
     writer = JournalWriter(options.journal, options.segment_bytes)
     try:
