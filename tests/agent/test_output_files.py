@@ -200,6 +200,51 @@ def test_one_inotify_descriptor_serves_fifty_files(tmp_path: Path, children) -> 
         assert next(u for u in more if u.path == path).offset == LINE
 
 
+def test_a_follower_reads_a_flood_in_slices_and_says_when_more_is_pending(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(pattern(0, 3 * MiB))
+    with Follower() as follower:
+        follower.watch(path, 100)
+        sizes = []
+        while (updates := follower.read_ready()) or follower.timeout() == 0:
+            assert follower.timeout() == (0 if follower.position(path) < 3 * MiB else None)
+            sizes.extend(len(u.data) for u in updates)
+    assert sizes == [MiB, MiB, MiB - 100]
+
+
+@linux_only
+def test_a_follower_behind_the_bound_reports_the_dropped_bytes_never_zeros(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "run"
+    out, err = open_output_files(folder)
+    files = OutputFiles(folder, 256 * 1024)
+    try:
+        with Follower() as follower:
+            follower.watch(files.paths[0], 10)
+            os.write(out, pattern(0, 2 * MiB))
+            assert files.enforce_bound() > 0  # before the follower read a byte
+            first = follower.read_ready()[0]
+    finally:
+        os.close(out)
+        os.close(err)
+    assert first.offset == files.summarize().stdout.dropped
+    assert first.dropped == first.offset - 10
+    assert first.data == pattern(first.offset, 2 * MiB)
+
+
+def test_a_watched_file_removed_can_still_be_unwatched(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x")
+    with Follower() as follower:
+        follower.watch(path)
+        path.unlink()
+        assert [u.data for u in follower.read_ready()] == [b"x"]
+        follower.unwatch(path)
+
+
 def test_a_file_watched_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.touch()
@@ -262,13 +307,14 @@ def test_a_flooding_child_stays_bounded_and_its_follower_sees_drops_never_zeros(
     folder, limit, total = tmp_path / "run", 1 * MiB, 20 * MiB
     child = spawn_on_files(children, folder, "flood", total)
     files = OutputFiles(folder, limit)
-    path, most = files.paths[0], 0
+    path, most, most_before = files.paths[0], 0, 0
     with Follower() as follower:
         follower.watch(path)
         updates: list[Update] = []
 
         def done(new: list[Update]) -> bool:
-            nonlocal most
+            nonlocal most, most_before
+            most_before = max(most_before, disk_use(path))
             files.enforce_bound()
             most = max(most, disk_use(path))
             updates.extend(new)
@@ -285,7 +331,11 @@ def test_a_flooding_child_stays_bounded_and_its_follower_sees_drops_never_zeros(
     assert at == total == path.stat().st_size
     assert disk_use(path) <= limit + 4 * 4096
     assert_kept_range_is_the_newest_bytes(path)
-    print(f"largest disk use seen while flooding: {most / MiB:.2f} MiB (limit 1 MiB)")
+    drops = sum(u.dropped > 0 for u in updates)
+    print(
+        f"flood: disk use at most {most_before / MiB:.2f} MiB before an enforcement, "
+        f"{most / MiB:.2f} MiB after (limit 1 MiB); {drops} of {len(updates)} updates had drops"
+    )
 
 
 @linux_only

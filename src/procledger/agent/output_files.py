@@ -249,7 +249,9 @@ class _Inotify:
         self._wd_of[key] = wd
 
     def remove(self, key: Path) -> None:
-        wd = self._wd_of.pop(key)
+        wd = self._wd_of.pop(key, None)
+        if wd is None:  # its file went and the kernel dropped the watch (IN_IGNORED)
+            return
         keys = self._keys.get(wd, set())
         keys.discard(key)
         if not keys and self._keys.pop(wd, None) is not None:
