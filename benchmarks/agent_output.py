@@ -133,12 +133,13 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=5.0)
     parser.add_argument("--mib", type=int, default=200)
     options = parser.parse_args()
+    backends: tuple[Backend, ...] = ("inotify", "poll")
     for files in (50, 1000):
-        for backend in ("inotify", "poll"):
-            share = idle(files, backend, options.idle)  # type: ignore[arg-type]
+        for backend in backends:
+            share = idle(files, backend, options.idle)
             print(f"idle, {files} files, {backend}: {share:.3f}% of one core")
-    for backend in ("inotify", "poll"):
-        found = sorted(lag(backend, 3.0))  # type: ignore[arg-type]
+    for backend in backends:
+        found = sorted(lag(backend, 3.0))
         p95 = found[int(len(found) * 0.95)]
         print(
             f"lag write→report, {backend}, {len(found)} lines over 50 files: p50 "
