@@ -28,6 +28,7 @@ from procledger.agent.output_files import (
     Follower,
     OutputFiles,
     Update,
+    check_hole_punching,
     kept_from,
     open_output_files,
     plan_allotments,
@@ -398,6 +399,7 @@ def test_the_summary_is_the_ledgers_output_summary(tmp_path: Path) -> None:
 
 @linux_only
 def test_this_file_system_punches_exact_holes(tmp_path: Path) -> None:
+    assert check_hole_punching(tmp_path) is None
     assert probe_hole_punching(tmp_path) is None
     assert list(tmp_path.iterdir()) == []  # the scratch file is gone
 
