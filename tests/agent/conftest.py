@@ -32,7 +32,8 @@ def no_leaked_fds() -> Iterator[None]:
     """The test's descriptors are all closed when it ends, on every path."""
     before = set(os.listdir(FD_DIR))
     yield
-    assert set(os.listdir(FD_DIR)) - before <= {"-"}, "a descriptor was left open"
+    left = set(os.listdir(FD_DIR)) - before
+    assert not left, f"descriptors left open: {sorted(left)}"
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Children for the agent's output tests, run as ``python programs.py MODE ARGS...``.
 
 - ``ticker PIDFILE``: a numbered line to stdout and to stderr every 10 ms, forever (stopped by
-  the test, by exact pid).
+  the test, by exact pid); ``SIGPIPE`` at its default, so a dead reader kills it as it kills
+  a shell loop (Python itself would ignore it and raise ``BrokenPipeError``).
 - ``lines``: for each line ``I`` read from stdin, ``line(I)`` to stdout; exits at EOF.
 - ``fan PATH...``: for each line ``I`` read from stdin, ``line(I)`` appended to every PATH.
 - ``chunks``: for each line read from stdin, the next ``CHUNK`` bytes of ``pattern`` to stdout.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +40,7 @@ def pattern(start: int, end: int) -> bytes:
 
 
 def ticker(pidfile: str) -> None:
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as a shell or C child meets a dead reader
     Path(pidfile).write_text(str(os.getpid()))
     number = 0
     while True:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -130,6 +131,19 @@ def test_a_chatty_child_outlives_its_killed_supervisor_and_loses_no_line(
     errors = lines_of(stderr, "e")
     assert errors == list(range(len(errors)))
     assert len(numbers) >= after_kill + 50
+
+
+def test_on_a_pipe_the_same_child_dies_with_its_reader(tmp_path: Path, children) -> None:
+    """The control: what files save a child from. A reader that goes away (here: closed by
+    the test, as a killed supervisor's are by the kernel) kills the ticker at its next write."""
+    read, write = os.pipe()
+    try:
+        ticker = children("ticker", tmp_path / "pid", stdout=write, stderr=subprocess.DEVNULL)
+    finally:
+        os.close(write)
+    with os.fdopen(read, "rb") as reader:
+        assert reader.readline() == b"0\n"  # it runs, and writes
+    assert ticker.wait(DEADLINE) == -signal.SIGPIPE
 
 
 # --- following ------------------------------------------------------------------------------
