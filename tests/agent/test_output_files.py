@@ -16,6 +16,8 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -23,7 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from _shared import Processes, child_env
+from _shared import Processes, child_env, is_dead, wait_until
 from procledger.agent.output_files import (
     POLL_INTERVAL,
     Follower,
@@ -125,7 +127,7 @@ def test_a_chatty_child_outlives_its_killed_supervisor_and_loses_no_line(
     assert ticker.is_running()
     assert ticker.status() != psutil.STATUS_ZOMBIE
     ticker.kill()
-    ticker.wait(DEADLINE)  # reaped by init: it is no child of ours
+    wait_until(lambda: is_dead(ticker), DEADLINE, "the ticker to die")  # init reaps it, if ever
     numbers = lines_of(stdout)
     assert numbers == list(range(len(numbers)))
     errors = lines_of(stderr, "e")
@@ -291,11 +293,24 @@ def assert_kept_range_is_the_newest_bytes(path: Path) -> Update:
     return whole
 
 
+@pytest.fixture(params=["tmp_path", "tmpfs"])
+def any_folder(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """A folder on the test's file system, then on a tmpfs (``/dev/shm``) where there is one:
+    holes are punched per block on one and per page on the other."""
+    if request.param == "tmp_path":
+        yield tmp_path
+        return
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no tmpfs at /dev/shm")
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as folder:
+        yield Path(folder)
+
+
 @linux_only
 def test_the_bound_keeps_disk_use_at_the_limit_while_every_offset_stays(
-    tmp_path: Path, children
+    any_folder: Path, children
 ) -> None:
-    folder, limit = tmp_path / "run", 1 * MiB
+    folder, limit = any_folder / "run", 1 * MiB
     child = spawn_on_files(children, folder, "chunks", stdin=subprocess.PIPE)
     files = OutputFiles(folder, limit)
     assert files.unbounded is None
