@@ -344,6 +344,9 @@ class Follower:
     The loop holds ``fileno()`` in its selector, sleeps at most ``timeout()`` seconds, and calls
     ``read_ready()`` after each wake-up (whether or not the fd was ready: that is how the poll
     fallback and pending reads are served). Not thread-safe: the loop's thread is its caller.
+    Each watched file holds one read-only descriptor (a file renamed or removed under it is
+    still read whole): an agent following 1,000 children's two streams needs ``RLIMIT_NOFILE``
+    above 2,000 (the usual soft limit is 1,024) and as many inotify watches.
     """
 
     def __init__(
@@ -511,6 +514,8 @@ class OutputFiles:
 
     Made for a spawn (after ``open_output_files``) or for an adoption by a restarted agent:
     the kept ranges are read from the files themselves, so nothing is lost with the agent.
+    ``limit`` 0 (keep nothing) is better served by no files at all: the child gets
+    ``/dev/null``, as today's capture keeps nothing then.
     """
 
     def __init__(
@@ -521,7 +526,10 @@ class OutputFiles:
         probe: Callable[[Path], str | None] = probe_hole_punching,
     ) -> None:
         """``probe``: the capability check (its reason, or None when holes can be punched).
-        Raises ``OSError`` when the files cannot be read."""
+        Raises ``OSError`` when the files cannot be read, ``ValueError`` for a negative
+        ``limit``."""
+        if limit < 0:
+            raise ValueError(f"output limit {limit} is negative: give 0 or more bytes")
         self.folder = folder
         self.limit = limit
         self.paths = stream_paths(folder)
