@@ -7,8 +7,9 @@
   in turn (their stdout, as the agent opens it, for file 0); the follower's loop reports it:
   p50, p95 and max from the write to the report.
 - Bound: a child writing ``--mib`` MiB flat out under a 1 MiB limit, the loop enforcing the
-  bound on every wake-up: the largest disk use seen before and after each enforcement, punches
-  made, and the CPU the loop spent per MiB written.
+  bound on every wake-up: the largest disk use seen just before and just after an enforcement
+  (after: including what the child wrote while the punch ran -- the writer never waits for it),
+  punches made, and the CPU the loop spent per MiB written.
 
     PYTHONPATH=src python benchmarks/agent_output.py [--idle 5] [--mib 200]
 """
