@@ -1,4 +1,5 @@
-"""An anchor under test, with the fake agent (``fake_agent.py``) as its agent.
+"""Fixtures of the agent's parts: an anchor under test, with the fake agent (``fake_agent.py``)
+as its agent, and the output files' processes and descriptors.
 
 Every process is cleaned up by exact pid: the anchor (its ``Popen``), each agent it started
 (pids from the marker file, killed only if they started after the test did), and each child a
@@ -8,11 +9,13 @@ test names with ``procs.pidfile``.
 from __future__ import annotations
 
 import contextlib
+import os
+import selectors
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -20,6 +23,7 @@ import pytest
 
 from _shared import Processes, child_env, wait_until
 from procledger.agent.exit_journal import ExitRecord, read_exits
+from procledger.agent.output_files import Follower, Update
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 
@@ -123,3 +127,72 @@ def start_time_of(pid: int) -> int:
     """Field 22 of ``/proc/<pid>/stat``: what the journal must carry for it."""
     text = Path(f"/proc/{pid}/stat").read_text()
     return int(text[text.rindex(")") + 2 :].split()[19])
+
+
+# -- the output files (src/procledger/agent/output_files.py) ------------------------------
+
+
+PROGRAMS = Path(__file__).with_name("programs.py")
+FD_DIR = "/proc/self/fd" if sys.platform == "linux" else "/dev/fd"
+DEADLINE = 30.0
+"""Seconds before a wait fails the test: a fail-fast net, never a synchronisation."""
+
+
+def program(mode: str, *args: str | Path) -> list[str]:
+    """argv running one of ``programs.py``'s modes."""
+    return [sys.executable, str(PROGRAMS), mode, *map(str, args)]
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_fds() -> Iterator[None]:
+    """The test's descriptors are all closed when it ends, on every path."""
+    before = set(os.listdir(FD_DIR))
+    yield
+    left = set(os.listdir(FD_DIR)) - before
+    assert not left, f"descriptors left open: {sorted(left)}"
+
+
+@pytest.fixture
+def children() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``programs.py`` children (``Popen`` arguments passed on); each is killed by its
+    exact pid (its ``Popen``, which cannot hit a reused pid: it is our unreaped child) and
+    reaped at teardown."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*argv: str | Path, **options: object) -> subprocess.Popen[bytes]:
+        child = subprocess.Popen(program(*argv), **options)  # type: ignore[call-overload]
+        started.append(child)
+        return child
+
+    yield start
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        if child.stdin is not None:
+            child.stdin.close()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+def follow_until(
+    follower: Follower, done: Callable[[list[Update]], bool], deadline: float = DEADLINE
+) -> list[Update]:
+    """Run the follower's event loop (one selector, sleeping until it is ready or its timeout)
+    and collect its updates until ``done(updates)``; fail after ``deadline`` s."""
+    updates: list[Update] = []
+    end = time.monotonic() + deadline
+    with selectors.DefaultSelector() as selector:
+        selector.register(follower, selectors.EVENT_READ)
+        while not done(updates):
+            if time.monotonic() > end:
+                raise AssertionError(f"follower stalled after {deadline} s: {updates[-3:]}")
+            timeout = follower.timeout()
+            selector.select(1.0 if timeout is None else timeout)
+            updates.extend(follower.read_ready())
+    return updates
+
+
+def reached(path: Path, offset: int) -> Callable[[list[Update]], bool]:
+    """``done`` for ``follow_until``: ``path`` reported up to ``offset``."""
+    return lambda updates: any(u.path == path and u.offset + len(u.data) >= offset for u in updates)
