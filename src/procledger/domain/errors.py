@@ -35,6 +35,11 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
         ├── StoreCorrupt                  (.process_id: stored data that cannot be decoded)
         ├── SchemaTooNew                  (.found, .known: a ledger a newer procledger wrote)
         └── WriteConflict                 (another writer appended first; retried inside)
+
+Not yet public (groundwork of the host agent, docs/design.md §18.3): ``AgentSocketError`` (a
+socket folder with the wrong mode or owner, a path too long, a second agent) and its subclasses
+``AgentNotRunning``, ``AgentTimeout`` and ``AgentError`` (an error reply: ``.type``,
+``.message``), raised by ``procledger.agent.control_socket`` and ``control_client``.
 """
 
 from __future__ import annotations
@@ -249,3 +254,29 @@ class WriteConflict(StoreError):
 class CipherError(ProcledgerError):
     """An environment cannot be encrypted or decrypted: no key, a wrong key, or a malformed
     ``PROCLEDGER_CIPHER_KEY``. The message names the env ref, never the key."""
+
+
+class AgentSocketError(ProcledgerError):
+    """The host agent's control socket cannot be used: its folder has the wrong mode or owner,
+    its path is too long for ``sun_path``, or another agent already answers on it. Groundwork
+    (docs/design.md §18.3): not yet a public name."""
+
+
+class AgentNotRunning(AgentSocketError):
+    """No agent answers on the socket: the file is missing, or nobody accepts on it (a stale
+    file left by an agent that died). The caller falls back to the ledger."""
+
+
+class AgentTimeout(AgentSocketError):
+    """The agent accepted the connection but did not answer in time: it may be busy or hung,
+    so the caller must not assume the request was or was not carried out."""
+
+
+class AgentError(AgentSocketError):
+    """The agent answered with an error reply: ``.type`` names its kind (``BadJson``,
+    ``UnknownOp``, a handler's exception class, ...) and ``.message`` says what went wrong."""
+
+    def __init__(self, type_: str, message: str) -> None:
+        super().__init__(f"{type_}: {message}")
+        self.type = type_
+        self.message = message
