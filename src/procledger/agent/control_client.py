@@ -18,6 +18,7 @@ import stat
 import time
 from typing import Any
 
+from procledger.adapters.state_dir import state_dir
 from procledger.domain.errors import AgentError, AgentNotRunning, AgentSocketError, AgentTimeout
 
 __all__ = ["MAX_REQUEST_BYTES", "SOCKET_NAME", "request", "socket_dir", "socket_path"]
@@ -35,12 +36,10 @@ SUN_PATH_MAX = 107
 def _runtime_base(environ: os._Environ[str] | dict[str, str]) -> str:
     """``$XDG_RUNTIME_DIR/procledger`` (a tmpfs owned by the user, gone at logout: right for a
     socket), else the state directory's ``run/`` -- its path rule written once, in
-    ``adapters.state_dir`` (imported here because it is two stdlib imports)."""
+    ``adapters.state_dir`` (``os`` and ``pathlib`` only: cheap enough for the hot path)."""
     xdg = environ.get("XDG_RUNTIME_DIR", "")
     if xdg and os.path.isabs(xdg):
         return os.path.join(xdg, "procledger")
-    from procledger.adapters.state_dir import state_dir
-
     return os.path.join(state_dir(environ), "run")
 
 
@@ -166,7 +165,7 @@ def _reply(line: bytes) -> Any:
         raise AgentError("BadReply", "the reply is not a JSON object with 'ok'")
     if reply["ok"]:
         return reply.get("result")
-    error = reply.get("error")
-    if not isinstance(error, dict):
+    detail = reply.get("error")
+    if not isinstance(detail, dict):
         raise AgentError("BadReply", "an error reply without an 'error' object")
-    raise AgentError(str(error.get("type", "Error")), str(error.get("message", "")))
+    raise AgentError(str(detail.get("type", "Error")), str(detail.get("message", "")))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import importlib.metadata
 import json
 import os
 import socket
@@ -23,7 +24,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import procledger
 from procledger.agent.control_client import MAX_REQUEST_BYTES, SOCKET_NAME
 from procledger.domain.errors import AgentSocketError
 
@@ -93,6 +93,10 @@ class ControlServer:
         self._started = time.monotonic()
         self._server: asyncio.Server | None = None
         self._lock_fd: int | None = None
+        # The distribution's version (a test keeps ``procledger.__version__`` equal to it):
+        # importing the package root here would make this module depend, for the layers
+        # contract, on every package the root re-exports.
+        self._version = importlib.metadata.version("procledger")
 
     async def __aenter__(self) -> ControlServer:
         await self.start()
@@ -138,7 +142,7 @@ class ControlServer:
         return {
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self._started, 3),
-            "version": procledger.__version__,
+            "version": self._version,
         }
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
