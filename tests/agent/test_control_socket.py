@@ -304,6 +304,30 @@ def test_a_line_at_the_limit_is_served(start_server: StartServer) -> None:
     assert reply["ok"] is True
 
 
+def test_one_byte_over_the_limit_is_refused(start_server: StartServer) -> None:
+    server = start_server(handlers=HANDLERS, max_request_bytes=1024)
+    head = b'{"op":"echo","value":"'
+    for extra in (1, 2, 3):
+        line = head + b"v" * (1024 - len(head) - 3 + extra) + b'"}\n'
+        (reply,) = _replies(exchange(server.path, line))
+        assert reply["error"]["type"] == "RequestTooLarge", extra
+    assert ping(server.path)["pid"] == os.getpid()
+
+
+def test_a_client_that_never_reads_its_replies_is_dropped(start_server: StartServer) -> None:
+    server = start_server(read_timeout=0.3, max_connections=1)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as greedy:
+        greedy.settimeout(1)
+        greedy.connect(server.path)
+        with contextlib.suppress(TimeoutError, BrokenPipeError, ConnectionResetError):
+            greedy.sendall(b'{"op":"ping"}\n' * 2_000_000)  # blocks once both buffers are full
+        greedy.settimeout(10)
+        with contextlib.suppress(ConnectionResetError):
+            while greedy.recv(1 << 20):
+                pass  # the replies it was sent, then the end: the server gave up on it
+    assert ping(server.path)["pid"] == os.getpid()
+
+
 def test_a_stalled_half_line_is_dropped_after_the_read_timeout(start_server: StartServer) -> None:
     server = start_server(read_timeout=0.3, max_connections=1)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as stalled:

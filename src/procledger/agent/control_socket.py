@@ -70,8 +70,10 @@ class ControlServer:
 
     ``handlers`` maps each ``op`` to its coroutine; ``ping`` is built in. ``max_connections``
     bounds the connections served at once (one more is answered ``Busy`` and closed), and
-    ``read_timeout`` bounds the wait for each request line, so a client that stalls mid-line,
-    or idles, gives its slot back.
+    ``read_timeout`` bounds the wait for each request line, and for each reply to be taken, so
+    a client that stalls mid-line, idles, or never reads gives its slot back. A handler is
+    not bounded here: one that hangs holds its connection's slot until it returns, so
+    handlers bound their own waits.
     """
 
     def __init__(
@@ -181,8 +183,15 @@ class ControlServer:
                 writer, _error("Timeout", f"no complete request within {self._read_timeout} s")
             )
             return False
+        if len(line) > self._max_request:  # the stream's limit lets a line two bytes longer by
+            await _send_and_close(
+                writer, _error("RequestTooLarge", f"over {self._max_request} bytes")
+            )
+            return False
         writer.write(await self._reply(line))
-        await writer.drain()
+        # A client that sends but never reads would block this drain for good: bounded like a
+        # read (its TimeoutError is an OSError, which ends the connection in ``_serve``).
+        await asyncio.wait_for(writer.drain(), self._read_timeout)
         return True
 
     async def _reply(self, line: bytes) -> bytes:
