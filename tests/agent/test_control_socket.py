@@ -209,6 +209,63 @@ def test_the_0700_folder_keeps_a_foreign_uid_from_connecting(
     assert ping(server.path)["pid"] == os.getpid()
 
 
+def _impostor(path: str, ready: int) -> None:
+    """In a forked child as uid 65534: listen on ``path``, say so, accept one client."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.settimeout(10)
+        listener.bind(path)
+        listener.listen()
+        os.write(ready, b"r")
+        client, _ = listener.accept()
+        client.settimeout(10)
+        with contextlib.suppress(OSError):
+            client.recv(65536)
+        client.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="listening as another uid needs root")
+def test_the_client_refuses_a_server_of_another_uid(short_dir: str) -> None:
+    os.chmod(short_dir, 0o777)
+    path = os.path.join(short_dir, "agent.sock")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no return, whatever happens
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            _impostor(path, write_end)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    try:
+        assert os.read(read_end, 1) == b"r"
+        with pytest.raises(AgentSocketError, match="runs as uid 65534"):
+            request(path, {"op": "ping"})
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+    finally:
+        os.close(read_end)
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_client_looking_up_the_socket_creates_nothing(runtime_env: dict[str, str]) -> None:
+    path = socket_path("sqlite:///quiet", runtime_env, create=False)
+    assert not os.path.exists(os.path.dirname(path))
+    with pytest.raises(AgentNotRunning):
+        request(path, {"op": "ping"})
+    assert not os.path.exists(os.path.dirname(path))
+    os.chmod(socket_dir("sqlite:///quiet", runtime_env), 0o755)
+    with pytest.raises(AgentSocketError, match="0755"):
+        socket_path("sqlite:///quiet", runtime_env, create=False)
+
+
 # --- the protocol ---
 
 

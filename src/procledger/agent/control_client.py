@@ -15,13 +15,21 @@ import json
 import os
 import socket
 import stat
+import struct
 import time
 from typing import Any
 
 from procledger.adapters.state_dir import state_dir
 from procledger.domain.errors import AgentError, AgentNotRunning, AgentSocketError, AgentTimeout
 
-__all__ = ["MAX_REQUEST_BYTES", "SOCKET_NAME", "request", "socket_dir", "socket_path"]
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "SOCKET_NAME",
+    "peer_uid",
+    "request",
+    "socket_dir",
+    "socket_path",
+]
 
 MAX_REQUEST_BYTES = 64 * 1024
 """The longest request line, its newline included: requests are small commands, and a bound
@@ -29,6 +37,7 @@ keeps one client from making the agent buffer without limit."""
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 """The longest reply the client reads: a reply is a record or a page, never a whole ledger."""
 SOCKET_NAME = "agent.sock"
+UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 SUN_PATH_MAX = 107
 """``sun_path`` is 108 bytes on Linux, its terminating NUL included."""
 
@@ -43,8 +52,15 @@ def _runtime_base(environ: os._Environ[str] | dict[str, str]) -> str:
     return os.path.join(state_dir(environ), "run")
 
 
-def socket_dir(ledger_key: str, environ: os._Environ[str] | dict[str, str] | None = None) -> str:
+def socket_dir(
+    ledger_key: str,
+    environ: os._Environ[str] | dict[str, str] | None = None,
+    *,
+    create: bool = True,
+) -> str:
     """The ledger's socket folder, created ``0700`` where missing and checked where present.
+    With ``create=False`` (a client: asking must not leave folders behind) a missing folder is
+    left missing, and connecting then says the agent is not running.
 
     One folder per ledger, named by a short hash of its store key, so that any key gives a path
     short enough for ``sun_path``; the folder's mode is what keeps other users off the socket
@@ -64,9 +80,14 @@ def socket_dir(ledger_key: str, environ: os._Environ[str] | dict[str, str] | Non
         )
     for path in (base, folder):
         try:
+            if not create:
+                _check_private(path)
+                continue
             os.makedirs(path, mode=0o700)
         except FileExistsError:
             pass
+        except FileNotFoundError:
+            return folder  # not created, and not there: nobody listens in it
         else:
             os.chmod(path, 0o700)  # makedirs's mode is masked by the umask
         _check_private(path)
@@ -90,9 +111,14 @@ def _check_private(path: str) -> None:
         )
 
 
-def socket_path(ledger_key: str, environ: os._Environ[str] | dict[str, str] | None = None) -> str:
-    """``socket_dir(ledger_key) / agent.sock``."""
-    return os.path.join(socket_dir(ledger_key, environ), SOCKET_NAME)
+def socket_path(
+    ledger_key: str,
+    environ: os._Environ[str] | dict[str, str] | None = None,
+    *,
+    create: bool = True,
+) -> str:
+    """``socket_dir(ledger_key) / agent.sock`` (``create`` as there)."""
+    return os.path.join(socket_dir(ledger_key, environ, create=create), SOCKET_NAME)
 
 
 def request(path: str | os.PathLike[str], doc: dict[str, Any], timeout: float = 5.0) -> Any:
@@ -106,6 +132,7 @@ def request(path: str | os.PathLike[str], doc: dict[str, Any], timeout: float = 
         AgentTimeout: the agent did not answer within ``timeout``.
         AgentError: the agent answered with an error reply, or with something that is not a
             reply (``.type`` says which).
+        AgentSocketError: the server runs as another uid.
     """
     data = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
     if len(data) > MAX_REQUEST_BYTES:
@@ -119,6 +146,7 @@ def request(path: str | os.PathLike[str], doc: dict[str, Any], timeout: float = 
             raise AgentNotRunning(f"no agent answers on {os.fspath(path)!r}: {error}") from None
         except TimeoutError:
             raise AgentTimeout(f"connecting to {os.fspath(path)!r} timed out") from None
+        _check_server(sock, path)
         try:
             sock.sendall(data)
         except TimeoutError:
@@ -126,6 +154,26 @@ def request(path: str | os.PathLike[str], doc: dict[str, Any], timeout: float = 
         except OSError:
             pass  # the agent closed first (a refusal): its error reply may still be there to read
         return _reply(_read_line(sock, deadline))
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket, from the kernel
+    (``SO_PEERCRED``, ``struct ucred``: pid, uid, gid): what it says cannot be forged."""
+    _pid, uid, _gid = UCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED.size)
+    )
+    return int(uid)
+
+
+def _check_server(sock: socket.socket, path: str | os.PathLike[str]) -> None:
+    """Refuse a server of another uid (``SO_PEERCRED``): the folder's checks guard the socket
+    file, this guards the other end -- the CLI will hand the agent its requests and trust its
+    answers."""
+    uid = peer_uid(sock)
+    if uid != os.geteuid():
+        raise AgentSocketError(
+            f"the server on {os.fspath(path)!r} runs as uid {uid}, not {os.geteuid()}: refused"
+        )
 
 
 def _read_line(sock: socket.socket, deadline: float) -> bytes:

@@ -19,19 +19,17 @@ import json
 import os
 import socket
 import stat
-import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from procledger.agent.control_client import MAX_REQUEST_BYTES, SOCKET_NAME
+from procledger.agent.control_client import MAX_REQUEST_BYTES, SOCKET_NAME, peer_uid
 from procledger.domain.errors import AgentSocketError
 
 __all__ = ["ControlServer", "Handler", "RequestError"]
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 """A request's handler: the decoded request in, a JSON-encodable result out."""
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class RequestError(Exception):
@@ -214,9 +212,7 @@ class ControlServer:
 def _peer_refusal(writer: asyncio.StreamWriter) -> bytes | None:
     """The error reply for a peer of another uid (``SO_PEERCRED``), or ``None`` to serve it."""
     sock: socket.socket = writer.get_extra_info("socket")
-    _pid, uid, _gid = _UCRED.unpack(
-        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    )
+    uid = peer_uid(sock)
     if uid != os.geteuid():
         return _error("PermissionDenied", f"uid {uid} may not use this agent")
     return None
