@@ -25,11 +25,12 @@ from __future__ import annotations
 import enum
 import os
 import select
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
-from procledger.application.outbox import this_host_id
+from procledger.adapters.liveness import local_identity
 from procledger.supervisor.os_seam import RUN_MARKER
 
 __all__ = [
@@ -41,9 +42,13 @@ __all__ = [
     "adopt",
     "identify",
     "scan",
+    "this_host_id",
 ]
 
 _MARKER_PREFIX: Final = RUN_MARKER.encode() + b"="
+
+EXEC_SETTLE_S: Final = 0.02
+"""How long an empty environment is read again before it counts as one without a marker."""
 
 
 class Recorded(Protocol):
@@ -95,6 +100,15 @@ class _Stat:
     start_time: int
 
 
+def this_host_id() -> str | None:
+    """This host as ``OsFacts.host_id`` names it (machine id and PID namespace, read by the
+    liveness adapter as the starter does); ``None`` where ``/proc`` cannot tell. Asked of the
+    adapter itself: ``application.outbox.this_host_id`` answers only once the adapter has been
+    imported by someone (it installs itself as the source)."""
+    identity = local_identity()
+    return identity.host_id if identity is not None else None
+
+
 def _read_stat(pid: int) -> _Stat | None:
     """State, parent and start time from ``/proc/<pid>/stat``; ``None`` when there is no such
     process. The command name may hold spaces and parentheses, so fields are counted from the
@@ -110,12 +124,22 @@ def _read_stat(pid: int) -> _Stat | None:
 
 def _read_marker(pid: int) -> bytes | OSError | None:
     """The value of ``RUN_MARKER`` in the process's environment (``None``: it has none), or the
-    error that kept us from reading it (another user's process without ``CAP_SYS_PTRACE``)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as file:
-            environ = file.read()
-    except OSError as exc:
-        return exc
+    error that kept us from reading it (another user's process without ``CAP_SYS_PTRACE``).
+
+    An empty environment is read again for up to ``EXEC_SETTLE_S``: a process in ``execve``
+    shows none until the new image's stack is set up (the kernel closes the spawner's
+    close-on-exec pipe, which ``Popen`` waits on, before that), so a child spawned a moment
+    ago may look unmarked."""
+    deadline = time.monotonic() + EXEC_SETTLE_S
+    while True:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as file:
+                environ = file.read()
+        except OSError as exc:
+            return exc
+        if environ or time.monotonic() >= deadline:
+            break
+        time.sleep(0.001)  # nothing tells us when another process's exec completes
     for entry in environ.split(b"\0"):
         if entry.startswith(_MARKER_PREFIX):
             return entry[len(_MARKER_PREFIX) :]
@@ -175,7 +199,11 @@ def _marker_refusal(pid: int, marker: str, found: bytes | OSError | None) -> Not
             "know whether it carries the run's marker",
         )
     if found is None:
-        return _refuse(pid, Refusal.marker_missing, f"its environment has no {RUN_MARKER}")
+        return _refuse(
+            pid,
+            Refusal.marker_missing,
+            f"its environment has no {RUN_MARKER}",
+        )
     if found != marker.encode():
         text = found.decode("utf-8", "replace")
         return _refuse(
