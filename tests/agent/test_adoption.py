@@ -266,3 +266,66 @@ def test_a_scan_of_a_thousand_records_is_quick(children: Children) -> None:
     finally:
         for result in adopted:
             result.close()
+
+
+REUSE_IN_NAMESPACE = """
+import os, subprocess, sys, time
+from procledger.agent.adoption import Adopted, adopt, identify, this_host_id
+from procledger.domain.records import OsFacts
+from procledger.supervisor import os_seam
+
+assert os.getpid() == 1, "not in a fresh PID namespace: ns_last_pid is not ours to write"
+marker = sys.argv[1]
+env = {**os.environ, os_seam.RUN_MARKER: marker}
+started = []
+
+def start():
+    child = subprocess.Popen(["sh", "-c", "echo ready; read line"], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    started.append(child)
+    assert child.stdout.readline() == b"ready\\n"
+    stat = os_seam.proc_stat(child.pid)
+    return child, OsFacts(pid=child.pid, pgid=child.pid, start_time=stat[1],
+                          host_id=this_host_id())
+
+try:
+    first, record = start()
+    first.kill()
+    first.wait()
+    tick = os.sysconf("SC_CLK_TCK")
+    while time.clock_gettime(time.CLOCK_BOOTTIME) * tick < record.start_time + 2:
+        pass  # a clock tick must pass, or the stranger could share the child's start time
+    with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+        last.write(str(record.pid - 1))
+    second, stranger = start()
+    assert stranger.pid == record.pid, (stranger.pid, record.pid)
+    assert stranger.start_time != record.start_time
+    assert isinstance(adopt(stranger, marker), Adopted)  # the stranger itself is adoptable
+    print(identify(record, marker).reason.value, adopt(record, marker).reason.value)
+finally:
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+"""
+
+
+def test_a_pid_really_reused_in_a_pid_namespace_is_refused() -> None:
+    """A real reuse, inside a fresh PID namespace (``unshare --pid --fork --mount-proc``)
+    where writing ``ns_last_pid`` touches nothing of the host's: the child is killed and
+    reaped, its pid handed to a stranger carrying the *same* marker, and only the start time
+    tells them apart."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a PID namespace")
+    argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    argv += [sys.executable, "-c", REUSE_IN_NAMESPACE, MARKER]
+    try:
+        out = subprocess.run(
+            argv, check=False, capture_output=True, text=True, timeout=60, env=child_env()
+        )
+    except FileNotFoundError:
+        pytest.skip("no unshare(1)")
+    if out.returncode != 0 and "unshare failed" in out.stderr:
+        pytest.skip(f"no PID namespace here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [Refusal.pid_reused.value, Refusal.pid_reused.value]
