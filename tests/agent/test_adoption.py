@@ -329,3 +329,19 @@ def test_a_pid_really_reused_in_a_pid_namespace_is_refused() -> None:
         pytest.skip(f"no PID namespace here: {out.stderr.strip()}")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [Refusal.pid_reused.value, Refusal.pid_reused.value]
+
+
+def test_importing_adoption_loads_neither_psutil_nor_pydantic() -> None:
+    probe = (
+        "import sys, procledger.agent.adoption as a; a.identify"
+        "; print(sorted(m for m in ('psutil', 'pydantic') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert out.stdout.strip() == "[]"

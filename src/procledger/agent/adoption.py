@@ -14,10 +14,11 @@ it says so rather than guessing.
 between the check and the open would give a pidfd on the stranger, whose start time differs.
 Once the check passes, the pidfd pins the identity (it never follows a reused pid).
 
-Standard library only, no psutil: the agent reads ``/proc`` directly. Linux only: macOS has no
-``/proc`` (no start time in clock ticks, no other process's environment short of ``sysctl
-KERN_PROCARGS2``) and no pidfd (a kqueue ``EVFILT_PROC``/``NOTE_EXIT`` would watch the end, but
-it names a pid, not a process, and cannot collect a status).
+Standard library only, no psutil: the agent reads ``/proc`` directly (``this_host_id``, the
+default ``host_id``, loads the liveness adapter, and with it pydantic, on first use). Linux
+only: macOS has no ``/proc`` (no start time in clock ticks, no other process's environment
+short of ``sysctl KERN_PROCARGS2``) and no pidfd (a kqueue ``EVFILT_PROC``/``NOTE_EXIT``
+watches the end, but names a pid, not a process, and cannot collect a status).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
-from procledger.adapters.liveness import local_identity
 from procledger.supervisor.os_seam import RUN_MARKER
 
 __all__ = [
@@ -104,7 +104,11 @@ def this_host_id() -> str | None:
     """This host as ``OsFacts.host_id`` names it (machine id and PID namespace, read by the
     liveness adapter as the starter does); ``None`` where ``/proc`` cannot tell. Asked of the
     adapter itself: ``application.outbox.this_host_id`` answers only once the adapter has been
-    imported by someone (it installs itself as the source)."""
+    imported by someone (it installs itself as the source). Imported here, not at the top:
+    the adapter brings pydantic, and a caller that passes ``host_id`` (the agent, once) keeps
+    this path to the standard library."""
+    from procledger.adapters.liveness import local_identity  # noqa: PLC0415 - pydantic
+
     identity = local_identity()
     return identity.host_id if identity is not None else None
 
