@@ -101,16 +101,12 @@ class _Stat:
 
 
 def this_host_id() -> str | None:
-    """This host as ``OsFacts.host_id`` names it (machine id and PID namespace, read by the
-    liveness adapter as the starter does); ``None`` where ``/proc`` cannot tell. Asked of the
-    adapter itself: ``application.outbox.this_host_id`` answers only once the adapter has been
-    imported by someone (it installs itself as the source). Imported here, not at the top:
-    the adapter brings pydantic, and a caller that passes ``host_id`` (the agent, once) keeps
-    this path to the standard library."""
-    from procledger.adapters.liveness import local_identity  # noqa: PLC0415 - pydantic
+    """This host as ``OsFacts.host_id`` names it (``application.outbox.this_host_id``).
+    Imported here, not at the top: it brings pydantic, and a caller that passes ``host_id``
+    (the agent, once) keeps this path to the standard library."""
+    from procledger.application.outbox import this_host_id as host_id  # noqa: PLC0415
 
-    identity = local_identity()
-    return identity.host_id if identity is not None else None
+    return host_id()
 
 
 def _read_stat(pid: int) -> _Stat | None:

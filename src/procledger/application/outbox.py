@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from procledger.adapters.liveness import local_identity
 from procledger.adapters.outbox import Outbox, OutboxEntry, store_key
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
-from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings, local_liveness
+from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
 from procledger.domain.records import ProcessRecord
 
 if TYPE_CHECKING:
@@ -33,9 +34,12 @@ _log = logging.getLogger("procledger.outbox")
 
 
 def this_host_id() -> str | None:
-    """The PID namespace this process runs in (as the liveness adapter names it), or ``None``
-    where ``/proc`` cannot tell: then no entry is ever delivered here."""
-    return local_liveness().host_id
+    """This host as ``OsFacts.host_id`` names it (machine id and PID namespace), or ``None``
+    where ``/proc`` cannot tell: then no entry is ever delivered here. Asked of the liveness
+    adapter itself, not of the identity source it installs when imported: the answer must not
+    depend on whether some other code imported the adapter first."""
+    identity = local_identity()
+    return identity.host_id if identity is not None else None
 
 
 def record_entry(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) -> ProcessRecord:
