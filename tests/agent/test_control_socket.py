@@ -150,9 +150,11 @@ def _foreign_client(path: str) -> str:
         return sock.recv(65536).decode()
 
 
-def _as_nobody(path: str) -> str:
-    """Fork, become uid 65534, run ``_foreign_client``; the child is waited for by its pid
-    (its socket timeout bounds it) and killed by that pid if the wait is cut short."""
+@contextlib.contextmanager
+def _as_nobody(work: Callable[[int], None]) -> Iterator[int]:
+    """Fork a child that becomes uid 65534 and runs ``work(write_end)``; yields the read end
+    of that pipe. On leaving, the child is waited for by its pid (its socket timeout bounds
+    it) and must have exited 0; killed by that pid if the block is cut short."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: no return, whatever happens
@@ -162,14 +164,13 @@ def _as_nobody(path: str) -> str:
             os.setgroups([])
             os.setgid(65534)
             os.setuid(65534)
-            os.write(write_end, _foreign_client(path).encode())
+            work(write_end)
             code = 0
         finally:
             os._exit(code)
     os.close(write_end)
     try:
-        with os.fdopen(read_end, "rb") as pipe:
-            said = pipe.read().decode()
+        yield read_end
         _, status = os.waitpid(pid, 0)
         pid = 0
     finally:
@@ -177,7 +178,16 @@ def _as_nobody(path: str) -> str:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    return said
+
+
+def _foreign_reply(path: str) -> str:
+    """What the server answers a client running as uid 65534."""
+
+    def answer(out: int) -> None:
+        os.write(out, _foreign_client(path).encode())
+
+    with _as_nobody(answer) as got, os.fdopen(got, "rb") as pipe:
+        return pipe.read().decode()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="running a client as another uid needs root")
@@ -191,7 +201,7 @@ def test_a_foreign_uid_is_refused_and_the_server_goes_on(
         os.chmod(path, 0o777)
     server = start_server(open_dir)
     os.chmod(server.path, 0o666)
-    reply = json.loads(_as_nobody(server.path))
+    reply = json.loads(_foreign_reply(server.path))
     assert reply == {
         "ok": False,
         "error": {"type": "PermissionDenied", "message": "uid 65534 may not use this agent"},
@@ -205,7 +215,7 @@ def test_the_0700_folder_keeps_a_foreign_uid_from_connecting(
 ) -> None:
     os.chmod(short_dir, 0o755)  # the runtime dir itself may be traversed; ours may not
     server = start_server()
-    assert _as_nobody(server.path).strip() == "connect failed: PermissionError"
+    assert _foreign_reply(server.path).strip() == "connect failed: PermissionError"
     assert ping(server.path)["pid"] == os.getpid()
 
 
@@ -227,32 +237,13 @@ def _impostor(path: str, ready: int) -> None:
 def test_the_client_refuses_a_server_of_another_uid(short_dir: str) -> None:
     os.chmod(short_dir, 0o777)
     path = os.path.join(short_dir, "agent.sock")
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no return, whatever happens
-        code = 1
+    with _as_nobody(lambda out: _impostor(path, out)) as read_end:
         try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            _impostor(path, write_end)
-            code = 0
+            assert os.read(read_end, 1) == b"r"
+            with pytest.raises(AgentSocketError, match="runs as uid 65534"):
+                request(path, {"op": "ping"})
         finally:
-            os._exit(code)
-    os.close(write_end)
-    try:
-        assert os.read(read_end, 1) == b"r"
-        with pytest.raises(AgentSocketError, match="runs as uid 65534"):
-            request(path, {"op": "ping"})
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-    finally:
-        os.close(read_end)
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+            os.close(read_end)
 
 
 def test_a_client_looking_up_the_socket_creates_nothing(runtime_env: dict[str, str]) -> None:

@@ -63,17 +63,16 @@ def test_a_read_only_open_of_an_empty_file_reads_an_empty_ledger_as_before(
     open, as every open gave them before (there is nothing there to leave untouched)."""
     path = tmp_path / "empty.db"
     path.touch(mode=0o600)
-    registry = open_registry(f"sqlite:///{path}", read_only=True)
-    try:
-        assert registry.list_processes({"status": "any"}) == []
-        with pytest.raises(StoreError, match="read-only"):
-            registry.register(command_registration("p"))
-    finally:
-        registry.close()
+    reads_and_refuses_writes(f"sqlite:///{path}")
 
 
 def test_a_read_only_memory_store_reads_and_refuses_writes() -> None:
-    registry = open_registry("memory://", read_only=True)
+    reads_and_refuses_writes("memory://")
+
+
+def reads_and_refuses_writes(url: str) -> None:
+    """A read-only open of ``url``: an empty list read, a registration refused."""
+    registry = open_registry(url, read_only=True)
     try:
         assert registry.list_processes({"status": "any"}) == []
         with pytest.raises(StoreError, match="read-only"):
