@@ -111,6 +111,18 @@ def background(url: str, procs: Processes, *argv: str) -> dict[str, Any]:
     return record
 
 
+def crash_loop(url: str, max_restarts: int) -> None:
+    """A service that exits 3 every attempt until its budget of ``max_restarts`` is spent
+    (``crash_loop``), run in the foreground: every attempt has ended when this returns."""
+    ran = run_cli(
+        "run",
+        "--restart", "always", "--max-restarts", str(max_restarts), "--backoff-initial", "0.05s",
+        "--", "sh", "-c", "exit 3",
+        url=url,
+    )  # fmt: skip
+    assert ran.returncode == 3, ran.stderr
+
+
 def chromium() -> str | None:
     for name in BROWSERS:
         found = shutil.which(name)

@@ -14,7 +14,7 @@ import pytest
 
 from _shared import CLI, Processes, child_env, end_process, run_cli, wait_until
 
-from .conftest import TOKEN, Server, background
+from .conftest import TOKEN, Server, background, crash_loop
 
 EVIL = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
 
@@ -259,13 +259,7 @@ def test_output_not_kept_is_said_and_the_stream_ends(server: Server, ledger: str
 def test_a_service_page_lists_its_attempts(server: Server, ledger: str) -> None:
     """A command run under a restart policy is a service (docs/design.md §15.4): each attempt's
     page lists every attempt with how it ended, and the last says why there are no more."""
-    ran = run_cli(
-        "run",
-        "--restart", "always", "--max-restarts", "1", "--backoff-initial", "0.05s",
-        "--", "sh", "-c", "exit 3",
-        url=ledger,
-    )  # fmt: skip
-    assert ran.returncode == 3, ran.stderr
+    crash_loop(ledger, 1)
     records = orjson.loads(run_cli("ps", "--all", "--attempts", "--json", url=ledger).stdout)
     first, second = sorted(records["records"], key=lambda r: r["attempt"])
     with server.client() as client:
@@ -280,13 +274,7 @@ def test_a_service_page_lists_its_attempts(server: Server, ledger: str) -> None:
 def test_the_api_lists_a_service_as_one_row_as_ps_does(server: Server, ledger: str) -> None:
     """`GET /api/processes` is `ps --json` (docs/design.md §16): a service's attempts are one
     row, its newest attempt -- as `ps` shows it, through the same selection (§5.2)."""
-    ran = run_cli(
-        "run",
-        "--restart", "always", "--max-restarts", "2", "--backoff-initial", "0.05s",
-        "--", "sh", "-c", "exit 3",
-        url=ledger,
-    )  # fmt: skip
-    assert ran.returncode == 3, ran.stderr
+    crash_loop(ledger, 2)
     assert run_cli("run", "--", "true", url=ledger).returncode == 0
     cli_ps = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)
     assert [r["attempt"] for r in cli_ps["records"]] == [3, None]

@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 from _shared import Processes, is_dead, run_cli, wait_until
 
-from .conftest import Server, background
+from .conftest import Server, background, crash_loop
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 EVIL = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
@@ -142,13 +142,7 @@ def test_argv_and_output_stay_text_in_the_browser(page: Any, server: Server, led
 
 def test_a_service_stays_one_live_row_showing_its_newest_attempt(page: Any, ledger: str) -> None:
     """As `ps` lists it (docs/design.md §15.4, §16): each new attempt replaces the row."""
-    ran = run_cli(
-        "run",
-        "--restart", "always", "--max-restarts", "2", "--backoff-initial", "0.05s",
-        "--", "sh", "-c", "exit 3",
-        url=ledger,
-    )  # fmt: skip
-    assert ran.returncode == 3, ran.stderr
+    crash_loop(ledger, 2)
     newest = orjson.loads(run_cli("ps", "--all", "--json", url=ledger).stdout)["records"][0]
     assert newest["attempt"] == 3
     expect(row(page, newest["id"])).to_be_visible(timeout=5_000)
