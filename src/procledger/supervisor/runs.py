@@ -85,10 +85,12 @@ class Run:
         child: OwnedChild,
         watch: ReadinessWatch | None = None,
     ) -> None:
-        ticket = prepared.ticket
-        self.handle, self.process_id, self.ids = ticket.handle, ticket.process_id, ticket.ids
-        self.ticket, self.keeper, self.child, self.watch = ticket, prepared.keeper, child, watch
-        self.notify_to = ticket.notify_to
+        self.ticket, self.keeper, self.child, self.watch = (
+            prepared.ticket,
+            prepared.keeper,
+            child,
+            watch,
+        )
         self.lock = threading.Lock()
         self.claimed: set[TerminalReason] = set()  # stop reasons someone here acts on
         self.requested: list[TerminalReason] = []  # durable stop requests, for the outcome
@@ -104,6 +106,22 @@ class Run:
         self.spawned_at = time.monotonic()
         self.ready_at: float | None = None
         self.wakes: threading.Event | None = None  # set once ready: its service's ``wake``
+
+    @property
+    def handle(self) -> str:
+        return self.ticket.handle
+
+    @property
+    def process_id(self) -> str:
+        return self.ticket.process_id
+
+    @property
+    def ids(self) -> EventIds:
+        return self.ticket.ids
+
+    @property
+    def notify_to(self) -> NotifyTo | None:
+        return self.ticket.notify_to
 
     @property
     def renewing(self) -> bool:

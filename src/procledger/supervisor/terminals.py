@@ -78,14 +78,7 @@ class TerminalWriter:
             ProcledgerError: the registry refused it for good (the entry is deleted).
             Exception: not a store failure (a bug): raised at once, the entry kept.
         """
-        entry, keeper, outbox = self._saved(ticket, keeper, result)
-        try:
-            record = self._write_until_decided(entry, keeper)
-        except Exception as error:
-            self._forget(outbox, entry, error)
-            raise
-        self._forget(outbox, entry, None)
-        return record
+        return self._written(self._saved(ticket, keeper, result))
 
     def record_all(self, terminals: Sequence[Terminal]) -> list[ProcessRecord | Exception | None]:
         """``record`` of each, the first try of all in one write (runs that ended together,
@@ -133,15 +126,23 @@ class TerminalWriter:
         self, saved: _Saved, first: ProcessRecord | Exception | None
     ) -> ProcessRecord | Exception | None:
         """One terminal of several, after their first try: written, or tried alone."""
-        entry, keeper, outbox = saved
         if isinstance(first, ProcessRecord):
-            self._forget(outbox, entry, None)
+            self._forget(saved[2], saved[0], None)
             return first
         try:
-            record = self._write_until_decided(entry, keeper)
+            return self._written(saved)
         except Exception as error:  # handed to the run it belongs to
-            self._forget(outbox, entry, error)
             return error
+
+    def _written(self, saved: _Saved) -> ProcessRecord | None:
+        """Write a saved terminal until the store decided, then forget its outbox entry
+        (unless the store failed or the failure is a bug: then it stays for ``restore``)."""
+        entry, keeper, outbox = saved
+        try:
+            record = self._write_until_decided(entry, keeper)
+        except Exception as error:
+            self._forget(outbox, entry, error)
+            raise
         self._forget(outbox, entry, None)
         return record
 
