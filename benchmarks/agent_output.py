@@ -1,4 +1,4 @@
-"""The agent's output files (issue 28, procledger.agent.output_files), bounded in time.
+"""The agent's output files (issue 28, procledger.adapters.direct_output), bounded in time.
 
 - Idle: a ``Follower`` watching N files (``--files``, default 50 and 1000) that nobody writes,
   in an event loop for ``--idle`` seconds: CPU seconds spent, as % of one core, for the inotify
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from procledger.agent.output_files import (
+from procledger.adapters.direct_output import (
     Backend,
     Follower,
     OutputFiles,

@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from _shared import Processes, child_env, wait_until
+from procledger.adapters.direct_output import Follower, Update
 from procledger.agent.exit_journal import ExitRecord, read_exits
-from procledger.agent.output_files import Follower, Update
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 
@@ -129,7 +129,7 @@ def start_time_of(pid: int) -> int:
     return int(text[text.rindex(")") + 2 :].split()[19])
 
 
-# -- the output files (src/procledger/agent/output_files.py) ------------------------------
+# -- the output files (src/procledger/adapters/direct_output.py) ------------------------------
 
 
 PROGRAMS = Path(__file__).with_name("programs.py")

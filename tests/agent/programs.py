@@ -81,7 +81,7 @@ def flood(total: int) -> None:
 
 
 def supervisor(folder: str, pidfile: str) -> None:
-    from procledger.agent.output_files import Follower, open_output_files, stream_paths
+    from procledger.adapters.direct_output import Follower, open_output_files, stream_paths
 
     out, err = open_output_files(Path(folder))
     argv = [sys.executable, __file__, "ticker", pidfile]

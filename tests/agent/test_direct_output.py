@@ -1,4 +1,4 @@
-"""A child's output as files it writes itself (procledger.agent.output_files, issue 28).
+"""A child's output as files it writes itself (procledger.adapters.direct_output, issue 28).
 
 Real children and real files: the child never depends on the follower being alive; a follower
 reports each new byte once, at its offset, from one inotify descriptor for many files; the bound
@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _shared import Processes, child_env, is_dead, wait_until
-from procledger.agent.output_files import (
+from procledger.adapters.direct_output import (
     POLL_INTERVAL,
     Follower,
     OutputFiles,
