@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, final
 from procledger.domain.records import ProcessRecord
 from procledger.supervisor.decide import Outcome
 from procledger.supervisor.execution import OwnedChild
+from procledger.supervisor.file_capture import FileCapture
 from procledger.supervisor.publishing import Publisher
 from procledger.supervisor.runs import Run, RunTable
 from procledger.supervisor.terminals import TerminalWriter
@@ -113,6 +114,17 @@ class Settle:
 
     def __call__(self) -> None:
         self._completion.complete(self._run)
+
+    @property
+    def process_id(self) -> str:
+        return self._run.process_id
+
+    @property
+    def files(self) -> FileCapture | None:
+        """The run's output files, where its child writes its own (``output_files``): what a
+        watcher that follows them enforces the bound on and feeds the probes from."""
+        capture = self._run.ticket.capture
+        return capture if isinstance(capture, FileCapture) else None
 
     @staticmethod
     def together(settles: Sequence[Settle]) -> None:

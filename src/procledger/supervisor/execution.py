@@ -286,6 +286,7 @@ class OwnedChild:
         stop: StopPolicy = StopPolicy(),  # an immutable value, not infrastructure
         stdin_source: StdinSource = subprocess.DEVNULL,
         marker: str | None = None,
+        files: tuple[int, int] | None = None,
     ) -> OwnedChild:
         """Start ``argv`` in a new process group; ``SpawnError`` (naming it) if it cannot start.
 
@@ -293,7 +294,8 @@ class OwnedChild:
         are written once, then closed. ``stdout``/``stderr``: a consumer for raw chunks, or
         ``None`` to inherit ours. ``stop`` is the policy ``wait`` uses when cancelled or
         failing. ``marker`` names the run in the child's environment (``os_seam.RUN_MARKER``),
-        so a stop finds descendants that left both its group and its ancestry.
+        so a stop finds descendants that left both its group and its ancestry. ``files``: the
+        child's stdout and stderr as two descriptors it writes itself (no consumer then).
         """
         args = checked_argv(argv)
         data = _encoded(stdin)
@@ -305,6 +307,7 @@ class OwnedChild:
             stdout_pipe=stdout is not None,
             stderr_pipe=stderr is not None,
             stdin_source=stdin_source,
+            files=files,
         )
         exit_signal = None
         try:
@@ -320,6 +323,11 @@ class OwnedChild:
     @property
     def pid(self) -> int:
         return self._child.pid
+
+    @property
+    def policy(self) -> StopPolicy:
+        """How this child's tree is stopped when no other policy is asked for."""
+        return self._policy
 
     @property
     def pgid(self) -> int:

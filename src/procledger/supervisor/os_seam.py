@@ -72,14 +72,17 @@ def spawn(
     stdout_pipe: bool,
     stderr_pipe: bool,
     stdin_source: int | None = subprocess.DEVNULL,
+    files: tuple[int, int] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as the leader of a new process group; ``SpawnError`` if it cannot start.
 
     Pipes are unbuffered and non-blocking on our side: the caller multiplexes them and must
     never block in a read or write it cannot interrupt. Without a stdin pipe the child reads
     ``stdin_source`` (``subprocess.DEVNULL``, ``None`` to inherit ours, or a descriptor);
-    absent stdout/stderr are inherited.
+    absent stdout/stderr are inherited, or are ``files`` (two open descriptors the child
+    writes itself: no pipe to us, so it outlives us -- docs/design.md §14.1).
     """
+    out, err = files if files is not None else (None, None)
     try:
         child = subprocess.Popen(
             list(argv),
@@ -87,8 +90,8 @@ def spawn(
             cwd=cwd,
             env=env,
             stdin=subprocess.PIPE if stdin_pipe else stdin_source,
-            stdout=subprocess.PIPE if stdout_pipe else None,
-            stderr=subprocess.PIPE if stderr_pipe else None,
+            stdout=subprocess.PIPE if stdout_pipe else out,
+            stderr=subprocess.PIPE if stderr_pipe else err,
             close_fds=True,
             process_group=0,
         )

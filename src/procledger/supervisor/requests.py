@@ -21,7 +21,7 @@ from procledger.domain.registration import ENV_REF_PREFIX, env_ref_for
 from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import MAX_LEDGER_INT, RecoveryDisposition
 from procledger.supervisor.capture import DEFAULT_OUTPUT_LIMIT
-from procledger.supervisor.execution import Consumer, checked_argv
+from procledger.supervisor.execution import Consumer, StopPolicy, checked_argv
 
 __all__ = [
     "NotifyTo",
@@ -66,6 +66,7 @@ class StartRequest:
     restart: RestartPolicy | None = None
     attempt_of: str | None = None
     attempt: int | None = None
+    stop: StopPolicy | None = None
 
     @property
     def notify_to(self) -> NotifyTo | None:
@@ -101,7 +102,14 @@ def checked_request(argv: Sequence[str], **options: Any) -> StartRequest:
         ready=_checked_ready(options["ready"], capture),
         restart=restart,
         attempt=None if restart is None else 1,
+        stop=_checked_stop(options.get("stop")),
     )
+
+
+def _checked_stop(stop: object) -> StopPolicy | None:
+    if stop is not None and not isinstance(stop, StopPolicy):
+        raise TypeError(f"stop must be a procledger.StopPolicy, not {stop!r}")
+    return stop
 
 
 def opened(

@@ -23,11 +23,11 @@ from procledger.application.lease_keeper import LeaseKeeper
 from procledger.domain.errors import NotFound
 from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import TerminalReason
-from procledger.supervisor.capture import Capture
 from procledger.supervisor.decide import EventIds, Outcome, outcome
 from procledger.supervisor.execution import OwnedChild
 from procledger.supervisor.readiness import ReadinessWatch
 from procledger.supervisor.requests import NotifyTo
+from procledger.supervisor.wiring import Kept
 
 __all__ = [
     "FINISHED_KEPT",
@@ -64,7 +64,7 @@ class Ticket:
     ids: EventIds
     notify_to: NotifyTo | None
     registration_hash: str
-    capture: Capture | None = None
+    capture: Kept | None = None
 
 
 class Prepared(NamedTuple):

@@ -33,7 +33,8 @@ from procledger.domain.registration import (
 )
 from procledger.domain.vocabulary import RecoveryDisposition
 from procledger.supervisor import os_seam
-from procledger.supervisor.capture import Capture, open_capture
+from procledger.supervisor.capture import open_capture
+from procledger.supervisor.file_capture import close_descriptors, open_file_capture
 from procledger.supervisor.decide import EventIds, event_ids, spawn_failure, start_refusal
 from procledger.supervisor.execution import OwnedChild, StopPolicy
 from procledger.supervisor.minting import new_handle, new_process_id
@@ -41,7 +42,7 @@ from procledger.supervisor.publishing import Publisher
 from procledger.supervisor.requests import NotifyTo, StartRequest, inherited_env_ref
 from procledger.supervisor.runs import Prepared, Run, Ticket
 from procledger.supervisor.terminals import TerminalWriter
-from procledger.supervisor.wiring import watch_for, wire
+from procledger.supervisor.wiring import Kept, watch_for, wire
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -69,9 +70,13 @@ class Starter:
         output_dir: Path | None,
         terminals: tuple[TerminalWriter, Publisher],
         hands: tuple[Callable[[Run], None], Callable[[Run], None]],
+        output_files: bool = False,
     ) -> None:
+        """``output_files``: captured children write their own output files (no pipe), as a
+        host agent's children must (docs/design.md §14.1)."""
         self._registry, self._owner, self._timings = registry, owner, timings
         self._stop_policy, self._output_dir = stop_policy, output_dir
+        self._output_files = output_files
         self._writer, self._publisher = terminals
         self._admit, self._complete = hands
 
@@ -181,9 +186,10 @@ class Starter:
                 stdin=request.stdin if isinstance(request.stdin, bytes) else None,
                 stdout=wiring.stdout,
                 stderr=wiring.stderr,
-                stop=self._stop_policy,
+                stop=request.stop or self._stop_policy,
                 stdin_source=source,
                 marker=ticket.ids.run_marker,
+                files=wiring.files,
             )
         except SpawnError as error:
             if watch is not None:
@@ -194,6 +200,8 @@ class Starter:
                     ticket.ids.command_id, ticket.handle, ticket.notify_to, record
                 )
             raise
+        finally:
+            close_descriptors(wiring.files)
         return Run(prepared, child, watch)
 
     def running_write(self, run: Run, background: bool) -> Write:
@@ -243,9 +251,11 @@ class Starter:
             )
         return LeaseKeeper(registry, claimed.lease, self._timings, since=since, log=log)
 
-    def _capture_for(self, request: StartRequest, pid: str) -> Capture | None:
+    def _capture_for(self, request: StartRequest, pid: str) -> Kept | None:
         if not request.capture:
             return None
+        if self._output_files:
+            return open_file_capture(self._registry, self._output_dir, pid, request.output_limit)
         return open_capture(
             self._registry, self._output_dir, pid, request.output_limit, request.stdout
         )

@@ -47,7 +47,7 @@ class Stopper:
     def stop(self, run: Run, mode: StopMode, grace_s: float | None) -> ProcessRecord:
         """``Supervisor.stop`` of one run: the record once it ended (``interrupt``: once the
         grace passed, perhaps still running -- it never escalates)."""
-        grace = self._policy.grace_s if grace_s is None else grace_s
+        grace = run.child.policy.grace_s if grace_s is None else grace_s
         policy, escalate = mode_policy(mode, grace)
         if not self.request(run, mode.reason):
             return terminal_record(self._registry, run, None)
@@ -106,4 +106,4 @@ class Stopper:
 
     def _carry_out(self, run: Run, reason: TerminalReason, *, durable: bool) -> None:
         if self.request(run, reason, durable=durable):
-            run.child.stop(request_policy(reason, self._policy), escalate=True)
+            run.child.stop(request_policy(reason, run.child.policy), escalate=True)

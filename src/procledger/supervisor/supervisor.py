@@ -99,6 +99,7 @@ class Supervisor:
         subreaper: bool = False,
         output_dir: Path | None = None,
         watch: Watch | None = None,
+        output_files: bool = False,
     ) -> None:
         """Supervise as ``owner`` (the identity leases and ``restore`` go by).
 
@@ -118,6 +119,8 @@ class Supervisor:
             output_dir: where captured output goes, one folder per process
                 (docs/design.md §14); ``<state dir>/output`` when omitted.
             watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
+            output_files: captured children write their own output files (no pipe to us, so
+                they outlive us: the host agent's mode, §14.1); ``watch`` follows them.
         """
         self._registry, self._owner, self._stop_policy = registry, owner, stop
         self._watch = watch
@@ -126,6 +129,7 @@ class Supervisor:
         self._starting, self._closed = 0, False
         self._table = RunTable(self._lock)
         self._owners, self._helpers = OwnerThreads(), HelperThreads()
+        self._output_files = output_files
         writer = TerminalWriter(registry, owner, timings, outbox, notice)
         self._assemble(timings, output_dir, writer, Publisher(registry, notifier))
 
@@ -147,6 +151,7 @@ class Supervisor:
             output_dir=output_dir,
             terminals=(writer, publisher),
             hands=(self._admit, self._completion.complete),
+            output_files=self._output_files,
         )
         self._stopper = Stopper(registry, stop, self._helpers)
         self._ticker = Ticker(registry, self._stopper, self._lock, self._ticking)
@@ -192,21 +197,22 @@ class Supervisor:
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         ready: Readiness | None = None,
         restart: RestartPolicy | None = None,
+        stop: StopPolicy | None = None,
     ) -> ProcessHandle:
-        """Run ``argv`` under this supervisor; returns once the child runs and that is recorded.
-        ``starting`` is durable before the spawn; a retried start never runs a program twice.
+        """Run ``argv`` under this supervisor; returns once the child runs and that is recorded
+        (``starting`` is durable before the spawn: a retried start never runs a program twice).
 
         Args:
             process_id: the ledger id; a time-ordered one is minted when omitted.
-            stdin: what the child reads (``Stdin``); ``"null"``, ``/dev/null``, by default.
-            stdout: receives raw output chunks on the owner thread; ``None``: inherited.
+            stdin, stdout: what the child reads (``Stdin``; ``/dev/null`` by default); who
+                receives its raw output chunks on the owner thread (``None``: inherited).
             disposition: what recovery may do if this supervisor dies (§3.6; env: §6.2).
             session_id, loop_id: where the completion notification goes (both, or none sent).
             capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
             ready: readiness probes (§15): the ``ready`` fact once all hold; past its
                 ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
-            restart: start the command again as new attempts when it ends (§15); the handle
-                then names the service (``wait`` and ``stop`` act on its current attempt).
+            restart: start it again as new attempts when it ends (§15); the handle names the
+                service (``wait``/``stop`` act on its current attempt). ``stop``: its policy.
 
         Raises:
             TypeError, ValueError, OSError (a ``stdin`` file): nothing was written.
@@ -219,7 +225,7 @@ class Supervisor:
             argv, process_id=process_id, cwd=cwd, env=env, stdin=stdin, stdout=stdout,
             background=background, disposition=disposition, session_id=session_id,
             loop_id=loop_id, capture=capture, output_limit=output_limit, ready=ready,
-            restart=restart,
+            restart=restart, stop=stop,
         )  # fmt: skip
         with self._start_slot(), stdin_source(request.stdin) as source:
             if request.restart is not None:

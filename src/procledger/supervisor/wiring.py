@@ -15,9 +15,13 @@ from procledger.domain.records import OutputSummary
 from procledger.domain.service import Readiness
 from procledger.supervisor.capture import Capture, no_capture
 from procledger.supervisor.execution import Consumer
+from procledger.supervisor.file_capture import FileCapture
 from procledger.supervisor.readiness import ReadinessWatch
 
-__all__ = ["OutputFacts", "Wiring", "output_facts", "watch_for", "wire"]
+__all__ = ["Kept", "OutputFacts", "Wiring", "output_facts", "watch_for", "wire"]
+
+Kept = Capture | FileCapture
+"""How a run's output is kept: read from its pipes, or written by the child to files."""
 
 OutputFacts = tuple[OutputSummary, dict[str, str]]
 """What a terminal says of a run's output: the summary and the tails of its streams."""
@@ -30,10 +34,11 @@ class Wiring:
     stdout: Consumer | None
     stderr: Consumer | None
     env: Mapping[str, str] | None
+    files: tuple[int, int] | None = None
 
 
 def wire(
-    capture: Capture | None,
+    capture: Kept | None,
     watch: ReadinessWatch | None,
     env: Mapping[str, str] | None,
     *,
@@ -43,7 +48,10 @@ def wire(
     """The child's sinks and environment: the capture's sinks where output is kept (else
     ``stdout``/``stderr``), read by the readiness probes on their way, and the probes' port
     variables added to ``env`` (the caller's environment where ``env`` is ``None``, since a
-    child given an environment no longer inherits one)."""
+    child given an environment no longer inherits one). A ``FileCapture`` gives the child its
+    files instead of sinks (no pipe), and the probes read what its follower feeds them."""
+    if isinstance(capture, FileCapture):
+        return _wire_files(capture, watch, env)
     if capture is not None:
         stdout, stderr = capture.sinks()
     if watch is not None:
@@ -53,12 +61,29 @@ def wire(
     return Wiring(stdout, stderr, env)
 
 
+def _wire_files(
+    capture: FileCapture, watch: ReadinessWatch | None, env: Mapping[str, str] | None
+) -> Wiring:
+    files = capture.open()
+    if files is None:
+        null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        files = (null, os.dup(null))
+    if watch is not None:
+        capture.feeds = (watch.sink(0, _ignore), watch.sink(1, _ignore))
+        env = watch.child_env(dict(os.environ if env is None else env))
+    return Wiring(None, None, env, files)
+
+
+def _ignore(chunk: bytes) -> None:
+    """The probe's own sink is all a followed file's bytes are for: they are on disk."""
+
+
 def watch_for(readiness: Readiness | None, cwd: str) -> ReadinessWatch | None:
     """The probes a run declared, relative to the directory it runs in (none: no watch)."""
     return None if readiness is None else ReadinessWatch(readiness, cwd)
 
 
-def output_facts(capture: Capture | None, watch: ReadinessWatch | None = None) -> OutputFacts:
+def output_facts(capture: Kept | None, watch: ReadinessWatch | None = None) -> OutputFacts:
     """The run's output facts for its terminal, its files and probes closed (both idempotent,
     so every way out of a run may call this)."""
     if watch is not None:
