@@ -199,15 +199,15 @@ class Supervisor:
         restart: RestartPolicy | None = None,
         stop: StopPolicy | None = None,
     ) -> ProcessHandle:
-        """Run ``argv`` under this supervisor; returns once the child runs and that is recorded
-        (``starting`` is durable before the spawn: a retried start never runs a program twice).
+        """Run ``argv`` as ``process_id`` (minted, time-ordered, when omitted); returns once the
+        child runs and that is recorded (``starting`` is durable before the spawn, so a retried
+        start never runs a program twice).
 
         Args:
-            process_id: the ledger id; a time-ordered one is minted when omitted.
             stdin, stdout: what the child reads (``Stdin``; ``/dev/null`` by default); who
                 receives its raw output chunks on the owner thread (``None``: inherited).
-            disposition: what recovery may do if this supervisor dies (§3.6; env: §6.2).
-            session_id, loop_id: where the completion notification goes (both, or none sent).
+            disposition, session_id, loop_id: what recovery may do if this supervisor dies
+                (§3.6); where the completion notification goes (both ids, or none sent).
             capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
             ready: readiness probes (§15): the ``ready`` fact once all hold; past its
                 ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
