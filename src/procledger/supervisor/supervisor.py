@@ -199,9 +199,8 @@ class Supervisor:
         restart: RestartPolicy | None = None,
         stop: StopPolicy | None = None,
     ) -> ProcessHandle:
-        """Run ``argv`` as ``process_id`` (minted, time-ordered, when omitted); returns once the
-        child runs and that is recorded (``starting`` is durable before the spawn, so a retried
-        start never runs a program twice).
+        """Run ``argv`` as ``process_id`` (minted when omitted); returns once the child runs and
+        that is recorded (``starting`` is durable first: a retry never runs a program twice).
 
         Args:
             stdin, stdout: what the child reads (``Stdin``; ``/dev/null`` by default); who
