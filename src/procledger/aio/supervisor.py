@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import signal
 import threading
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +38,7 @@ from procledger.domain.errors import SupervisorClosed
 from procledger.domain.leases import LeaseOwner
 from procledger.domain.records import ProcessRecord
 from procledger.supervisor.execution import POLL_S, OwnedChild, StopPolicy
+from procledger.supervisor.file_capture import FileCapture
 from procledger.supervisor.modes import StopMode
 from procledger.supervisor.supervisor import ProcessHandle, Settle, Supervisor
 
@@ -171,6 +172,7 @@ class AsyncSupervisor:
         owner: LeaseOwner,
         on_exit: OnExit = "stop",
         threads: int = 3,
+        on_files: Callable[[str, FileCapture], None] | None = None,
         **options: Any,
     ) -> None:
         """Supervise as ``owner`` from the running event loop.
@@ -182,6 +184,8 @@ class AsyncSupervisor:
                 each is recorded ``runner_shutdown``) or leaves them running, each watched
                 by an owner thread from then on (``"leave"``).
             threads: worker threads for store calls, stops and output reads (at least 1).
+            on_files: with ``output_files=True``, told (on a worker thread) of each run's
+                output files as its child is spawned: whoever follows them (the host agent).
             options: the ``Supervisor``'s other options (``notifier``, ``stop``,
                 ``timings``, ``outbox``, ``notice``, ``subreaper``, ``output_dir``).
 
@@ -206,10 +210,28 @@ class AsyncSupervisor:
             self._settle_all, self._settlers, most=BATCH_MOST
         )
         self._on_exit: OnExit = on_exit
+        self._on_files = on_files
         self._local = threading.local()
         self._watched: dict[str, _Watched] = {}
         self._group: TaskGroup | None = None
         self.supervisor = Supervisor(registry, owner=owner, watch=self._hand_over, **options)
+
+    @property
+    def on_exit(self) -> OnExit:
+        """What leaving ``async with`` does to the children still running (settable until
+        then: an agent decides at its stop whether its children stay)."""
+        return self._on_exit
+
+    @on_exit.setter
+    def on_exit(self, value: OnExit) -> None:
+        if value not in ("stop", "leave"):
+            raise ValueError(f"on_exit must be 'stop' or 'leave', not {value!r}")
+        self._on_exit = value
+
+    @property
+    def watching(self) -> int:
+        """How many children this loop watches now."""
+        return len(self._watched)
 
     async def __aenter__(self) -> AsyncSupervisor:
         group = anyio.create_task_group()
@@ -279,6 +301,8 @@ class AsyncSupervisor:
         a service's thread starting the next attempt of a restart policy (§15), which no
         ``start`` here awaits: that attempt gets an owner thread, as with the plain
         Supervisor (whose ``shutdown`` waits for it)."""
+        if self._on_files is not None and settle.files is not None:
+            self._on_files(settle.process_id, settle.files)
         if getattr(self._local, "starting", False):
             self._local.watched[settle.handle] = _Watched(child, settle)
         else:

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from procledger import LeaseOwner, Notifier, ProcessRegistry
 
-_CLI_NAMESPACE = uuid.UUID("0b7c5d2e-8a41-4c3f-9e6a-2f1d7b9c4a10")
-
 
 def cli_owner() -> LeaseOwner:
     """This host's CLI owner, as a fresh incarnation (so `restore` can tell runs apart)."""
@@ -27,9 +25,9 @@ def cli_owner() -> LeaseOwner:
 def cli_notifier(registry: ProcessRegistry, owner: LeaseOwner) -> tuple[Notifier, uuid.UUID]:
     """The CLI owner's notification session and its one loop (both derived from the owner id)."""
     from procledger import Notifier
+    from procledger.supervisor.control import owner_session
 
-    session_id = uuid.uuid5(_CLI_NAMESPACE, f"session:{owner.owner_id}")
-    loop_id = uuid.uuid5(_CLI_NAMESPACE, f"loop:{owner.owner_id}")
+    session_id, loop_id = owner_session(owner.owner_id)
     notifier = Notifier(registry, session_id)
     notifier.add_loop(loop_id)
     return notifier, loop_id

@@ -11,6 +11,7 @@ provably dead holder) and records ``abandoned/abandon_requested``.
 from __future__ import annotations
 
 import socket
+import uuid
 from typing import TYPE_CHECKING, NoReturn
 
 from procledger.domain.errors import ProcledgerError
@@ -34,6 +35,19 @@ class NobodyToStop(ProcledgerError):
 
 class StillOwned(ProcledgerError):
     """An abandonment refused: a live owner holds the process, or its child is still alive."""
+
+
+_SESSION_NAMESPACE = uuid.UUID("0b7c5d2e-8a41-4c3f-9e6a-2f1d7b9c4a10")
+
+
+def owner_session(owner_id: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The notification session and its one loop of ``owner_id`` (the CLI's,
+    ``procledger-cli@<host>``): derived from the id alone, so every `procledger` on the host --
+    and the host agent, which publishes its runs' completions there -- finds the same ones."""
+    return (
+        uuid.uuid5(_SESSION_NAMESPACE, f"session:{owner_id}"),
+        uuid.uuid5(_SESSION_NAMESPACE, f"loop:{owner_id}"),
+    )
 
 
 def host_id() -> str:

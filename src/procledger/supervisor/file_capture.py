@@ -25,7 +25,7 @@ from procledger.domain.records import OutputSummary
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["FileCapture", "close_descriptors", "open_file_capture"]
+__all__ = ["FileCapture", "close_descriptors", "open_file_capture", "recorded_limit"]
 
 log = logging.getLogger("procledger.supervisor")
 
@@ -53,7 +53,10 @@ class FileCapture:
         if self.folder is None or self.limit == 0:
             return None
         try:
-            return open_output_files(self.folder)
+            self.folder.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            files = open_output_files(self.folder)
+            (self.folder / LIMIT_NAME).write_text(f"{self.limit}\n")
+            return files
         except OSError as error:
             self._stopped = f"output files could not be made: {error}"
             log.warning("output not captured in %s: %s", self.folder, error)
@@ -92,6 +95,19 @@ class FileCapture:
         files.enforce_bound()
         facts = files.summarize()
         return OutputSummary.model_validate(facts.summary_fields(self.host_id)), facts.tails()
+
+
+LIMIT_NAME = "limit"
+"""The bound a run's files were given, beside them: the ledger does not keep it, and an agent
+that adopts the run after a crash must keep the same bound."""
+
+
+def recorded_limit(folder: Path) -> int | None:
+    """The bound written beside a run's files; ``None`` when missing or unreadable."""
+    try:
+        return int((folder / LIMIT_NAME).read_text().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def open_file_capture(

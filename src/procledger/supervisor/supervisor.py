@@ -111,25 +111,23 @@ class Supervisor:
             timings: the lease ttl and renewal period of every process started here.
             outbox: where outcomes wait for the store (docs/design.md §6.3); the user's
                 (``<state dir>/outbox``) when omitted; none for an in-memory store.
-            notice: called (on an owner thread) with one line when an outcome starts waiting
-                for the store and one when it got through; the library prints nothing itself.
+            notice: told (on an owner thread) when an outcome starts waiting for the store
+                and when it got through; the library prints nothing itself.
             subreaper: mark this process a child subreaper (Linux) while the supervisor
                 lives, so orphaned descendants re-parent to it and a stop can reap them.
                 Process-wide: for programs that own their children, like ``procledger run``.
-            output_dir: where captured output goes, one folder per process
-                (docs/design.md §14); ``<state dir>/output`` when omitted.
+            output_dir: where captured output goes (§14); ``<state dir>/output`` by default.
             watch: who waits for each child (``Watch``; ``procledger.aio`` passes its loop's).
             output_files: captured children write their own output files (no pipe to us, so
                 they outlive us: the host agent's mode, §14.1); ``watch`` follows them.
         """
         self._registry, self._owner, self._stop_policy = registry, owner, stop
-        self._watch = watch
+        self._watch, self._output_files = watch, output_files
         self._subreaper = subreaper and Subreaper.acquire()
         self._lock = threading.Condition()
         self._starting, self._closed = 0, False
         self._table = RunTable(self._lock)
         self._owners, self._helpers = OwnerThreads(), HelperThreads()
-        self._output_files = output_files
         writer = TerminalWriter(registry, owner, timings, outbox, notice)
         self._assemble(timings, output_dir, writer, Publisher(registry, notifier))
 
@@ -384,6 +382,10 @@ class Supervisor:
         if isinstance(run, Ended):  # long ended: nothing to signal (its pid may be reused)
             return self._registry.get(run.process_id)
         return self._stopper.stop(run, stop_mode, grace_s)
+
+    def look_for_requests(self) -> None:
+        """Carry out stop requests made elsewhere now, not at the next poll."""
+        self._ticker.poll_now()
 
     def request_stop(self, handle: ProcessHandle | str, reason: TerminalReason | str) -> None:
         """Record a stop request and carry it out with this supervisor's stop policy in the

@@ -48,6 +48,7 @@ class Ticker:
         self._thread: threading.Thread | None = None
         self._until = 0.0  # when the ticker wakes up next (monotonic)
         self._wake = threading.Event()
+        self._poll_asked = False
 
     def admitted(self, run: Run) -> bool:
         """(Under the lock.) Start the ticker if none runs; True if it must be woken for
@@ -62,6 +63,12 @@ class Ticker:
         return run.keeper.due_at < self._until
 
     def wake(self) -> None:
+        self._wake.set()
+
+    def poll_now(self) -> None:
+        """Look for stop requests at once rather than at the next poll: someone just recorded
+        one (a `stop` that tells the host agent, a PostgreSQL notification)."""
+        self._poll_asked = True
         self._wake.set()
 
     def join(self) -> None:
@@ -80,7 +87,8 @@ class Ticker:
             now = time.monotonic()
             for run in runs:
                 self._renew_if_due(run, now)
-            if now >= next_poll:
+            if now >= next_poll or self._poll_asked:
+                self._poll_asked = False
                 self._poll_stop_requests(runs)
                 next_poll = now + STOP_POLL_S
             self._wake.wait(self._sleep(runs, next_poll))

@@ -1,0 +1,423 @@
+"""The host agent: one process that supervises every background process of one ledger on this
+host (docs/design.md §18).
+
+It is the async supervisor of §17 (``AsyncSupervisor``: one event loop, no thread per child)
+run in ``output_files`` mode, so that no child holds a pipe to it, plus what a long-lived host
+process needs around it:
+
+- a **takeover** on start (``takeover``): the outbox, the anchor's exit journal, then adoption of
+  every child an earlier agent left running (``held``: pidfd + journal);
+- the **control socket** (``control_socket``): ``start`` (``run --background``), ``stop`` (look
+  for a stop request just recorded), ``status``, ``shutdown``;
+- one **follower** (``direct_output.Follower``, one inotify descriptor for every file) that keeps
+  each run's output files within their bound and feeds output readiness probes;
+- **wake-ups** instead of polls where it can: a `stop` on this host tells the socket; on
+  PostgreSQL, a ``LISTEN`` connection tells of a request made from another host.
+
+The ledger stays the truth: every fact the agent learns is written there as a ``Supervisor``
+writes it. The agent's death costs no child anything: its children write to files, the anchor
+journals their exits, and the next agent adopts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import resource
+import signal
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from procledger.adapters.direct_output import Follower, stream_paths
+from procledger.adapters.output_files import folder_for, output_root
+from procledger.agent.control_socket import ControlServer
+from procledger.agent.held import (
+    JOURNAL_WAIT_S,
+    ExitWatch,
+    HeldRun,
+    Holder,
+    anchor_alive,
+    unknown_status,
+)
+from procledger.agent.orders import ShutdownOrder, StartOrder, StopOrder, checked
+from procledger.agent.places import AgentPlaces
+from procledger.agent.takeover import Takeover, TakeoverReport
+from procledger.aio.supervisor import AsyncSupervisor
+from procledger.application.outbox import store_key
+from procledger.domain.errors import SpawnError
+from procledger.domain.leases import LeaseOwner, LeaseTimings
+from procledger.notifications.notifier import Notifier
+from procledger.supervisor import orphans
+from procledger.supervisor.control import host_id, host_owner, owner_session
+from procledger.supervisor.execution import StopPolicy
+from procledger.supervisor.file_capture import FileCapture
+from procledger.supervisor.publishing import Publisher
+from procledger.supervisor.terminals import TerminalWriter
+from procledger.supervisor.ticker import STOP_POLL_S
+
+if TYPE_CHECKING:
+    from procledger.application.registry import ProcessRegistry
+
+__all__ = ["AGENT_ROLE", "AgentHost", "AGENT_TIMINGS"]
+
+log = logging.getLogger("procledger.agent")
+
+AGENT_ROLE: Final = "procledger-agent"
+"""The agent's owner id is ``procledger-agent@<host id>``: every agent of this host has it, so
+the next one knows which leases an earlier one held."""
+
+AGENT_TIMINGS: Final = LeaseTimings(ttl_ms=300_000, renew_ms=60_000)
+"""The agent's leases last 5 minutes, renewed every minute: its children outlive it, so a
+lease need not lapse soon for another holder to take over (on this host, a dead agent is
+provably dead at once); a thousand children then cost ~17 renewals a second, not a hundred."""
+
+MAX_REQUEST: Final = 1024 * 1024
+"""A start carries the caller's environment: more room than the socket's default 64 KiB."""
+
+RECEIVED_PREFIX: Final = "agent: "
+
+
+class AgentHost:
+    """The agent for ``registry`` (one per user, host and ledger: the socket's lock says so)."""
+
+    def __init__(self, registry: ProcessRegistry, places: AgentPlaces) -> None:
+        self.registry, self.places = registry, places
+        self.owner: LeaseOwner = host_owner(AGENT_ROLE)
+        self.anchor_pid = os.getppid() if os.environ.get("PROCLEDGER_EXIT_JOURNAL") else None
+        self._stopping = asyncio.Event()
+        self._stop_children = False
+        self._follower = Follower()
+        self._files: dict[Path, FileCapture] = {}
+        self._held: dict[int, HeldRun] = {}  # by pidfd
+        self._poked = asyncio.Event()
+        self._ending: set[asyncio.Future[None]] = set()
+        self._started = time.monotonic()
+        self._report = TakeoverReport()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._notifier, self._loop_id = _cli_notifier(registry)
+        self._writer = TerminalWriter(registry, self.owner, AGENT_TIMINGS, None, None)
+        self._publisher = Publisher(registry, self._notifier)
+        exits = ExitWatch(places.journal)
+        self._holder = Holder(registry, self._writer, self._publisher, exits)
+
+    # -- the whole life ---------------------------------------------------------------------
+
+    async def serve(self) -> int:
+        """Take over, serve until told to stop, then leave the children running (or stop them,
+        as ``agent stop --stop-children`` asked). The exit status: 0."""
+        self._loop = asyncio.get_running_loop()
+        _raise_open_files_limit()
+        supervisor = AsyncSupervisor(
+            self.registry,
+            owner=self.owner,
+            on_exit="leave",
+            notifier=self._notifier,
+            timings=AGENT_TIMINGS,
+            output_files=True,
+            on_files=self._files_from_thread,
+        )
+        async with supervisor:
+            self._supervisor = supervisor
+            await self._take_over(supervisor)
+            handlers = self._handlers()
+            server = ControlServer(self.places.socket_folder, handlers, max_request_bytes=MAX_REQUEST)
+            async with server:
+                self._watch_signals()
+                self._loop.add_reader(self._follower.fileno(), self._on_output)
+                ticking = asyncio.ensure_future(self._tick_held())
+                listening = self._listen()
+                log.info("serving %s on %s", self.places.key, server.path)
+                await self._stopping.wait()
+                ticking.cancel()
+                if listening is not None:
+                    listening.close()
+            if not self._stop_children:
+                log.info("stopped; children left running for the next agent")
+                os._exit(0)  # nothing of ours to tidy: the children hold no pipe to us
+            supervisor.on_exit = "stop"
+            await self._stop_held()
+        log.info("stopped, with the children stopped and recorded")
+        return 0
+
+    async def _take_over(self, supervisor: AsyncSupervisor) -> None:
+        takeover = Takeover(
+            self.registry,
+            self.owner,
+            AGENT_TIMINGS,
+            (self._writer, self._publisher, self._holder),
+            self._folder_of,
+        )
+        anchor_gone = not anchor_alive(self.anchor_pid)
+        run = functools.partial(takeover.run, anchor_gone=anchor_gone)
+        self._report = await supervisor.run_sync(run)
+        for held in self._report.held:
+            self._hold(held)
+        report = self._report
+        log.info(
+            "took over in %.3f s: %d outcomes delivered, %d exits journaled, %d held, %d lost",
+            report.seconds, report.delivered, report.journaled, len(report.held), report.lost,
+        )  # fmt: skip
+
+    def _folder_of(self, process_id: str) -> Path | None:
+        key = store_key(self.registry.location)
+        return None if key is None else folder_for(output_root(), key, process_id)
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _handlers(self) -> dict[str, Any]:
+        return {
+            "start": self._start,
+            "stop": self._stop,
+            "status": self._status,
+            "shutdown": self._shutdown,
+        }
+
+    async def _start(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``run --background``: start the order's command here; the reply comes once it runs
+        and that is recorded. A program that cannot be started is the reply's ``spawn_error``
+        (with its errno, so the CLI exits as a shell would)."""
+        order = checked(StartOrder, request)
+        session_id, _ = owner_session(_cli_owner_id())
+        try:
+            handle = await self._supervisor.start(
+                order.argv,
+                process_id=order.process_id,
+                cwd=order.cwd,
+                env=order.env,
+                stdin="null" if order.stdin == "null" else Path(order.stdin),
+                background=True,
+                session_id=session_id,
+                loop_id=self._loop_id,
+                capture=order.capture,
+                output_limit=order.output_limit,
+                ready=order.ready,
+                restart=order.restart,
+                stop=StopPolicy((signal.Signals(order.stop_signal),), order.grace_s),
+            )
+        except SpawnError as error:
+            return {"spawn_error": {"message": str(error), "errno": error.errno}}
+        return {"process_id": handle.process_id}
+
+    async def _stop(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A stop request was just recorded: look for it now, not at the next poll."""
+        checked(StopOrder, request)
+        self._look_for_requests()
+        return {"looking": True}
+
+    async def _status(self, request: dict[str, Any]) -> dict[str, Any]:
+        report = self._report
+        return {
+            "pid": os.getpid(),
+            "anchor_pid": self.anchor_pid if anchor_alive(self.anchor_pid) else None,
+            "ledger": self.places.key,
+            "uptime_s": round(time.monotonic() - self._started, 3),
+            "children": self._supervisor.watching + len(self._held),
+            "held": len(self._held),
+            "rss_bytes": _rss_bytes(),
+            "takeover": {
+                "seconds": round(report.seconds, 3),
+                "delivered": report.delivered,
+                "journaled": report.journaled,
+                "held": len(report.held),
+                "lost": report.lost,
+            },
+        }
+
+    async def _shutdown(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``agent stop``: through the anchor when there is one (else it would start us
+        again), which sends us SIGTERM."""
+        order = checked(ShutdownOrder, request)
+        self._stop_children = order.stop_children
+        if anchor_alive(self.anchor_pid):
+            assert self.anchor_pid is not None
+            os.kill(self.anchor_pid, signal.SIGTERM)
+        else:
+            self._stopping.set()
+        return {"stopping": True, "pid": os.getpid(), "stop_children": order.stop_children}
+
+    def _watch_signals(self) -> None:
+        assert self._loop is not None
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self._loop.add_signal_handler(signum, self._stopping.set)
+
+    # -- stop requests made elsewhere ---------------------------------------------------------
+
+    def _look_for_requests(self) -> None:
+        self._supervisor.supervisor.look_for_requests()
+        self._poked.set()
+
+    def _listen(self) -> Any:
+        """PostgreSQL: a ``LISTEN`` connection that wakes the stop poll at every commit of
+        another connection (a `stop` from another host); ``None`` elsewhere."""
+        try:
+            listener = self.registry.open_change_listener()
+        except Exception as error:
+            log.warning("no LISTEN connection (stops from other hosts wait for the poll): %s", error)
+            return None
+        if listener is None:
+            return None
+        assert self._loop is not None
+
+        def on_notified() -> None:
+            if listener.drain():
+                self._look_for_requests()
+
+        self._loop.add_reader(listener.fileno(), on_notified)
+        return listener
+
+    # -- held (adopted) runs ---------------------------------------------------------------
+
+    def _hold(self, held: HeldRun) -> None:
+        assert self._loop is not None and held.child is not None
+        fd = held.child.fileno()
+        self._held[fd] = held
+        self._loop.add_reader(fd, functools.partial(self._held_ended, fd))
+        capture = held.ticket.capture
+        if isinstance(capture, FileCapture) and capture.folder is not None:
+            self._follow(capture)
+
+    def _held_ended(self, fd: int) -> None:
+        assert self._loop is not None
+        self._loop.remove_reader(fd)
+        held = self._held.pop(fd)
+        held.ended_at = time.monotonic()
+        ending = asyncio.ensure_future(self._record_held_end(held))
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+
+    async def _record_held_end(self, held: HeldRun) -> None:
+        """Its exit from the journal (the anchor writes it before it reaps: within
+        milliseconds), or, past ``JOURNAL_WAIT_S`` or with the anchor gone, unknown."""
+        assert held.child is not None
+        pid, start = held.child.pid, held.child.start_time
+        deadline = time.monotonic() + JOURNAL_WAIT_S
+        pause = 0.005
+        while True:
+            exit = await self._supervisor.run_sync(self._journaled, pid, start)
+            if exit is not None or time.monotonic() >= deadline:
+                break
+            if not anchor_alive(self.anchor_pid):
+                break
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        why = unknown_status(not anchor_alive(self.anchor_pid))
+        self._unfollow(held.ticket.capture)
+        await self._supervisor.run_sync(self._holder.terminal, held, exit, why)
+
+    def _journaled(self, pid: int, start: int) -> Any:
+        self._holder.exits.read()
+        return self._holder.exits.take(pid, start)
+
+    async def _tick_held(self) -> None:
+        """Renew the held runs' leases and carry out stop requests made for them: at once when
+        told of one, else at the Supervisor's poll interval (and not at all with none held)."""
+        while True:
+            try:
+                timeout = STOP_POLL_S if self._held else None
+                await asyncio.wait_for(self._poked.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._poked.clear()
+            if self._held:
+                await self._supervisor.run_sync(self._held_round)
+
+    def _held_round(self) -> None:
+        now = time.monotonic()
+        held_runs = list(self._held.values())
+        seqs = self.registry.change_seqs([h.process_id for h in held_runs])
+        for held in held_runs:
+            if not self._holder.renew(held, now):
+                log.warning("process %r: lease lost: left to its new holder", held.process_id)
+                continue
+            seq = seqs.get(held.process_id, 0)
+            if seq > held.seen_change_seq:
+                held.seen_change_seq = seq
+                self._holder.stop_found(held)
+
+    async def _stop_held(self) -> None:
+        """``--stop-children``: each held run's tree stopped (SIGTERM, SIGKILL after its
+        grace) and its end recorded as a shutdown's, as the Supervisor records its own."""
+        for held in list(self._held.values()):
+            held.shutdown = True
+            policy = held.policy
+            stop = functools.partial(
+                orphans.stop_tree, held.record, policy.signals, policy.grace_s, escalate=True
+            )
+            await self._supervisor.run_sync(stop)
+        while self._held or self._ending:
+            await asyncio.sleep(0.01)
+
+    # -- output files ------------------------------------------------------------------------
+
+    def _files_from_thread(self, process_id: str, capture: FileCapture) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._follow, capture)
+
+    def _follow(self, capture: FileCapture) -> None:
+        """Follow a run's two files: for the bound, and for its output probe if it has one
+        (only then are the bytes read)."""
+        if capture.folder is None or capture.files() is None:
+            return
+        for path in stream_paths(capture.folder):
+            try:
+                self._follower.watch(path, data=capture.feeds is not None)
+            except (OSError, ValueError) as error:
+                log.warning("not following %s: %s", path, error)
+                continue
+            self._files[path] = capture
+
+    def _unfollow(self, capture: Any) -> None:
+        if isinstance(capture, FileCapture) and capture.folder is not None:
+            for path in stream_paths(capture.folder):
+                self._follower.unwatch(path)
+                self._files.pop(path, None)
+
+    def _on_output(self) -> None:
+        touched: set[int] = set()
+        for update in self._follower.read_ready():
+            capture = self._files.get(update.path)
+            if capture is None:
+                continue
+            if capture.feeds is not None and update.data:
+                stream = 0 if update.path == stream_paths(update.path.parent)[0] else 1
+                capture.feeds[stream](update.data)
+            if id(capture) not in touched:
+                touched.add(id(capture))
+                files = capture.files()
+                if files is not None:
+                    files.enforce_bound()
+
+
+def _cli_owner_id() -> str:
+    return f"procledger-cli@{host_id()}"
+
+
+def _cli_notifier(registry: ProcessRegistry) -> tuple[Notifier, Any]:
+    """The CLI's notification session of this host (its runs' completions went there when a
+    detached `procledger` supervised them; they still do)."""
+    session_id, loop_id = owner_session(_cli_owner_id())
+    notifier = Notifier(registry, session_id)
+    notifier.add_loop(loop_id)
+    return notifier, loop_id
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _raise_open_files_limit() -> None:
+    """Each child's two followed files and its pidfd hold descriptors: a thousand children
+    need more than the usual soft limit of 1,024. Raised to the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass

@@ -1,0 +1,73 @@
+"""What a client asks of the agent over its socket (docs/design.md §18.3), checked as pydantic
+models: a request that does not fit is an error reply naming the field, before anything is
+written. The socket is a fast path, not a second source of truth: each order is carried out
+through the ledger as a ``Supervisor`` would.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from procledger.domain.service import Readiness, RestartPolicy
+from procledger.domain.vocabulary import MAX_LEDGER_INT
+
+__all__ = ["OrderError", "ShutdownOrder", "StartOrder", "StopOrder", "checked"]
+
+
+class _Order(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StartOrder(_Order):
+    """``run --background``: the command, where and with what it runs, and how it is kept.
+    ``env`` is the caller's environment (the child's, as if the caller had spawned it);
+    ``stdin`` ``null`` or an absolute path to a readable file."""
+
+    op: Literal["start"] = "start"
+    argv: list[str] = Field(min_length=1)
+    process_id: str = Field(min_length=1, max_length=200)
+    cwd: str = Field(min_length=1)
+    env: dict[str, str]
+    stdin: str = "null"
+    capture: bool = True
+    output_limit: Annotated[int, Field(ge=0, le=MAX_LEDGER_INT)] = 64 * 1024 * 1024
+    ready: Readiness | None = None
+    restart: RestartPolicy | None = None
+    stop_signal: Annotated[int, Field(ge=1, le=64)] = int(signal.SIGTERM)
+    grace_s: Annotated[float, Field(ge=0, le=86_400)] = 10.0
+
+
+class StopOrder(_Order):
+    """Look for stop requests now: one was just recorded for ``process_id`` (the ledger holds
+    the request; this only saves the agent's poll interval)."""
+
+    op: Literal["stop"] = "stop"
+    process_id: str = Field(min_length=1, max_length=200)
+
+
+class ShutdownOrder(_Order):
+    """``agent stop``: leave the children running (the next agent adopts them), or stop each
+    and record how it ended."""
+
+    op: Literal["shutdown"] = "shutdown"
+    stop_children: bool = False
+
+
+O = TypeVar("O", bound=_Order)
+
+
+class OrderError(ValueError):
+    """A request that is not an order of its op: the first problem, with its field."""
+
+
+def checked(kind: type[O], request: dict[str, object]) -> O:
+    """``request`` as ``kind``, or ``OrderError`` naming the first field at fault."""
+    try:
+        return kind.model_validate(request)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "request"
+        raise OrderError(f"{where}: {first['msg']}") from None
