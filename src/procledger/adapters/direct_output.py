@@ -39,6 +39,11 @@ bytes written between the copy and the truncate.
 What files cannot give, and pipes did: the interleaving of stdout and stderr. Each stream keeps
 its own exact offsets; the order between them is only as fine as a follower saw it.
 
+Readers (``read_output``, ``logs``) find this layout through ``output_files.OutputReader``,
+which tells it from the segment layout by the two file names and reads it with ``read_range``
+(``stream_facts`` for a salvage's totals). That is why this module, the lower of the two,
+defines the names both layouts share (``STREAMS``, ``TAIL_BYTES``) and imports nothing of ours.
+
 Standard library only: this is the agent's hot path, and the anchor may load it.
 """
 
@@ -56,11 +61,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, NamedTuple
 
-from procledger.adapters.output_files import STREAMS, TAIL_BYTES
-
 __all__ = [
     "POLL_INTERVAL",
     "READ_MAX",
+    "STREAMS",
+    "TAIL_BYTES",
     "Follower",
     "OutputFacts",
     "OutputFiles",
@@ -71,8 +76,16 @@ __all__ = [
     "open_output_files",
     "probe_hole_punching",
     "read_range",
+    "stream_facts",
     "stream_paths",
 ]
+
+STREAMS: Final = ("stdout", "stderr")
+"""The two streams, in the order every per-stream pair is given (stream 0, stream 1); the
+segment layout (``output_files``) uses the same names."""
+
+TAIL_BYTES: Final = 8 * 1024
+"""The last bytes of each stream the ledger keeps at the end of a run, in either layout."""
 
 POLL_INTERVAL: Final = 0.1
 """Seconds between two looks of the stat-poll fallback (no inotify): the lag a follower adds,
@@ -580,7 +593,7 @@ class OutputFiles:
     def summarize(self) -> OutputFacts:
         """The facts the ledger records of the output (``OutputFacts.summary_fields``): read
         from the files as they are now (the child may still be writing)."""
-        streams = [_stream_facts(path) for path in self.paths]
+        streams = [stream_facts(path) for path in self.paths]
         missing = [str(p) for p, s in zip(self.paths, streams, strict=True) if s is None]
         return OutputFacts(
             folder=self.folder,
@@ -592,8 +605,9 @@ class OutputFiles:
         )
 
 
-def _stream_facts(path: Path) -> StreamFacts | None:
-    """Written, kept, dropped and the tail of one stream's file; None if it is gone."""
+def stream_facts(path: Path) -> StreamFacts | None:
+    """Written, kept, dropped and the tail of one stream's file; None if it is gone. Also what
+    ``OutputReader.totals`` gives of a direct-layout folder whose agent can no longer say."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -18,6 +18,10 @@ a run that writes nothing costs one file create less (a journal write: ~0.1 ms o
 The writer never raises: a failed write or a folder that vanished stops capture, and the reason
 is kept (``stopped``) for the caller to record. Past ``limit`` bytes kept, the oldest segments
 are deleted first, across both streams; the streams' dropped bytes are always a prefix.
+
+The agent's children write the same folder in another layout, two plain files
+(``adapters.direct_output``): ``OutputReader`` reads either, so no reader needs to know which
+(``DirectReader`` below; what that layout cannot tell, the streams' interleaving, is said there).
 """
 
 from __future__ import annotations
@@ -33,6 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from procledger.adapters.direct_output import (
+    READ_MAX,
+    STREAMS,
+    TAIL_BYTES,
+    read_range,
+    stream_facts,
+    stream_paths,
+)
 from procledger.adapters.state_dir import subdirectory
 
 __all__ = [
@@ -40,8 +52,10 @@ __all__ = [
     "STREAMS",
     "TAIL_BYTES",
     "Chunk",
+    "DirectReader",
     "OutputReader",
     "OutputWriter",
+    "SegmentReader",
     "StreamTotals",
     "folder_for",
     "output_root",
@@ -49,10 +63,8 @@ __all__ = [
     "remove_process_output",
 ]
 
-STREAMS: Final = ("stdout", "stderr")
 MAX_SEGMENT: Final = 8 * 1024 * 1024
 MIN_SEGMENT: Final = 4096
-TAIL_BYTES: Final = 8 * 1024
 _ORDER: Final = "order"
 _RUN: Final = struct.Struct(">BQ")
 
@@ -260,13 +272,55 @@ class Chunk:
 
 
 class OutputReader:
-    """Reads a process's output folder as it is now (the writer may still be appending)."""
+    """Reads a process's output folder as it is now (the writer may still be appending), in
+    whichever layout its writer left: ``OutputWriter``'s segments and ``order`` file, or the
+    two files a child writes itself (``adapters.direct_output``, named plainly ``stdout`` and
+    ``stderr``, which no segment is). Callers (``read_output``, ``logs``, a salvage) need not
+    know which: the interface, its chunks and its totals are the same.
+
+    The layout is looked for at each call (a stat or two), not fixed when the reader is made:
+    a follower may open the folder before its first file exists, and a re-run under the same id
+    remakes the folder."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._segments = SegmentReader(folder)
+        self._direct = DirectReader(folder)
+
+    def layout(self) -> SegmentReader | DirectReader:
+        """The reader of the layout on disk now: a folder without the direct layout's files
+        is read as segments (an empty or missing folder reads as nothing, either way)."""
+        return self._direct if self._direct.present() else self._segments
 
     def exists(self) -> bool:
         return self.folder.is_dir()
+
+    def end(self, stream: int) -> int:
+        """The offset just past the last byte on disk (0 when nothing is)."""
+        return self.layout().end(stream)
+
+    def totals(self, stream: int) -> StreamTotals:
+        """The stream's totals as the files tell them, for a writer that can no longer say
+        (killed): see each layout's ``totals``."""
+        return self.layout().totals(stream)
+
+    def read(self, stream: int, start: int, end: int | None = None) -> Iterator[Chunk]:
+        """The stream's bytes from ``start`` up to ``end`` (default: what is on disk now);
+        bytes no longer kept are skipped: the first chunk then begins past ``start``."""
+        return self.layout().read(stream, start, end)
+
+    def merged(self, since: tuple[int, int] = (0, 0)) -> Iterator[Chunk]:
+        """Both streams from per-stream offsets ``since``, up to what is on disk now: in arrival
+        order where the layout kept it (segments), else each stream in turn (direct)."""
+        return self.layout().merged(since)
+
+
+class SegmentReader:
+    """``OutputWriter``'s layout: segment files per stream, and the ``order`` file that says
+    how the streams interleaved."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
 
     def segments(self, stream: int) -> list[tuple[int, Path]]:
         """``(start offset, path)`` of the stream's segments on disk, oldest first."""
@@ -284,9 +338,8 @@ class OutputReader:
         return _end_of(self.segments(stream))
 
     def totals(self, stream: int) -> StreamTotals:
-        """The stream's totals as the files tell them, for a writer that can no longer say
-        (killed): written is where the kept bytes end, or where the order file last saw the
-        stream when every segment was dropped; the tail is the last ``TAIL_BYTES`` on disk."""
+        """Written is where the kept bytes end, or where the order file last saw the stream
+        when every segment was dropped; the tail is the last ``TAIL_BYTES`` on disk."""
         segments = self.segments(stream)
         if segments:  # the newest segment goes last: where it ends, the stream does
             written, first = _end_of(segments), segments[0][0]
@@ -299,8 +352,7 @@ class OutputReader:
         return StreamTotals(written, written - first, first, tail[-TAIL_BYTES:])
 
     def read(self, stream: int, start: int, end: int | None = None) -> Iterator[Chunk]:
-        """The stream's bytes from ``start`` up to ``end`` (default: what is on disk now), in
-        chunks of at most one segment; bytes no longer kept are skipped."""
+        """As ``OutputReader.read``, in chunks of at most one segment."""
         for first, path in self.segments(stream):
             if end is not None and first >= end:
                 break
@@ -324,8 +376,7 @@ class OutputReader:
         return [_RUN.unpack_from(raw, at) for at in range(0, whole, _RUN.size)]
 
     def merged(self, since: tuple[int, int] = (0, 0)) -> Iterator[Chunk]:
-        """Both streams in arrival order, from per-stream offsets ``since``, up to what is
-        on disk now."""
+        """Both streams in arrival order, as the ``order`` file recorded it."""
         ends = (self.end(0), self.end(1))  # before the runs: a run added since is cut at them
         runs = self.runs()
         stops = list(_run_stops(runs, ends))
@@ -333,6 +384,71 @@ class OutputReader:
             begin = max(start, since[stream])
             if stop > begin:
                 yield from self.read(stream, begin, stop)
+
+
+class DirectReader:
+    """The direct layout (``adapters.direct_output``): one file per stream, written by the
+    child itself, whose byte offsets are the stream's. The bound drops a prefix by punching a
+    hole (the size and every offset stay); the kernel reads a hole as zeros, so every read goes
+    through ``read_range``, which starts at the first byte kept and never returns zeros from
+    the dropped prefix: a read from inside it begins where the kept bytes do, as a read from a
+    deleted segment does in the other layout."""
+
+    def __init__(self, folder: Path) -> None:
+        self.paths = stream_paths(folder)
+
+    def present(self) -> bool:
+        """Whether the folder holds this layout: either file (they are opened one after the
+        other, so a reader may see the first alone)."""
+        return any(path.exists() for path in self.paths)
+
+    def end(self, stream: int) -> int:
+        """The file's size: where the stream ends, dropped prefix included."""
+        try:
+            return self.paths[stream].stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def totals(self, stream: int) -> StreamTotals:
+        """Written is the file's size, dropped the punched prefix, the tail the last
+        ``TAIL_BYTES`` kept (``direct_output.stream_facts``); all 0 for a missing file."""
+        facts = stream_facts(self.paths[stream])
+        if facts is None:
+            return StreamTotals()
+        return StreamTotals(facts.written, facts.kept, facts.dropped, bytearray(facts.tail))
+
+    def read(self, stream: int, start: int, end: int | None = None) -> Iterator[Chunk]:
+        """As ``OutputReader.read``, in chunks of at most ``READ_MAX`` bytes (one file has no
+        segments to cut at; this bounds what one chunk holds in memory)."""
+        path = self.paths[stream]
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            size = os.fstat(fd).st_size
+            stop = size if end is None else min(end, size)
+            while start < stop:
+                piece = read_range(fd, path, start, stop, READ_MAX)
+                if not piece.data:
+                    return
+                yield Chunk(STREAMS[stream], piece.offset, piece.data)
+                start = piece.offset + len(piece.data)
+        finally:
+            os.close(fd)
+
+    def merged(self, since: tuple[int, int] = (0, 0)) -> Iterator[Chunk]:
+        """Stdout's bytes past ``since[0]``, then stderr's past ``since[1]``, each up to where
+        its file ended when the call began.
+
+        The files keep no record of how the streams interleaved, and any interleaving made up
+        here (by chunk, by line, by file times) would present a guess as the child's order.
+        Each stream whole and exact, one after the other, is what is known. A follower that
+        calls this again as bytes arrive sees the streams interleaved as finely as it polls:
+        the order is as the reader saw it, which is all the layout can give."""
+        ends = (self.end(0), self.end(1))
+        for stream in (0, 1):
+            yield from self.read(stream, since[stream], ends[stream])
 
 
 def _end_of(segments: list[tuple[int, Path]]) -> int:

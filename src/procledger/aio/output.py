@@ -4,6 +4,7 @@ The same reader as ``procledger.application.output.read_output``, called in a wo
 what is on disk past the positions read so far, then -- following -- new bytes every
 ``poll_s`` (a file has no wake-up to wait on) until the process has ended and everything it
 wrote has been yielded. Cancelling the task that iterates ends the reading and nothing else.
+Either layout of the output folder reads the same way (``OutputReader`` tells them apart).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ async def output_chunks(
     limiter: CapacityLimiter | None = None,
     poll_s: float = POLL_S,
 ) -> AsyncGenerator[Chunk, None]:
-    """The output's chunks (both streams in arrival order, or one ``stream``) from
+    """The output's chunks (both streams in arrival order -- stdout then stderr where a child
+    wrote its own files, which keep no order between them -- or one ``stream``) from
     ``since_offset``; with ``follow``, then new ones until the process has ended.
 
     Raises:

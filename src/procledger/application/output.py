@@ -3,8 +3,13 @@ the process ends, or the tail the ledger keeps.
 
 The files are found the way the Supervisor wrote them: the record's ``output.folder`` once the
 run has ended, else the folder named by the store and the process id under the output root.
-Reads never take a lock: segments are append-only, and one the writer deletes meanwhile is
-skipped (its bytes were dropped past the limit).
+The folder holds either layout (``OutputReader`` tells them apart): the Supervisor's segments,
+or the two files an agent's child writes itself (docs/design.md §14.1). Reads never take a
+lock: segments are append-only, and one the writer deletes meanwhile is skipped; a direct file
+is append-only too, and its punched prefix is skipped the same way (those bytes were dropped
+past the limit, and are never read back as the zeros of a hole). Merged, the segments give the
+arrival order; the direct layout has none to give, so each stream comes in turn (stdout first)
+and a follower interleaves them only as finely as it polls.
 """
 
 from __future__ import annotations
@@ -143,7 +148,8 @@ def read_output(
 ) -> Iterator[Chunk]:
     """The process's output on disk now: both streams in arrival order (or one ``stream``),
     from byte ``since_offset`` of each stream (or ``(stdout, stderr)`` offsets); bytes
-    dropped past the limit are skipped.
+    dropped past the limit are skipped. Output a child wrote to files itself (the agent's
+    layout) kept no arrival order: merged, its stdout comes first, then its stderr.
 
     Raises:
         NotFound: no such process.

@@ -59,7 +59,8 @@ def logs(
         ),
     ] = False,
 ) -> None:
-    """Print a process's captured output: both streams in arrival order.
+    """Print a process's captured output: both streams in arrival order (stdout, then stderr,
+    for a child that wrote its own files: they keep no order between the two).
 
     On another host, prints the tail the ledger kept and says where the rest is."""
     name = None if stream is None else stream.value
