@@ -61,6 +61,9 @@ __all__ = ["USAGE", "Backoff", "Options", "UsageError", "main", "parse_args"]
 SIGNALS = frozenset({signal.SIGCHLD, signal.SIGTERM, signal.SIGINT})
 """What the anchor waits for; blocked for the whole of its life, taken by ``sigtimedwait``."""
 RETRY_S = 1.0
+ALREADY_SERVED = 75
+"""The agent's exit status when another agent serves its ledger (``EX_TEMPFAIL``): starting it
+again would only fail again, so the anchor stops (``agent.launch.ALREADY_SERVED``)."""
 """How soon a record that could not be written is tried again."""
 JOURNAL_VARIABLE = "PROCLEDGER_EXIT_JOURNAL"
 """Set in the agent's environment: where the journal it must deliver lives."""
@@ -334,6 +337,10 @@ class Anchor:
         uptime = now - self._agent_started
         if self._stopping:
             _log(f"the agent, pid {record.pid}, ended ({how}); stopped")
+            return
+        if record.exit_code == ALREADY_SERVED:
+            self._stopping = True
+            _log(f"the agent, pid {record.pid}, found another agent serving its ledger; stopped")
             return
         delay = self._backoff.after_exit(uptime)
         self._start_at = now + delay

@@ -34,6 +34,8 @@ __all__ = [
 MAX_REQUEST_BYTES = 64 * 1024
 """The longest request line, its newline included: requests are small commands, and a bound
 keeps one client from making the agent buffer without limit."""
+START_REQUEST_BYTES = 1024 * 1024
+"""The longest ``start`` request: it carries the caller's environment, which may be large."""
 MAX_REPLY_BYTES = 16 * 1024 * 1024
 """The longest reply the client reads: a reply is a record or a page, never a whole ledger."""
 SOCKET_NAME = "agent.sock"
@@ -121,7 +123,13 @@ def socket_path(
     return os.path.join(socket_dir(ledger_key, environ, create=create), SOCKET_NAME)
 
 
-def request(path: str | os.PathLike[str], doc: dict[str, Any], timeout: float = 5.0) -> Any:
+def request(
+    path: str | os.PathLike[str],
+    doc: dict[str, Any],
+    timeout: float = 5.0,
+    *,
+    max_bytes: int = MAX_REQUEST_BYTES,
+) -> Any:
     """Send ``doc`` (one JSON object with an ``op``) and return the reply's ``result``.
 
     ``timeout`` bounds the whole exchange, connect to last byte: the CLI must answer even when
@@ -135,8 +143,8 @@ def request(path: str | os.PathLike[str], doc: dict[str, Any], timeout: float = 
         AgentSocketError: the server runs as another uid.
     """
     data = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
-    if len(data) > MAX_REQUEST_BYTES:
-        raise AgentError("RequestTooLarge", f"{len(data)} bytes, over {MAX_REQUEST_BYTES}")
+    if len(data) > max_bytes:
+        raise AgentError("RequestTooLarge", f"{len(data)} bytes, over {max_bytes}")
     deadline = time.monotonic() + timeout
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)

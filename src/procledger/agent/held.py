@@ -167,9 +167,7 @@ class Holder:
             orphans.stop_tree(record, policy.signals, policy.grace_s, escalate=True)
 
 
-def ticket_for(
-    registry: ProcessRegistry, record: ProcessRecord, capture: FileCapture
-) -> Ticket:
+def ticket_for(registry: ProcessRegistry, record: ProcessRecord, capture: FileCapture) -> Ticket:
     """The ticket a held run's writes go by: its ids, and the handle and notification target
     its start saved (none saved: no notification was asked for)."""
     ids = event_ids(record.id, record.registration_hash)

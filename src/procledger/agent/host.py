@@ -22,17 +22,20 @@ journals their exits, and the next agent adopts them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import resource
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from procledger.adapters.direct_output import Follower, stream_paths
 from procledger.adapters.output_files import folder_for, output_root
+from procledger.agent.control_client import START_REQUEST_BYTES
 from procledger.agent.control_socket import ControlServer
 from procledger.agent.held import (
     JOURNAL_WAIT_S,
@@ -42,12 +45,14 @@ from procledger.agent.held import (
     anchor_alive,
     unknown_status,
 )
+from procledger.agent.launch import ALREADY_SERVED, ledger_key
 from procledger.agent.orders import ShutdownOrder, StartOrder, StopOrder, checked
 from procledger.agent.places import AgentPlaces
 from procledger.agent.takeover import Takeover, TakeoverReport
 from procledger.aio.supervisor import AsyncSupervisor
+from procledger.application.bootstrap import open_registry
 from procledger.application.outbox import store_key
-from procledger.domain.errors import SpawnError
+from procledger.domain.errors import AgentSocketError, ProcledgerError, SpawnError
 from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.notifications.notifier import Notifier
 from procledger.supervisor import orphans
@@ -61,7 +66,7 @@ from procledger.supervisor.ticker import STOP_POLL_S
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["AGENT_ROLE", "AgentHost", "AGENT_TIMINGS"]
+__all__ = ["AGENT_ROLE", "AGENT_TIMINGS", "AgentHost"]
 
 log = logging.getLogger("procledger.agent")
 
@@ -73,11 +78,6 @@ AGENT_TIMINGS: Final = LeaseTimings(ttl_ms=300_000, renew_ms=60_000)
 """The agent's leases last 5 minutes, renewed every minute: its children outlive it, so a
 lease need not lapse soon for another holder to take over (on this host, a dead agent is
 provably dead at once); a thousand children then cost ~17 renewals a second, not a hundred."""
-
-MAX_REQUEST: Final = 1024 * 1024
-"""A start carries the caller's environment: more room than the socket's default 64 KiB."""
-
-RECEIVED_PREFIX: Final = "agent: "
 
 
 class AgentHost:
@@ -93,6 +93,7 @@ class AgentHost:
         self._files: dict[Path, FileCapture] = {}
         self._held: dict[int, HeldRun] = {}  # by pidfd
         self._poked = asyncio.Event()
+        self._ready = asyncio.Event()  # the takeover is done: orders may be carried out
         self._ending: set[asyncio.Future[None]] = set()
         self._started = time.monotonic()
         self._report = TakeoverReport()
@@ -119,23 +120,26 @@ class AgentHost:
             output_files=True,
             on_files=self._files_from_thread,
         )
-        async with supervisor:
+        server = ControlServer(
+            self.places.socket_folder, self._handlers(), max_request_bytes=START_REQUEST_BYTES
+        )
+        async with server, supervisor:  # the socket's lock first: one agent per ledger
             self._supervisor = supervisor
+            self._watch_signals()
             await self._take_over(supervisor)
-            handlers = self._handlers()
-            server = ControlServer(self.places.socket_folder, handlers, max_request_bytes=MAX_REQUEST)
-            async with server:
-                self._watch_signals()
-                self._loop.add_reader(self._follower.fileno(), self._on_output)
-                ticking = asyncio.ensure_future(self._tick_held())
-                listening = self._listen()
-                log.info("serving %s on %s", self.places.key, server.path)
-                await self._stopping.wait()
-                ticking.cancel()
-                if listening is not None:
-                    listening.close()
+            self._ready.set()
+            self._loop.add_reader(self._follower.fileno(), self._on_output)
+            ticking = asyncio.ensure_future(self._tick_held())
+            listening = self._listen()
+            log.info("serving %s on %s", self.places.key, server.path)
+            await self._stopping.wait()
+            ticking.cancel()
+            if listening is not None:
+                listening.close()
+            await server.close()
             if not self._stop_children:
                 log.info("stopped; children left running for the next agent")
+                logging.shutdown()
                 os._exit(0)  # nothing of ours to tidy: the children hold no pipe to us
             supervisor.on_exit = "stop"
             await self._stop_held()
@@ -180,6 +184,7 @@ class AgentHost:
         and that is recorded. A program that cannot be started is the reply's ``spawn_error``
         (with its errno, so the CLI exits as a shell would)."""
         order = checked(StartOrder, request)
+        await self._ready.wait()
         session_id, _ = owner_session(_cli_owner_id())
         try:
             handle = await self._supervisor.start(
@@ -204,6 +209,7 @@ class AgentHost:
     async def _stop(self, request: dict[str, Any]) -> dict[str, Any]:
         """A stop request was just recorded: look for it now, not at the next poll."""
         checked(StopOrder, request)
+        await self._ready.wait()
         self._look_for_requests()
         return {"looking": True}
 
@@ -230,6 +236,7 @@ class AgentHost:
         """``agent stop``: through the anchor when there is one (else it would start us
         again), which sends us SIGTERM."""
         order = checked(ShutdownOrder, request)
+        await self._ready.wait()
         self._stop_children = order.stop_children
         if anchor_alive(self.anchor_pid):
             assert self.anchor_pid is not None
@@ -255,7 +262,9 @@ class AgentHost:
         try:
             listener = self.registry.open_change_listener()
         except Exception as error:
-            log.warning("no LISTEN connection (stops from other hosts wait for the poll): %s", error)
+            log.warning(
+                "no LISTEN connection (stops from other hosts wait for the poll): %s", error
+            )
             return None
         if listener is None:
             return None
@@ -271,7 +280,8 @@ class AgentHost:
     # -- held (adopted) runs ---------------------------------------------------------------
 
     def _hold(self, held: HeldRun) -> None:
-        assert self._loop is not None and held.child is not None
+        assert self._loop is not None
+        assert held.child is not None
         fd = held.child.fileno()
         self._held[fd] = held
         self._loop.add_reader(fd, functools.partial(self._held_ended, fd))
@@ -417,7 +427,27 @@ def _raise_open_files_limit() -> None:
     need more than the usual soft limit of 1,024. Raised to the hard limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > soft:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (OSError, ValueError):
-            pass
+
+
+def serve_ledger(url: str | None) -> int:
+    """``procledger agent serve``: be the agent of ``url``'s ledger until told to stop. Its
+    exit status: 0 after a stop, ``ALREADY_SERVED`` when another agent serves the ledger (the
+    anchor then stops rather than start it again), 1 when it cannot open the ledger."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s procledger-agent[%(process)d]: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        registry = open_registry(url)
+        places = AgentPlaces.of(ledger_key(url))
+    except ProcledgerError as error:
+        log.error("cannot serve: %s", error)
+        return 1
+    try:
+        return asyncio.run(AgentHost(registry, places).serve())
+    except AgentSocketError as error:
+        log.error("not serving: %s", error)
+        return ALREADY_SERVED

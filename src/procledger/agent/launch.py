@@ -20,9 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from procledger.agent.control_client import request
+from procledger.adapters.outbox import store_key
+from procledger.adapters.sql.location import locate
+from procledger.agent.anchor import ALREADY_SERVED
+from procledger.agent.control_client import START_REQUEST_BYTES, request
 from procledger.agent.places import AgentPlaces
-from procledger.domain.errors import AgentError, AgentNotRunning
+from procledger.domain.errors import AgentNotRunning, AgentStartError
 
 __all__ = [
     "ALREADY_SERVED",
@@ -35,9 +38,6 @@ __all__ = [
     "unit_text",
 ]
 
-ALREADY_SERVED: Final = 75
-"""The agent's exit status when another agent already serves its ledger (``EX_TEMPFAIL``): the
-anchor then stops instead of starting it again."""
 
 START_TIMEOUT_S: Final = 20.0
 """How long a client waits for a freshly started agent to answer (a first start imports the
@@ -52,14 +52,13 @@ def ledger_key(url: str | None) -> str:
 
     Raises:
         StoreURLError: the URL is malformed.
-        AgentError: an in-memory ledger, which no agent can share.
+        AgentStartError: an in-memory ledger, which no agent can share.
     """
-    from procledger.adapters.outbox import store_key
-    from procledger.adapters.sql.opening import locate
-
     key = store_key(locate(url))
     if key is None:
-        raise AgentError("an in-memory ledger cannot be shared with an agent: use a SQLite file")
+        raise AgentStartError(
+            "an in-memory ledger cannot be shared with an agent: use a SQLite file"
+        )
     return key
 
 
@@ -74,7 +73,7 @@ def ping(places: AgentPlaces, timeout: float = 2.0) -> dict[str, Any] | None:
 
 def ask(places: AgentPlaces, doc: dict[str, Any], timeout: float = 5.0) -> Any:
     """One request to the running agent (``AgentNotRunning`` when none runs)."""
-    return request(places.socket, doc, timeout=timeout)
+    return request(places.socket, doc, timeout=timeout, max_bytes=START_REQUEST_BYTES)
 
 
 def agent_argv() -> list[str]:
@@ -96,7 +95,7 @@ def ensure_agent(url: str | None, places: AgentPlaces | None = None) -> tuple[Ag
     now.
 
     Raises:
-        AgentError: it could not be started (the reason and the log's last lines).
+        AgentStartError: it could not be started (the reason and the log's last lines).
         AgentSocketError: its socket folder is not private.
     """
     places = places or AgentPlaces.of(ledger_key(url))
@@ -142,7 +141,7 @@ def _spawn_detached(url: str | None, places: AgentPlaces) -> None:
         ended = child.poll()
         if ended is not None or time.monotonic() >= deadline:
             why = f"it exited with status {ended}" if ended is not None else "it did not answer"
-            raise AgentError(
+            raise AgentStartError(
                 f"the agent could not be started ({why} within {START_TIMEOUT_S:g} s); "
                 f"its log, {places.log}, ends: {_log_tail(places.log)}"
             )

@@ -56,14 +56,14 @@ class ShutdownOrder(_Order):
     stop_children: bool = False
 
 
-O = TypeVar("O", bound=_Order)
+OrderT = TypeVar("OrderT", bound=_Order)
 
 
 class OrderError(ValueError):
     """A request that is not an order of its op: the first problem, with its field."""
 
 
-def checked(kind: type[O], request: dict[str, object]) -> O:
+def checked(kind: type[OrderT], request: dict[str, object]) -> OrderT:
     """``request`` as ``kind``, or ``OrderError`` naming the first field at fault."""
     try:
         return kind.model_validate(request)

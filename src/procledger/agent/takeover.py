@@ -42,7 +42,7 @@ from procledger.supervisor.terminals import TerminalWriter
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
-__all__ = ["TakeoverReport", "Takeover"]
+__all__ = ["Takeover", "TakeoverReport"]
 
 log = logging.getLogger("procledger.agent")
 
@@ -116,9 +116,7 @@ class Takeover:
         lease = self._lease(record)
         if lease is None:
             return  # its holder may live: not ours to take
-        keeper = LeaseKeeper(
-            self._registry, lease, self._timings, since=time.monotonic(), log=log
-        )
+        keeper = LeaseKeeper(self._registry, lease, self._timings, since=time.monotonic(), log=log)
         if record.state is ProcessState.starting:
             record = self._found_starting(record, keeper)
         folder = self._folder_of(record.id)

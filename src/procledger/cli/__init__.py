@@ -16,20 +16,22 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``_owner``: the host's CLI owner and its notification session.
 - ``maintenance``: ``table``, ``rebuild``.
 - ``recovery``: ``sweep``, ``worker``.
-- ``running``: ``run``, in the foreground or detached; ``run_options``: its options, each
-  defined once (flags, help, parsing) on a field of ``RunOptions``.
+- ``running``: ``run``, in the foreground or through the host agent; ``run_options``: its
+  options, each defined once (flags, help, parsing) on a field of ``RunOptions``.
 - ``waiting``: ``wait`` (readiness or the end of a process or service).
 - ``inspection``: ``ps``, ``show``, ``feed``.
 - ``logs``: ``logs`` (captured output), ``prune`` (retention).
 - ``control``: ``stop``, ``abandon``, ``restore``.
 - ``serve``: ``serve``, the web view (``procledger.web``).
 - ``keys``: ``keygen``.
+- ``agent``: ``agent start|stop|status|run|unit`` (the host agent, docs/design.md §18).
 """
 
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from procledger.cli import (
+    agent,
     control,
     inspection,
     keys,
@@ -49,7 +51,6 @@ if TYPE_CHECKING:
 # The order of registration is the order of `procledger --help`: the order a person uses them.
 command = partial(app.command, cls=Command)
 command(context_settings=running.RUN_CONTEXT_SETTINGS, cls=running.RunCommand)(running.run)
-command(name=running.DETACHED_COMMAND, hidden=True)(running.run_detached)
 command()(waiting.wait)
 command()(inspection.ps)
 command()(inspection.show)
@@ -66,6 +67,7 @@ command(short_help="Rebuild the read models from the event log.")(maintenance.re
 command(short_help="Check the ledger's integrity, chains and read models.")(verify.verify)
 command()(maintenance.table)
 command()(keys.keygen)
+app.add_typer(agent.agent_app, name="agent")
 
 
 def __getattr__(name: str) -> Any:

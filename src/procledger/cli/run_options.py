@@ -3,10 +3,10 @@ parse and what they must agree with, all on one field of ``RunOptions``.
 
 A field of ``RunOptions`` owns its flags (``run``'s signature, and so its ``--help``, is made
 from them in field order) and the parser that turns their text into the field's value. The
-flags are parsed once, in the foreground; a detached `procledger` (``run --background``)
-receives the parsed ``RunOptions`` as JSON and parses no flag again. A refused value is a
-usage error naming the flag (exit 2), found before anything is recorded; with several, the
-first in ``--help`` order is named (the command's words last).
+flags are parsed once, in the foreground; the host agent (``run --background``) receives the
+parsed options as its ``start`` order (``running.start_order``) and parses no flag again. A
+refused value is a usage error naming the flag (exit 2), found before anything is recorded;
+with several, the first in ``--help`` order is named (the command's words last).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def parse_stdin(value: str | None, background: bool) -> StdinSource:
         return "null"
     if value == "inherit":
         if background:
-            message = "a detached run has no stdin to inherit (use null or a file)"
+            message = "a background run has no stdin to inherit (use null or a file)"
             raise typer.BadParameter(message, param_hint="--stdin")
         return "inherit"
     path = Path(value).absolute()
@@ -186,8 +186,9 @@ _COMMAND = inspect.Parameter(
 _BACKGROUND = _switch(
     "background",
     "--background",
-    "Supervise it from a detached procledger (its output is discarded, its stdin is "
-    "/dev/null); print the process id once it runs and return 0.",
+    "Hand it to this ledger's host agent (started if need be): it outlives this command "
+    "and its terminal, its output is kept (see logs), its stdin is /dev/null; print the "
+    "process id once it runs and return 0.",
 )
 _GRACE = _flag(
     "grace",
@@ -297,7 +298,7 @@ _RESTART = (
 
 @dataclass(frozen=True, slots=True)
 class RunOptions:
-    """`run`'s options, parsed and checked: what a run -- foreground or detached -- needs.
+    """`run`'s options, parsed and checked: what a run -- foreground or background -- needs.
     Each field names the flags that set it and how their text becomes its value."""
 
     command: tuple[str, ...] = field(
@@ -333,46 +334,3 @@ class RunOptions:
         """``run``'s signature for typer: ``context``, then every field's flags in order."""
         flags = [flag for spec in fields(RunOptions) for flag in spec.metadata["flags"]]
         return inspect.Signature([context, *flags])
-
-
-@dataclass(frozen=True, slots=True)
-class Detached:
-    """What a `run --background` hands its detached `procledger`, as one JSON document on
-    that one's stdin: the parsed options, the id to record the run under, the store URL
-    (never on a command line, which every user can read), and the pipe to answer on."""
-
-    options: RunOptions
-    process_id: str
-    url: str | None
-    report_fd: int
-
-    def to_json(self) -> bytes:
-        document: bytes = _adapter().dump_json(self)
-        return document
-
-    @staticmethod
-    def from_json(document: bytes) -> Detached:
-        """The handoff a `run --background` wrote; anything else is ``HandoffError``."""
-        from pydantic import ValidationError
-
-        try:
-            detached: Detached = _adapter().validate_json(document)
-        except ValidationError as exc:
-            reason = exc.errors()[0]["msg"] if exc.errors() else str(exc)
-            message = f"stdin holds no handoff of 'procledger run --background': {reason}"
-            raise HandoffError(message) from None
-        return detached
-
-
-class HandoffError(ProcledgerError):
-    """What the detached side of `run --background` read on its stdin is not a handoff."""
-
-
-def _adapter() -> Any:
-    """pydantic's adapter for ``Detached``: the options' own types (a ``Path``, a signal, the
-    readiness and restart models) to JSON and back, checked on the way in."""
-    from pydantic import TypeAdapter
-
-    from procledger import Readiness, RestartPolicy  # noqa: F401  (the annotations name them)
-
-    return TypeAdapter(Detached)

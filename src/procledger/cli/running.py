@@ -1,5 +1,5 @@
 """`procledger run`: supervise one command in the foreground, or -- with ``--background`` --
-from a detached `procledger` that this one re-executes (docs/design.md §8).
+hand it to the ledger's host agent (docs/design.md §8, §18).
 
 The CLI's owner and notification session are in ``procledger.cli._owner``; `restore` uses them
 too, for runs whose `procledger` died.
@@ -11,16 +11,13 @@ import errno
 import inspect
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import orjson
 import typer
 
 from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
@@ -38,7 +35,7 @@ from procledger.cli._app import (
 )
 from procledger.cli._format import ending
 from procledger.cli._owner import cli_notifier, cli_owner
-from procledger.cli.run_options import Detached, RunOptions, StdinSource
+from procledger.cli.run_options import RunOptions, StdinSource
 
 if TYPE_CHECKING:
     from procledger import ProcessHandle, ProcessRecord, ProcessRegistry, StopPolicy, Supervisor
@@ -78,7 +75,7 @@ def run(ctx: typer.Context, **params: Any) -> None:
     options = RunOptions.parse(params)
     if not options.background:
         _run_foreground(ctx, options)
-    process_id = _run_detached(ctx, options)
+    process_id = _run_in_agent(ctx, options)
     (_wait_ready if options.wait_ready else _print_started)(ctx, options, process_id)
 
 
@@ -286,30 +283,78 @@ def _to_stderr(chunk: bytes) -> None:
 
 
 class BackgroundStartError(ProcledgerError):
-    """`run --background` could not start its detached supervisor or its command."""
+    """`run --background` could not start its command through the host agent."""
 
 
-def _run_detached(ctx: typer.Context, options: RunOptions) -> str:
-    """`run --background`: a detached `procledger` (own session, no terminal) supervises the
-    command; this one waits until it is recorded `backgrounded` and returns its id."""
+def _run_in_agent(ctx: typer.Context, options: RunOptions) -> str:
+    """`run --background`: the host agent of this ledger (started if need be) supervises the
+    command; returns its id once it runs and that is recorded (docs/design.md §8, §18)."""
+    from procledger.agent.launch import ask, ensure_agent
+    from procledger.domain.errors import AgentError
     from procledger.supervisor.minting import new_process_id
 
+    state = cli_state(ctx)
     process_id = new_process_id(int(time.time() * 1000))
-    read_fd, write_fd = os.pipe()
-    handoff = Detached(options, process_id, cli_state(ctx).url, write_fd)
+    places, _ = ensure_agent(state.url)
     try:
-        _spawn_detached(handoff)
-    finally:
-        os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as report:
-        answer = _Answer.read(report.read())
-    if answer.error is not None:
-        fail(cli_state(ctx), BackgroundStartError(answer.error), answer.exit_code())
+        answer = ask(places, start_order(options, process_id), timeout=START_WAIT_S)
+    except AgentError as error:
+        if error.type != "ConnectionClosed":
+            fail(state, BackgroundStartError(error.message))
+        return _after_agent_died(ctx, process_id)
+    spawn_error = answer.get("spawn_error")
+    if spawn_error is not None:
+        exc = BackgroundStartError(f"SpawnError: {one_line(spawn_error['message'])}")
+        fail(state, exc, _errno_exit_code(spawn_error["errno"]))
+    return process_id
+
+
+START_WAIT_S = 120.0
+"""How long `run --background` waits for the agent's answer: a start writes twice to the
+ledger, which may ride through a database restart first."""
+
+
+def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
+    """The agent's ``start`` order for ``options`` (``agent.orders.StartOrder``): the command
+    runs where and with what it would have run had this process spawned it."""
+    return {
+        "op": "start",
+        "argv": list(options.command),
+        "process_id": process_id,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "stdin": str(options.stdin),
+        "capture": options.capture,
+        "output_limit": options.output_limit,
+        "ready": None if options.ready is None else options.ready.model_dump(mode="json"),
+        "restart": None if options.restart is None else options.restart.model_dump(mode="json"),
+        "stop_signal": int(options.stop_signal),
+        "grace_s": options.grace_s,
+    }
+
+
+def _after_agent_died(ctx: typer.Context, process_id: str) -> str:
+    """The agent died while starting the command: the anchor starts it again, and the new
+    agent records what became of the start (running, if the child was spawned; else lost).
+    What the ledger says is the answer."""
+    from procledger.agent.launch import ensure_agent
+
+    state = cli_state(ctx)
+    ensure_agent(state.url)
+    with open_ledger(state.url) as registry:
+        try:
+            record = registry.get(process_id)
+        except ProcledgerError:
+            record = None
+    if record is None or record.is_terminal:
+        how = "it was not recorded" if record is None else ending(record)
+        message = f"the agent died while starting process {process_id}: {how}"
+        fail(state, BackgroundStartError(message))
     return process_id
 
 
 def _print_started(ctx: typer.Context, options: RunOptions, process_id: str) -> None:
-    """The id of the process a detached `procledger` runs (--json: its record)."""
+    """The id of the process the agent runs (--json: its record)."""
     if options.as_json:
         with open_ledger(cli_state(ctx).url) as registry:
             write_json(dump(registry.get(process_id)))
@@ -330,94 +375,3 @@ def _wait_ready(ctx: typer.Context, options: RunOptions, process_id: str) -> Non
 
 class NotReady(ProcledgerError):
     """A process (or every attempt of a service) ended before it was ready."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    """The detached side's one JSON line on the report pipe: ``{}`` once the command runs,
-    else the error that stopped it (``errno`` for a ``SpawnError``, so the exit code is a
-    shell's, as in the foreground)."""
-
-    error: str | None = None
-    errno: int | None = None
-
-    @staticmethod
-    def read(data: bytes) -> _Answer:
-        if not data.strip():
-            return _Answer("the detached supervisor exited without a word")
-        found = orjson.loads(data)
-        return _Answer(found.get("error"), found.get("errno"))
-
-    @staticmethod
-    def of(exc: BaseException) -> bytes:
-        error = f"{type(exc).__name__}: {one_line(str(exc))}"
-        number = exc.errno if isinstance(exc, SpawnError) else None
-        return orjson.dumps({"error": error, "errno": number}) + b"\n"
-
-    def exit_code(self) -> int:
-        """127/126 when the command could not be started, as in the foreground; else 1."""
-        return EXIT_FAILURE if self.errno is None else _errno_exit_code(self.errno)
-
-
-def _spawn_detached(handoff: Detached) -> None:
-    """Its own session and no terminal: the detached `procledger` outlives this one and the
-    terminal's Ctrl-C; it keeps only the pipe it reports on. Its options, the process id and
-    the store URL reach it as one JSON document on its stdin (``Detached``): a pipe only the
-    two ends can read, of any length, gone once read -- not its command line, which every
-    user can read (a PostgreSQL URL holds a password), nor its environment, which the command
-    would inherit."""
-    argv = [sys.executable, "-m", "procledger", DETACHED_COMMAND]
-    with open(os.devnull, "wb") as null_out:
-        child = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=null_out,
-            stderr=null_out,
-            pass_fds=(handoff.report_fd,),
-            start_new_session=True,
-        )
-    assert child.stdin is not None
-    with suppress(BrokenPipeError), child.stdin:  # it died first: its silence says so
-        child.stdin.write(handoff.to_json())
-
-
-DETACHED_COMMAND = "run-detached"
-"""The hidden command a `run --background` re-executes `procledger` as (not for people)."""
-
-
-def run_detached(ctx: typer.Context) -> NoReturn:
-    """The detached side of `run --background`: read the handoff (``Detached``) from stdin,
-    supervise the command, and answer on the report pipe -- one JSON line -- once it runs."""
-    if sys.stdin.isatty():
-        raise typer.BadParameter(f"only '{PROG} run --background' starts this")
-    handoff = Detached.from_json(sys.stdin.buffer.read())
-    _stdin_from_devnull()
-    cli_state(ctx).url = handoff.url
-    report = os.fdopen(handoff.report_fd, "wb")
-
-    def started(_handle: ProcessHandle) -> None:
-        report.write(b"{}\n")
-        report.close()
-
-    try:
-        with open_ledger(handoff.url) as registry:
-            _, exit_code = _supervise(
-                registry,
-                handoff.options,
-                stdin=handoff.options.stdin,
-                process_id=handoff.process_id,
-                started=started,
-            )
-    except BaseException as exc:
-        if not report.closed:
-            report.write(_Answer.of(exc))
-            report.close()
-        raise
-    raise typer.Exit(exit_code)
-
-
-def _stdin_from_devnull() -> None:
-    """The handoff pipe is spent: nothing after it reads fd 0 but /dev/null."""
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)

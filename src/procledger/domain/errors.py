@@ -272,6 +272,11 @@ class AgentTimeout(AgentSocketError):
     so the caller must not assume the request was or was not carried out."""
 
 
+class AgentStartError(AgentSocketError):
+    """The agent could not be started, or cannot serve this ledger (an in-memory one): the
+    message says why and where its log is."""
+
+
 class AgentError(AgentSocketError):
     """The agent answered with an error reply: ``.type`` names its kind (``BadJson``,
     ``UnknownOp``, a handler's exception class, ...) and ``.message`` says what went wrong."""

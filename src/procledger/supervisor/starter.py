@@ -34,9 +34,9 @@ from procledger.domain.registration import (
 from procledger.domain.vocabulary import RecoveryDisposition
 from procledger.supervisor import os_seam
 from procledger.supervisor.capture import open_capture
-from procledger.supervisor.file_capture import close_descriptors, open_file_capture
 from procledger.supervisor.decide import EventIds, event_ids, spawn_failure, start_refusal
 from procledger.supervisor.execution import OwnedChild, StopPolicy
+from procledger.supervisor.file_capture import close_descriptors, open_file_capture
 from procledger.supervisor.minting import new_handle, new_process_id
 from procledger.supervisor.publishing import Publisher
 from procledger.supervisor.requests import NotifyTo, StartRequest, inherited_env_ref

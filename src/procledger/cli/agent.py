@@ -1,0 +1,153 @@
+"""`procledger agent start|stop|status|run|unit`: the host agent that supervises every background
+process of a ledger on this host (docs/design.md §18).
+
+`run --background` starts it on demand; these commands are for people and service managers.
+`agent run` is the anchor and the agent in the foreground (a container's entry point, or a
+systemd unit: `agent unit` prints one); `agent serve` is the agent alone, what the anchor starts
+(not for people).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from procledger.cli._app import JsonOption, cli_state, write_json
+
+agent_app = typer.Typer(
+    name="agent",
+    help="The host agent: one crash-safe supervisor for this ledger's background processes.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+
+def _places(ctx: typer.Context, *, create: bool = True) -> Any:
+    from procledger.agent.launch import ledger_key
+    from procledger.agent.places import AgentPlaces
+
+    return AgentPlaces.of(ledger_key(cli_state(ctx).url), create=create)
+
+
+@agent_app.command()
+def start(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Start the agent (and its anchor) in the background, unless it runs already."""
+    from procledger.agent.launch import ask, ensure_agent
+
+    places, started = ensure_agent(cli_state(ctx).url, _places(ctx))
+    status = ask(places, {"op": "status"})
+    if as_json:
+        write_json({**status, "started": started})
+        return
+    verb = "started" if started else "already running"
+    sys.stdout.write(f"agent {verb}: pid {status['pid']}, socket {places.socket}\n")
+
+
+@agent_app.command()
+def stop(
+    ctx: typer.Context,
+    stop_children: Annotated[
+        bool,
+        typer.Option(
+            "--stop-children",
+            help="Stop every process it supervises (recorded runner_shutdown) before it exits; "
+            "by default they keep running and the next agent adopts them.",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Stop the agent (and its anchor), leaving its processes running unless --stop-children."""
+    from procledger.agent.launch import ask, ping
+
+    places = _places(ctx, create=False)
+    if ping(places) is None:
+        _said({"stopped": False, "running": False}, "no agent is running", as_json)
+        return
+    answer = ask(places, {"op": "shutdown", "stop_children": stop_children}, timeout=10.0)
+    gone = _await_gone(places, answer["pid"])
+    left = "its processes stopped" if stop_children else "its processes left running"
+    said = f"agent stopped ({left})" if gone else "agent asked to stop; it is still stopping"
+    _said({"stopped": gone, "pid": answer["pid"], "stop_children": stop_children}, said, as_json)
+
+
+def _await_gone(places: Any, pid: int, timeout: float = 60.0) -> bool:
+    """Whether the agent's socket went quiet within ``timeout`` (its processes' grace)."""
+    import time
+
+    from procledger.agent.launch import ping
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answer = ping(places, timeout=1.0)
+        if answer is None or answer.get("pid") != pid:
+            return True
+        time.sleep(0.02)  # another process's exit: nothing here can wait on it
+    return False
+
+
+@agent_app.command()
+def status(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Whether the agent runs, and what it supervises. Exit 1 when it does not run."""
+    from procledger.agent.launch import ask, ping
+
+    places = _places(ctx, create=False)
+    if ping(places) is None:
+        _said({"running": False, "socket": places.socket}, "agent not running", as_json)
+        raise typer.Exit(1)
+    found = {"running": True, "socket": places.socket, **ask(places, {"op": "status"})}
+    if as_json:
+        write_json(found)
+        return
+    anchor = found["anchor_pid"]
+    sys.stdout.write(
+        f"agent running: pid {found['pid']}"
+        f"{f', anchor pid {anchor}' if anchor else ', no anchor'}, up {found['uptime_s']:.0f} s\n"
+        f"processes: {found['children']} ({found['held']} adopted)\n"
+        f"memory: {found['rss_bytes'] / 2**20:.1f} MiB RSS\n"
+        f"ledger: {found['ledger']}\nsocket: {places.socket}\n"
+    )
+
+
+@agent_app.command()
+def run(ctx: typer.Context) -> None:
+    """Run the anchor and the agent in the foreground (a container's entry point, a systemd
+    unit); SIGTERM stops them and leaves the processes running."""
+    from procledger.agent.launch import anchor_argv
+
+    places = _places(ctx)
+    if cli_state(ctx).url is not None:
+        os.environ["PROCLEDGER_URL"] = cli_state(ctx).url or ""
+    argv = anchor_argv(places)
+    os.execv(argv[0], argv)
+
+
+@agent_app.command(hidden=True)
+def serve(ctx: typer.Context) -> None:
+    """The agent itself, as the anchor starts it (not for people: use `agent start`)."""
+    from procledger.agent.host import serve_ledger
+
+    raise typer.Exit(serve_ledger(cli_state(ctx).url))
+
+
+@agent_app.command()
+def unit(ctx: typer.Context) -> None:
+    """Print a systemd user unit for the agent (save it as
+    ~/.config/systemd/user/procledger-agent.service, then `systemctl --user enable --now
+    procledger-agent`)."""
+    from procledger.agent.launch import unit_text
+
+    sys.stdout.write(unit_text(cli_state(ctx).url, _places(ctx)))
+
+
+def _said(document: dict[str, Any], line: str, as_json: bool) -> None:
+    if as_json:
+        write_json(document)
+    else:
+        sys.stdout.write(f"{line}\n")
+
+
+__all__ = ["agent_app"]
