@@ -280,3 +280,24 @@ def drive(process: Process, history: LifecycleHistory, facts: OsFacts | None) ->
             )
         else:
             apply_to_process(process, command, at_ms=at_ms)
+
+
+def kill_agents(state: Path) -> list[int]:
+    """Kill every host agent started under the state directory ``state`` -- its anchor (named
+    by ``anchor.pid``), the agent and every process below them -- by exact pid; the pids
+    killed. An anchor pid whose process no longer runs ``procledger.agent`` is not ours."""
+    killed: list[int] = []
+    for pidfile in state.glob("procledger/agent/*/anchor.pid"):
+        try:
+            anchor = psutil.Process(int(pidfile.read_text()))
+            if "procledger" not in " ".join(anchor.cmdline()):
+                continue
+            tree = [anchor, *anchor.children(recursive=True)]
+        except (OSError, ValueError, psutil.Error):
+            continue
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+                killed.append(process.pid)
+        psutil.wait_procs(tree, timeout=5)
+    return killed

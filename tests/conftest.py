@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, settings
 from psycopg import sql
 
 from _cluster import connect_waiting
-from _shared import IN_CI, Processes
+from _shared import IN_CI, Processes, kill_agents
 from procledger import LeaseOwner, ProcessRegistry, open_registry
 
 # A suite started from a non-interactive shell's background job inherits SIGINT *ignored*
@@ -163,14 +163,21 @@ def procs(tmp_path: Path) -> Iterator[Processes]:
 
 @pytest.fixture(autouse=True)
 def _private_state_directory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every test (and every child it starts) keeps outbox files and captured output in a
-    state directory of its own, never in the user's ``~/.local/state``."""
-    previous = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    """Every test (and every child it starts) keeps outbox files, captured output and host
+    agents' sockets and journals in folders of its own, never in the user's; every agent a
+    test started (``run --background``) is killed at its end, with its whole tree, by the
+    exact pids its anchor's pid file names."""
+    state = tmp_path_factory.mktemp("state")
+    runtime = tmp_path_factory.mktemp("run")
+    runtime.chmod(0o700)
+    previous = {name: os.environ.get(name) for name in ("XDG_STATE_HOME", "XDG_RUNTIME_DIR")}
+    os.environ["XDG_STATE_HOME"], os.environ["XDG_RUNTIME_DIR"] = str(state), str(runtime)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("XDG_STATE_HOME", None)
-        else:
-            os.environ["XDG_STATE_HOME"] = previous
+        kill_agents(state)
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -135,6 +135,7 @@ def _spawn_detached(url: str | None, places: AgentPlaces) -> None:
             start_new_session=True,
             close_fds=True,
         )
+    places.anchor_pidfile.write_text(f"{child.pid}\n")
     deadline = time.monotonic() + START_TIMEOUT_S
     pause = 0.005
     while ping(places, timeout=1.0) is None:

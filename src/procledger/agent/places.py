@@ -59,6 +59,12 @@ class AgentPlaces:
         return self.home / "agent.log"
 
     @property
+    def anchor_pidfile(self) -> Path:
+        """The pid of the anchor the last start made (for `agent status` and for tests that
+        must clean up by exact pid)."""
+        return self.home / "anchor.pid"
+
+    @property
     def start_lock(self) -> Path:
         """Held by whoever starts the agent, so two racing starts make one agent."""
         return self.home / "start.lock"

@@ -122,6 +122,7 @@ def run(ctx: typer.Context) -> None:
     if cli_state(ctx).url is not None:
         os.environ["PROCLEDGER_URL"] = cli_state(ctx).url or ""
     argv = anchor_argv(places)
+    places.anchor_pidfile.write_text(f"{os.getpid()}\n")  # exec keeps the pid
     os.execv(argv[0], argv)
 
 
