@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import psutil
 import pytest
 
 from _shared import Processes, run_cli, wait_until
@@ -191,19 +192,19 @@ def test_background_returns_once_running_and_stops_on_request(
     assert (final.state, final.reason) == (ProcessState.killed, TerminalReason.killed)
 
 
-def test_the_store_url_is_not_on_the_detached_supervisor_s_command_line(
+def test_the_store_url_is_not_on_the_agent_s_command_line(
     ledger: str, procs: Processes, tmp_path: Path
 ) -> None:
-    # Every user can read a command line; a PostgreSQL URL holds a password. The URL goes in
-    # the environment, and the command's environment is the one `run` had.
+    # Every user can read a command line; a PostgreSQL URL holds a password. The agent gets
+    # the URL in its environment, and the command's environment is the one `run` had.
     seen = tmp_path / "environment"
     command = ["sh", "-c", f'env > "{seen}.tmp" && mv "{seen}.tmp" "{seen}" && exec sleep 60']
     ran = run_cli("run", "--background", "--json", "--", *command, url=ledger)
     assert ran.returncode == 0, ran.stderr
     record = orjson.loads(ran.stdout)
-    detached = procs.add(record["first_started"]["owner"]["liveness"]["pid"])
+    agent = psutil.Process(record["first_started"]["owner"]["liveness"]["pid"])
     procs.add(record["os_pid"])
-    assert not [arg for arg in detached.cmdline() if "ledger.db" in arg or arg == "--url"]
+    assert not [arg for arg in agent.cmdline() if "ledger.db" in arg or arg == "--url"]
     wait_until(seen.exists, 30, "the command's environment")
     environment = seen.read_text()
     assert "PROCLEDGER_DETACHED_URL" not in environment

@@ -1,6 +1,6 @@
 """`run`'s options are one typed object (docs/design.md §8): each ``RunOptions`` field names its
-flags, so ``run``'s signature, its parsing and what a detached `procledger` receives (JSON) come
-from one place."""
+flags, so ``run``'s signature, its parsing and what the host agent receives (its ``start``
+order) come from one place."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from procledger.cli import running
-from procledger.cli.run_options import Detached, HandoffError, RunOptions
+from procledger.agent.orders import OrderError, StartOrder, checked
+from procledger.cli.run_options import RunOptions
 
 RAW = {
     "command": ["sleep", "1"], "background": True, "grace": "2.5", "stop_signal": "HUP",
@@ -41,15 +42,28 @@ def test_the_flags_parse_once_into_typed_values() -> None:
     assert options.restart.max_restarts == 3
 
 
-def test_the_detached_half_receives_the_same_options_as_json(tmp_path: Path) -> None:
+def test_the_agent_receives_the_same_options_as_its_start_order(tmp_path: Path) -> None:
     source = tmp_path / "input"
     source.write_text("x")
     for options in (RunOptions.parse(RAW), RunOptions.parse(RAW | {"stdin": str(source)})):
-        handoff = Detached(options, "1a2b-3c", "postgresql://u:secret@h/db", 7)
-        assert Detached.from_json(handoff.to_json()) == handoff
+        order = checked(StartOrder, running.start_order(options, "1a2b-3c"))
+        assert (tuple(order.argv), order.process_id) == (options.command, "1a2b-3c")
+        assert (order.ready, order.restart) == (options.ready, options.restart)
+        assert (order.stop_signal, order.grace_s) == (options.stop_signal, options.grace_s)
+        assert (order.stdin, order.output_limit) == (str(options.stdin), options.output_limit)
 
 
-@pytest.mark.parametrize("document", [b"", b"[]", b'{"options": {}}', b"\xff"])
-def test_anything_but_a_handoff_is_a_handoff_error(document: bytes) -> None:
-    with pytest.raises(HandoffError, match="no handoff"):
-        Detached.from_json(document)
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({}, "argv"),
+        ({"argv": []}, "argv"),
+        ({"argv": ["x"], "process_id": "p", "cwd": "/", "env": {}, "grace_s": -1}, "grace_s"),
+        ({"argv": ["x"], "process_id": "p", "cwd": "/", "env": {}, "surprise": 1}, "surprise"),
+    ],
+)
+def test_anything_but_a_start_order_is_refused_naming_the_field(
+    document: dict[str, object], field: str
+) -> None:
+    with pytest.raises(OrderError, match=field):
+        checked(StartOrder, {"op": "start", **document})

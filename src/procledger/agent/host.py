@@ -66,6 +66,9 @@ from procledger.supervisor.ticker import STOP_POLL_S
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
+REPLY_GRACE_S: Final = 0.05
+"""How long a ``shutdown`` waits before it begins: its reply must leave first."""
+
 __all__ = ["AGENT_ROLE", "AGENT_TIMINGS", "AgentHost"]
 
 log = logging.getLogger("procledger.agent")
@@ -234,16 +237,20 @@ class AgentHost:
 
     async def _shutdown(self, request: dict[str, Any]) -> dict[str, Any]:
         """``agent stop``: through the anchor when there is one (else it would start us
-        again), which sends us SIGTERM."""
+        again), which sends us SIGTERM -- once this reply is on its way."""
         order = checked(ShutdownOrder, request)
         await self._ready.wait()
         self._stop_children = order.stop_children
+        assert self._loop is not None
+        self._loop.call_later(REPLY_GRACE_S, self._stop_through_anchor)
+        return {"stopping": True, "pid": os.getpid(), "stop_children": order.stop_children}
+
+    def _stop_through_anchor(self) -> None:
         if anchor_alive(self.anchor_pid):
             assert self.anchor_pid is not None
             os.kill(self.anchor_pid, signal.SIGTERM)
         else:
             self._stopping.set()
-        return {"stopping": True, "pid": os.getpid(), "stop_children": order.stop_children}
 
     def _watch_signals(self) -> None:
         assert self._loop is not None

@@ -77,8 +77,8 @@ def ask(places: AgentPlaces, doc: dict[str, Any], timeout: float = 5.0) -> Any:
 
 
 def agent_argv() -> list[str]:
-    """The agent itself (``procledger agent serve``), run by this interpreter."""
-    return [sys.executable, "-m", "procledger", "agent", "serve"]
+    """The agent itself (``python -m procledger.agent``), run by this interpreter."""
+    return [sys.executable, "-m", "procledger.agent"]
 
 
 def anchor_argv(places: AgentPlaces) -> list[str]:

@@ -3,8 +3,8 @@ process of a ledger on this host (docs/design.md §18).
 
 `run --background` starts it on demand; these commands are for people and service managers.
 `agent run` is the anchor and the agent in the foreground (a container's entry point, or a
-systemd unit: `agent unit` prints one); `agent serve` is the agent alone, what the anchor starts
-(not for people).
+systemd unit: `agent unit` prints one); the agent alone, as the anchor starts it, is
+``python -m procledger.agent``.
 """
 
 from __future__ import annotations
@@ -124,14 +124,6 @@ def run(ctx: typer.Context) -> None:
     argv = anchor_argv(places)
     places.anchor_pidfile.write_text(f"{os.getpid()}\n")  # exec keeps the pid
     os.execv(argv[0], argv)
-
-
-@agent_app.command(hidden=True)
-def serve(ctx: typer.Context) -> None:
-    """The agent itself, as the anchor starts it (not for people: use `agent start`)."""
-    from procledger.agent.host import serve_ledger
-
-    raise typer.Exit(serve_ledger(cli_state(ctx).url))
 
 
 @agent_app.command()

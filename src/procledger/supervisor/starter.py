@@ -32,7 +32,7 @@ from procledger.domain.registration import (
     env_ref_for,
 )
 from procledger.domain.vocabulary import RecoveryDisposition
-from procledger.supervisor import os_seam
+from procledger.supervisor import failpoints, os_seam
 from procledger.supervisor.capture import open_capture
 from procledger.supervisor.decide import EventIds, event_ids, spawn_failure, start_refusal
 from procledger.supervisor.execution import OwnedChild, StopPolicy
@@ -158,6 +158,7 @@ class Starter:
         self, request: StartRequest, claimed: tuple[ProcessRecord, LeaseKeeper]
     ) -> Prepared:
         """The prepared start: its handle (saved where a notification is due) and capture."""
+        failpoints.reached("after_register")
         record, keeper = claimed
         workdir = record.input.cwd
         assert workdir is not None, "a supervised command's registration names its directory"
@@ -202,10 +203,12 @@ class Starter:
             raise
         finally:
             close_descriptors(wiring.files)
+        failpoints.reached("after_spawn")
         return Run(prepared, child, watch)
 
     def running_write(self, run: Run, background: bool) -> Write:
         """The ``started`` (``backgrounded``) write of a spawned child, with its OS facts."""
+        failpoints.reached("before_backgrounded")
         return self._registry.running_write(
             run.process_id,
             self._registry.now_ms(),
