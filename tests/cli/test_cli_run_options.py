@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from procledger.cli import running
 from procledger.agent.orders import OrderError, StartOrder, checked
+from procledger.cli import running
 from procledger.cli.run_options import RunOptions
 
 RAW = {
