@@ -43,16 +43,19 @@ def one_line_failure(ran: subprocess.CompletedProcess[str]) -> None:
 
 
 def orphaned(url: str, procs: Processes) -> tuple[str, psutil.Process, psutil.Process]:
-    """A background run whose detached supervisor was SIGKILLed (and is gone): its id, the
-    dead supervisor and the child that lives on."""
+    """A background run whose host agent and its anchor were both SIGKILLed (the anchor
+    first, else it would start the agent again): its id, the dead agent and the child that
+    lives on, re-parented to init."""
     pidfile = procs.pidfile("orphan")
     ran = run_cli("run", "--background", "--json", "--", *sleeper(pidfile, 120), url=url)
     assert ran.returncode == 0, ran.stderr
     started = orjson.loads(ran.stdout)
     supervisor = procs.add(started["first_started"]["owner"]["liveness"]["pid"])
+    anchor = procs.add(supervisor.ppid())
     child = procs.await_pid(pidfile)
-    supervisor.send_signal(signal.SIGKILL)
-    wait_until(lambda: is_dead(supervisor), what="the supervisor to die")
+    for process in (anchor, supervisor):
+        process.send_signal(signal.SIGKILL)
+        wait_until(lambda p=process: is_dead(p), what=f"pid {process.pid} to die")
     return started["id"], supervisor, child
 
 

@@ -35,6 +35,7 @@ COMMANDS = [
     "verify",
     "table",
     "keygen",
+    "agent",
 ]
 
 

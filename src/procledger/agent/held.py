@@ -15,6 +15,7 @@ path (outbox first) and its notification through the ``Publisher``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from procledger.adapters.direct_output import stream_paths
 from procledger.agent.adoption import Adopted
-from procledger.agent.exit_journal import ExitRecord, read_exits
+from procledger.agent.exit_journal import ExitRecord, compact, read_exits
 from procledger.application.lease_keeper import LeaseKeeper, Renewal
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.records import ProcessRecord
@@ -101,9 +102,12 @@ class ExitWatch:
             return self._exits.pop((pid, start_time), None)
 
     def forget_unclaimed(self) -> None:
-        """Exits nobody held (a descendant that re-parented to the anchor): not ledger facts."""
+        """Exits nobody held (a descendant that re-parented to the anchor, a run already on
+        record): not ledger facts. The journal's sealed segments read so far go with them."""
         with self._lock:
             self._exits.clear()
+            with contextlib.suppress(OSError):
+                compact(self.journal, self.offset)
 
 
 def anchor_alive(anchor_pid: int | None) -> bool:

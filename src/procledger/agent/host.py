@@ -66,6 +66,11 @@ from procledger.supervisor.ticker import STOP_POLL_S
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
 
+CACHED_RUNS: Final = 64
+"""Runs whose state and registration the agent's registry keeps cached: it writes each of a
+thousand runs twice in its life, so a cache entry per run (~12 KiB) would cost more memory
+than its reuse saves time (``ProcessRegistry.keep_less``)."""
+
 REPLY_GRACE_S: Final = 0.05
 """How long a ``shutdown`` waits before it begins: its reply must leave first."""
 
@@ -77,10 +82,11 @@ AGENT_ROLE: Final = "procledger-agent"
 """The agent's owner id is ``procledger-agent@<host id>``: every agent of this host has it, so
 the next one knows which leases an earlier one held."""
 
-AGENT_TIMINGS: Final = LeaseTimings(ttl_ms=300_000, renew_ms=60_000)
-"""The agent's leases last 5 minutes, renewed every minute: its children outlive it, so a
-lease need not lapse soon for another holder to take over (on this host, a dead agent is
-provably dead at once); a thousand children then cost ~17 renewals a second, not a hundred."""
+AGENT_TIMINGS: Final = LeaseTimings(ttl_ms=600_000, renew_ms=200_000)
+"""The agent's leases last 10 minutes, renewed every 200 s. Its children outlive it, so a lease
+need not lapse soon for another holder to take over: on this host a dead agent is provably dead
+at once, and its successor takes over within a second. Only another host waits out the ttl, for
+a host that died whole. A thousand children then cost 5 renewals a second, not a hundred."""
 
 
 class AgentHost:
@@ -449,6 +455,7 @@ def serve_ledger(url: str | None) -> int:
     )
     try:
         registry = open_registry(url)
+        registry.keep_less(CACHED_RUNS)
         places = AgentPlaces.of(ledger_key(url))
     except ProcledgerError as error:
         log.error("cannot serve: %s", error)

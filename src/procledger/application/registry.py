@@ -54,6 +54,7 @@ from procledger.application.unit_of_work import (
 from procledger.application.verify import VerifyReport, verify_ledger
 from procledger.application.waiting import ChangeSignal
 from procledger.domain.attempts import attempt_id, first_attempt_id, restart_may_follow
+from procledger.domain.caches import limit_caches
 from procledger.domain.errors import (
     AuthorityRejected,
     LeaseLost,
@@ -129,6 +130,13 @@ class ProcessRegistry:
     @probe.setter
     def probe(self, probe: ProcProbe) -> None:
         self._leases.probe = probe
+
+    def keep_less(self, entries: int) -> None:
+        """Keep at most ``entries`` processes' states and registrations cached for reuse (by
+        default 1,024 and 4,096): for a long-lived process holding many runs that it writes
+        rarely -- the host agent -- memory matters more than the load a cache hit saves."""
+        self._ledger.aggregates_kept = entries
+        limit_caches(entries)
 
     def close(self) -> None:
         """Close every connection; calls in flight finish first."""

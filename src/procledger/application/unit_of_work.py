@@ -346,6 +346,7 @@ class Ledger:
         self.changes = changes
         self.reads = ReadModels(store)
         self._aggregates: dict[str, Loaded] = {}
+        self.aggregates_kept = AGGREGATES_KEPT
 
     def now_ms(self) -> int:
         return int(self.clock())
@@ -372,7 +373,7 @@ class Ledger:
     def keep(self, loaded: Loaded) -> None:
         if len(loaded.log) > LOG_KEPT:
             return
-        if len(self._aggregates) >= AGGREGATES_KEPT:
+        if len(self._aggregates) >= self.aggregates_kept:
             self._aggregates.clear()
         self._aggregates[loaded.process.process_id] = loaded
 

@@ -67,7 +67,7 @@ command(short_help="Rebuild the read models from the event log.")(maintenance.re
 command(short_help="Check the ledger's integrity, chains and read models.")(verify.verify)
 command()(maintenance.table)
 command()(keys.keygen)
-app.add_typer(agent.agent_app, name="agent")
+app.add_typer(agent.agent_app, name="agent")  # a group: typer lists groups after commands
 
 
 def __getattr__(name: str) -> Any:

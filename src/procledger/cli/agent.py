@@ -20,6 +20,7 @@ from procledger.cli._app import JsonOption, cli_state, write_json
 agent_app = typer.Typer(
     name="agent",
     help="The host agent: one crash-safe supervisor for this ledger's background processes.",
+    short_help="Start, stop or inspect the host agent.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=None,

@@ -31,6 +31,7 @@ class RegistrationCache(Generic[V]):
     def __init__(self, limit: int = CACHE_LIMIT) -> None:
         self.limit = limit
         self.values: dict[str, V] = {}
+        _ALL.append(self)
 
     def get(self, registration_hash: str) -> V | None:
         return self.values.get(registration_hash)
@@ -40,6 +41,19 @@ class RegistrationCache(Generic[V]):
             self.values.clear()
         self.values[registration_hash] = value
         return value
+
+
+_ALL: list[RegistrationCache[Any]] = []
+
+
+def limit_caches(limit: int) -> None:
+    """Bound every registration cache of this process to ``limit`` entries: for a process that
+    holds many runs and writes each rarely (the host agent), where a cached registration per
+    run costs more memory than its reuse saves time."""
+    for cache in _ALL:
+        cache.limit = limit
+        if len(cache.values) > limit:
+            cache.values.clear()
 
 
 REGISTRATIONS: RegistrationCache[ProcessRegistration] = RegistrationCache()

@@ -55,6 +55,7 @@ class Completion:
             if run.record is None and run.error is None:
                 run.error = error
         finally:
+            run.child.release()
             self._table.settle(run)
 
     def complete_all(self, runs: Sequence[Run]) -> None:
@@ -73,6 +74,7 @@ class Completion:
                     run.error = error
         finally:
             for run in runs:
+                run.child.release()
                 self._table.settle(run)
 
     def _ended(self, run: Run) -> Outcome | None:

@@ -259,6 +259,7 @@ class OwnedChild:
         policy: StopPolicy,
         *,
         marker: str | None = None,
+        hold_zombie: bool = False,
     ) -> None:
         """Private: use ``OwnedChild.spawn``."""
         self._child = child
@@ -270,6 +271,8 @@ class OwnedChild:
         self._survivors: list[int] = []
         self._lock = threading.Lock()  # orders signalling against reaping (pid reuse)
         self._reaped = False
+        self._hold_zombie, self._released = hold_zombie, False
+        self._returncode: int | None = None
         self._killed = False
         self._failure: Exception | None = None  # met by ``advance``; ``wait`` handles it
 
@@ -287,6 +290,7 @@ class OwnedChild:
         stdin_source: StdinSource = subprocess.DEVNULL,
         marker: str | None = None,
         files: tuple[int, int] | None = None,
+        hold_zombie: bool = False,
     ) -> OwnedChild:
         """Start ``argv`` in a new process group; ``SpawnError`` (naming it) if it cannot start.
 
@@ -296,6 +300,9 @@ class OwnedChild:
         failing. ``marker`` names the run in the child's environment (``os_seam.RUN_MARKER``),
         so a stop finds descendants that left both its group and its ancestry. ``files``: the
         child's stdout and stderr as two descriptors it writes itself (no consumer then).
+        ``hold_zombie``: once it exits, read its status but leave it unreaped until
+        ``release`` (after its terminal is recorded), so that a crash in between leaves the
+        status to the anchor (docs/design.md §18.6).
         """
         args = checked_argv(argv)
         data = _encoded(stdin)
@@ -318,7 +325,8 @@ class OwnedChild:
             if exit_signal is not None:
                 exit_signal.close()
             raise
-        return cls(child, exit_signal, pump, os_seam.describe(args), stop, marker=marker)
+        command = os_seam.describe(args)
+        return cls(child, exit_signal, pump, command, stop, marker=marker, hold_zombie=hold_zombie)
 
     @property
     def pid(self) -> int:
@@ -348,7 +356,7 @@ class OwnedChild:
     @property
     def returncode(self) -> int | None:
         """``None`` until reaped; then as ``subprocess`` (negative: killed by that signal)."""
-        return self._child.returncode if self._reaped else None
+        return self._returncode if self._reaped else None
 
     def __enter__(self) -> OwnedChild:
         return self
@@ -391,7 +399,8 @@ class OwnedChild:
     def wait(self, cancel: Cancel | None = None) -> int:
         """Drive the child's I/O to completion and reap it; see the class docstring."""
         if self._reaped:
-            return self._child.wait()
+            assert self._returncode is not None
+            return self._returncode
         try:
             if self._failure is not None:
                 raise self._failure
@@ -499,11 +508,20 @@ class OwnedChild:
         """Close what is left, reap the (exited or killed) child, release the exit signal."""
         self._pump.close()
         with self._lock:
-            returncode = os_seam.reap(self._child)
-            self._reaped = True
+            peek = self._hold_zombie and not self._released
+            returncode = os_seam.peek(self._child) if peek else os_seam.reap(self._child)
+            self._reaped, self._returncode = True, returncode
         self._exit_signal.close()
         os_seam.close_pipes(self._child)
         return returncode
+
+    def release(self) -> None:
+        """Reap a zombie held by ``hold_zombie`` (its terminal is on record now); a no-op
+        otherwise, and once done."""
+        with self._lock:
+            if self._hold_zombie and self._reaped and not self._released:
+                os_seam.reap(self._child)
+            self._released = True
 
     def _interrupted(self) -> Interrupted:
         return Interrupted(

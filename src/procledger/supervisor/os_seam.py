@@ -145,6 +145,17 @@ def close_pipes(child: subprocess.Popen[bytes]) -> None:
             pipe.close()
 
 
+def peek(child: subprocess.Popen[bytes]) -> int:
+    """Our child's return code once it has exited, **without reaping it** (``waitid`` with
+    ``WNOWAIT``): its zombie keeps the pid, and -- should this process die before the ledger
+    has the terminal -- its status, for the anchor to journal (docs/design.md §18.6)."""
+    info = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    assert info is not None  # no WNOHANG: waits for the exit
+    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        return -info.si_status
+    return info.si_status
+
+
 def reap(child: subprocess.Popen[bytes]) -> int:
     """Wait for our own child only (``waitpid(child.pid)``) and return its return code."""
     return child.wait()

@@ -191,6 +191,7 @@ class Starter:
                 stdin_source=source,
                 marker=ticket.ids.run_marker,
                 files=wiring.files,
+                hold_zombie=self._output_files,
             )
         except SpawnError as error:
             if watch is not None:
