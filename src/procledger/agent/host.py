@@ -223,6 +223,9 @@ class AgentHost:
         return {"looking": True}
 
     async def _status(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Who it is and what it holds, once its takeover is done (so a client that asks
+        after a crash reads a ledger the takeover has settled)."""
+        await self._ready.wait()
         report = self._report
         return {
             "pid": os.getpid(),

@@ -25,7 +25,12 @@ from procledger.adapters.sql.location import locate
 from procledger.agent.anchor import ALREADY_SERVED
 from procledger.agent.control_client import START_REQUEST_BYTES, request
 from procledger.agent.places import AgentPlaces
-from procledger.domain.errors import AgentNotRunning, AgentStartError
+from procledger.domain.errors import (
+    AgentNotRunning,
+    AgentSocketError,
+    AgentStartError,
+    ProcledgerError,
+)
 
 __all__ = [
     "ALREADY_SERVED",
@@ -35,6 +40,7 @@ __all__ = [
     "ensure_agent",
     "ledger_key",
     "ping",
+    "tell_of_stop",
     "unit_text",
 ]
 
@@ -74,6 +80,25 @@ def ping(places: AgentPlaces, timeout: float = 2.0) -> dict[str, Any] | None:
 def ask(places: AgentPlaces, doc: dict[str, Any], timeout: float = 5.0) -> Any:
     """One request to the running agent (``AgentNotRunning`` when none runs)."""
     return request(places.socket, doc, timeout=timeout, max_bytes=START_REQUEST_BYTES)
+
+
+def tell_of_stop(key: str | None, process_id: str) -> bool:
+    """Tell this host's agent of the ledger ``key`` (a store key; None: an in-memory ledger,
+    which has none) that a stop of ``process_id`` was just recorded, so it carries it out now
+    rather than at its next poll; whether an agent took the word. Never raises: the request is
+    on record, and the agent finds it anyway (docs/design.md §18.5)."""
+    if key is None:
+        return False
+    try:
+        places = AgentPlaces.of(key, create=False)
+        ask(places, {"op": "stop", "process_id": process_id}, timeout=STOP_WORD_TIMEOUT_S)
+    except (AgentSocketError, ProcledgerError, OSError):
+        return False
+    return True
+
+
+STOP_WORD_TIMEOUT_S: Final = 2.0
+"""How long a `stop` waits for the agent to take its word (it answers in a millisecond)."""
 
 
 def agent_argv() -> list[str]:

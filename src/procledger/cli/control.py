@@ -74,11 +74,21 @@ def stop(
         if record is None:
             return
         record, asked = stop_process(registry, record, mode, grace_s, cli_owner())
+        if asked:
+            _tell_agent(registry, record.id)
     if asked:
         message = f"stop requested ({mode.reason.value}) for process {record.id}"
     else:
         message = f"stopped process {record.id} here, its supervisor being gone: {ending(record)}"
     _said(record, message, as_json)
+
+
+def _tell_agent(registry: ProcessRegistry, process_id: str) -> None:
+    """The stop is on record: this host's agent, if it holds the process, acts on it now."""
+    from procledger.agent.launch import tell_of_stop
+    from procledger.application.outbox import store_key
+
+    tell_of_stop(store_key(registry.location), process_id)
 
 
 def _unended(registry: ProcessRegistry, process_id: str, as_json: bool) -> ProcessRecord | None:

@@ -337,10 +337,11 @@ def _after_agent_died(ctx: typer.Context, process_id: str) -> str:
     """The agent died while starting the command: the anchor starts it again, and the new
     agent records what became of the start (running, if the child was spawned; else lost).
     What the ledger says is the answer."""
-    from procledger.agent.launch import ensure_agent
+    from procledger.agent.launch import ask, ensure_agent
 
     state = cli_state(ctx)
-    ensure_agent(state.url)
+    places, _ = ensure_agent(state.url)
+    ask(places, {"op": "status"}, timeout=START_WAIT_S)  # answered once its takeover is done
     with open_ledger(state.url) as registry:
         try:
             record = registry.get(process_id)

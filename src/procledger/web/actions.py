@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from procledger.agent.launch import tell_of_stop
+from procledger.application.outbox import store_key
 from procledger.supervisor.control import (
     NobodyToStop,
     StillOwned,
@@ -48,6 +50,8 @@ class Actions:
         if record.state.is_terminal:
             return record, "ended"
         record, asked = stop_process(self.registry, record, chosen, grace_s, self.owner)
+        if asked:  # this host's agent, if it holds the process, acts on it now
+            tell_of_stop(store_key(self.registry.location), record.id)
         return record, "asked" if asked else "stopped"
 
     def abandon(self, text: str, reason: str | None) -> tuple[ProcessRecord, str]:
