@@ -16,6 +16,7 @@ path (outbox first) and its notification through the ``Publisher``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -38,6 +39,7 @@ from procledger.supervisor.file_capture import FileCapture
 from procledger.supervisor.publishing import Publisher
 from procledger.supervisor.runs import Ticket
 from procledger.supervisor.terminals import TerminalWriter
+from procledger.supervisor.wiring import output_facts
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -67,7 +69,6 @@ class HeldRun:
     policy: StopPolicy = HELD_POLICY
     seen_change_seq: int = 0
     acted_on: set[TerminalReason] = field(default_factory=set)
-    ended_at: float | None = None
     shutdown: bool = False  # ``agent stop --stop-children`` stopped it
 
     @property
@@ -137,8 +138,7 @@ class Holder:
             result = outcome(exit.returncode, requested=requested, shutdown=held.shutdown)
             record = self._writer.record(ticket, held.keeper, result)
         else:
-            assert ticket.capture is not None
-            output, tails = ticket.capture.finish()
+            output, tails = output_facts(ticket.capture)
             record = self._registry.record_lost(
                 held.process_id,
                 diagnostic=clip_diagnostic(why_unknown),
@@ -168,10 +168,15 @@ class Holder:
                 continue
             held.acted_on.add(reason)
             policy = request_policy(reason, held.policy)
-            orphans.stop_tree(record, policy.signals, policy.grace_s, escalate=True)
+            stop = functools.partial(
+                orphans.stop_tree, record, policy.signals, policy.grace_s, escalate=True
+            )  # waits out the grace: on a thread of its own, not the round's
+            threading.Thread(target=stop, name="procledger-held-stop", daemon=True).start()
 
 
-def ticket_for(registry: ProcessRegistry, record: ProcessRecord, capture: FileCapture) -> Ticket:
+def ticket_for(
+    registry: ProcessRegistry, record: ProcessRecord, capture: FileCapture | None
+) -> Ticket:
     """The ticket a held run's writes go by: its ids, and the handle and notification target
     its start saved (none saved: no notification was asked for)."""
     ids = event_ids(record.id, record.registration_hash)
@@ -183,12 +188,15 @@ def ticket_for(registry: ProcessRegistry, record: ProcessRecord, capture: FileCa
     return Ticket(handle, record.id, ids, notify_to, record.registration_hash, capture)
 
 
-def held_capture(folder: Path | None, limit: int | None, host_id: str | None) -> FileCapture:
+def held_capture(
+    folder: Path | None, limit: int | None, host_id: str | None
+) -> FileCapture | None:
     """The capture of an adopted run: its files, as its spawn left them (``limit`` None when
-    not known: nothing is dropped then)."""
+    not known: nothing is dropped then, and the summary says the limit is unknown); ``None``
+    when it has none (started without capture)."""
     if folder is None or not all(path.exists() for path in stream_paths(folder)):
-        return FileCapture(None, 0, host_id)
-    return FileCapture(folder, limit if limit is not None else 2**62, host_id)
+        return None
+    return FileCapture(folder, limit, host_id)
 
 
 def unknown_status(anchor_gone: bool) -> str:

@@ -309,7 +309,6 @@ class AgentHost:
         assert self._loop is not None
         self._loop.remove_reader(fd)
         held = self._held.pop(fd)
-        held.ended_at = time.monotonic()
         ending = asyncio.ensure_future(self._record_held_end(held))
         self._ending.add(ending)
         ending.add_done_callback(self._ending.discard)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +38,9 @@ class FileCapture:
     its end. ``feeds``: what new bytes of each stream are handed to (an output readiness
     probe), by whoever follows the files."""
 
-    def __init__(self, folder: Path | None, limit: int, host_id: str | None) -> None:
+    def __init__(self, folder: Path | None, limit: int | None, host_id: str | None) -> None:
+        """``limit`` None: not known (an adopted run whose files lack it): nothing is dropped,
+        and the summary says the limit is unknown."""
         self.folder = folder
         self.limit = limit
         self.host_id = host_id
@@ -65,10 +68,11 @@ class FileCapture:
     def files(self) -> OutputFiles | None:
         """The files as the follower keeps them (bound, kept ranges); ``None`` if there are
         none to keep."""
-        if self._files is None and self._stopped is None and self.limit > 0:
+        if self._files is None and self._stopped is None and self.limit != 0:
             try:
                 assert self.folder is not None
-                self._files = OutputFiles(self.folder, self.limit)
+                limit = sys.maxsize if self.limit is None else self.limit
+                self._files = OutputFiles(self.folder, limit)
             except OSError as error:
                 self._stopped = f"output files unreadable: {error}"
         return self._files
@@ -94,7 +98,8 @@ class FileCapture:
             return summary, {}
         files.enforce_bound()
         facts = files.summarize()
-        return OutputSummary.model_validate(facts.summary_fields(self.host_id)), facts.tails()
+        fields = facts.summary_fields(self.host_id) | {"limit": self.limit}
+        return OutputSummary.model_validate(fields), facts.tails()
 
 
 LIMIT_NAME = "limit"
