@@ -44,6 +44,7 @@ def test_readme_sections_come_in_order() -> None:
     assert headings == [
         "Quickstart",
         "CLI tour",
+        "The host agent",
         "Logs",
         "Readiness, waits and restarts",
         "Web view",
