@@ -327,7 +327,7 @@ def test_stop_from_another_thread_ends_the_owners_wait_with_the_signal(
     ready = procs.pidfile("ready.pid")
     chunks: list[bytes] = []
     with OwnedChild.spawn(
-        sh(f"{save('$$', ready)}; echo hi; exec sleep 30"),
+        sh(f"echo hi; {save('$$', ready)}; exec sleep 30"),  # said before it is ready
         stdout=chunks.append,
     ) as child:
         procs.await_pid(ready)

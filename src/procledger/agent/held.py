@@ -188,9 +188,7 @@ def ticket_for(
     return Ticket(handle, record.id, ids, notify_to, record.registration_hash, capture)
 
 
-def held_capture(
-    folder: Path | None, limit: int | None, host_id: str | None
-) -> FileCapture | None:
+def held_capture(folder: Path | None, limit: int | None, host_id: str | None) -> FileCapture | None:
     """The capture of an adopted run: its files, as its spawn left them (``limit`` None when
     not known: nothing is dropped then, and the summary says the limit is unknown); ``None``
     when it has none (started without capture)."""

@@ -271,7 +271,7 @@ class OwnedChild:
         self._survivors: list[int] = []
         self._lock = threading.Lock()  # orders signalling against reaping (pid reuse)
         self._reaped = False
-        self._hold_zombie, self._released = hold_zombie, False
+        self._hold_zombie, self._released, self._release_asked = hold_zombie, False, False
         self._returncode: int | None = None
         self._killed = False
         self._failure: Exception | None = None  # met by ``advance``; ``wait`` handles it
@@ -484,10 +484,15 @@ class OwnedChild:
         """(Re-)discover the tree, then signal it. Under the lock: once the child is reaped
         its pid may belong to a stranger, so neither discovery nor its group are used."""
         with self._lock:
-            unreaped = not self._reaped
+            unreaped = not self._reaped or (self._hold_zombie and not self._released)
+            early = unreaped and self._hold_zombie  # see ``Tree.signal_own_group``
+            if early:
+                self._tree.signal_own_group(sig)
             if unreaped:
                 self._tree.discover()
-            self._tree.signal(sig, child_unreaped=unreaped)
+            self._tree.signal(sig, child_unreaped=unreaped, own_group_done=early)
+        if self._release_asked:  # asked while we held the lock: done now that we let go
+            self.release()
 
     def _pump_until_exit(self, timeout: float | None) -> bool:
         """The owner's way to wait for exit during a stop: keep draining, so a child flushing
@@ -507,21 +512,34 @@ class OwnedChild:
     def _finish(self) -> int:
         """Close what is left, reap the (exited or killed) child, release the exit signal."""
         self._pump.close()
-        with self._lock:
-            peek = self._hold_zombie and not self._released
-            returncode = os_seam.peek(self._child) if peek else os_seam.reap(self._child)
+        if self._hold_zombie and not self._released:
+            # Reading a held zombie's status frees nothing: its pid stays ours, so this need
+            # not wait for a stop's discovery (which holds the lock for a /proc scan).
+            returncode = os_seam.peek(self._child)
             self._reaped, self._returncode = True, returncode
+        else:
+            with self._lock:
+                returncode = os_seam.reap(self._child)
+                self._reaped, self._returncode = True, returncode
         self._exit_signal.close()
         os_seam.close_pipes(self._child)
         return returncode
 
     def release(self) -> None:
         """Reap a zombie held by ``hold_zombie`` (its terminal is on record now); a no-op
-        otherwise, and once done."""
-        with self._lock:
-            if self._hold_zombie and self._reaped and not self._released:
-                os_seam.reap(self._child)
-            self._released = True
+        otherwise, and once done. Never waits for a stop under way, whose tree discovery (a
+        ``/proc`` scan) holds the lock for a while: that stop reaps it as it lets go."""
+        if not self._hold_zombie:
+            return
+        self._release_asked = True
+        while self._release_asked and self._lock.acquire(blocking=False):
+            try:
+                if self._release_asked and self._reaped and not self._released:
+                    os_seam.reap(self._child)
+                    self._released = True
+                self._release_asked = False
+            finally:
+                self._lock.release()
 
     def _interrupted(self) -> Interrupted:
         return Interrupted(
