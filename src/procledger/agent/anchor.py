@@ -64,6 +64,10 @@ RETRY_S = 1.0
 ALREADY_SERVED = 75
 """The agent's exit status when another agent serves its ledger (``EX_TEMPFAIL``): starting it
 again would only fail again, so the anchor stops (``agent.launch.ALREADY_SERVED``)."""
+CANNOT_SERVE = 78
+"""The agent's exit status when its ledger cannot be served at all (``EX_CONFIG``: a URL that
+names nothing, a ledger of a newer release): the anchor stops rather than retry for ever. A
+store that is only unreachable now exits 1, and is retried with backoff."""
 """How soon a record that could not be written is tried again."""
 JOURNAL_VARIABLE = "PROCLEDGER_EXIT_JOURNAL"
 """Set in the agent's environment: where the journal it must deliver lives."""
@@ -338,9 +342,14 @@ class Anchor:
         if self._stopping:
             _log(f"the agent, pid {record.pid}, ended ({how}); stopped")
             return
-        if record.exit_code == ALREADY_SERVED:
+        if record.exit_code in (ALREADY_SERVED, CANNOT_SERVE):
             self._stopping = True
-            _log(f"the agent, pid {record.pid}, found another agent serving its ledger; stopped")
+            why = (
+                "found another agent serving"
+                if record.exit_code == ALREADY_SERVED
+                else ("cannot serve")
+            )
+            _log(f"the agent, pid {record.pid}, {why} its ledger; stopped")
             return
         delay = self._backoff.after_exit(uptime)
         self._start_at = now + delay

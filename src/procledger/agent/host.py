@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from procledger.adapters.direct_output import Follower, stream_paths
 from procledger.adapters.output_files import folder_for, output_root
+from procledger.agent.anchor import CANNOT_SERVE
 from procledger.agent.control_client import START_REQUEST_BYTES
 from procledger.agent.control_socket import ControlServer
 from procledger.agent.held import (
@@ -52,7 +53,12 @@ from procledger.agent.takeover import Takeover, TakeoverReport
 from procledger.aio.supervisor import AsyncSupervisor
 from procledger.application.bootstrap import open_registry
 from procledger.application.outbox import store_key
-from procledger.domain.errors import AgentSocketError, ProcledgerError, SpawnError
+from procledger.domain.errors import (
+    AgentSocketError,
+    ProcledgerError,
+    SpawnError,
+    StoreUnavailable,
+)
 from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.notifications.notifier import Notifier
 from procledger.supervisor import orphans
@@ -82,11 +88,12 @@ AGENT_ROLE: Final = "procledger-agent"
 """The agent's owner id is ``procledger-agent@<host id>``: every agent of this host has it, so
 the next one knows which leases an earlier one held."""
 
-AGENT_TIMINGS: Final = LeaseTimings(ttl_ms=600_000, renew_ms=200_000)
-"""The agent's leases last 10 minutes, renewed every 200 s. Its children outlive it, so a lease
+AGENT_TIMINGS: Final = LeaseTimings(ttl_ms=1_200_000, renew_ms=400_000)
+"""The agent's leases last 20 minutes, renewed every 400 s. Its children outlive it, so a lease
 need not lapse soon for another holder to take over: on this host a dead agent is provably dead
 at once, and its successor takes over within a second. Only another host waits out the ttl, for
-a host that died whole. A thousand children then cost 5 renewals a second, not a hundred."""
+a host that died whole. A thousand children then cost 2.5 renewals a second (~0.25% of a core
+here), not a hundred."""
 
 
 class AgentHost:
@@ -447,9 +454,10 @@ def _raise_open_files_limit() -> None:
 
 
 def serve_ledger(url: str | None) -> int:
-    """``procledger agent serve``: be the agent of ``url``'s ledger until told to stop. Its
-    exit status: 0 after a stop, ``ALREADY_SERVED`` when another agent serves the ledger (the
-    anchor then stops rather than start it again), 1 when it cannot open the ledger."""
+    """``python -m procledger.agent``: be the agent of ``url``'s ledger until told to stop. Its
+    exit status: 0 after a stop; ``ALREADY_SERVED`` when another agent serves the ledger and
+    ``CANNOT_SERVE`` when it cannot be served at all (the anchor then stops rather than start it
+    again); 1 when the store is unreachable now (the anchor tries again, with backoff)."""
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s procledger-agent[%(process)d]: %(message)s",
@@ -459,9 +467,12 @@ def serve_ledger(url: str | None) -> int:
         registry = open_registry(url)
         registry.keep_less(CACHED_RUNS)
         places = AgentPlaces.of(ledger_key(url))
+    except StoreUnavailable as error:
+        log.error("cannot serve now: %s", error)
+        return 1
     except ProcledgerError as error:
         log.error("cannot serve: %s", error)
-        return 1
+        return CANNOT_SERVE
     try:
         return asyncio.run(AgentHost(registry, places).serve())
     except AgentSocketError as error:

@@ -63,6 +63,11 @@ def change_seqs(store: Store, process_ids: Sequence[str]) -> dict[str, int]:
     return store.attempt(lambda tx: handle_rows.change_seqs(tx, process_ids))
 
 
+def latest_change_seq(store: Store) -> int:
+    """The newest change-feed position of any record: whether anything changed at all."""
+    return store.attempt(handle_rows.latest_change_seq)
+
+
 def _row(row: Any) -> HandleRow:
     return HandleRow(
         handle=row["handle"],

@@ -30,6 +30,7 @@ from procledger.application.handle_addresses import (
     HandleRow,
     change_seqs,
     first_handle_row,
+    latest_change_seq,
     save_handle_row,
 )
 from procledger.application.journal import NotificationJournal
@@ -1010,6 +1011,12 @@ class ProcessRegistry:
         for a batch, so a supervisor notices stop requests made elsewhere without decoding
         every record."""
         return change_seqs(self._store, process_ids)
+
+    def latest_change_seq(self) -> int:
+        """The newest change-feed position of any record (0 in an empty ledger): one indexed
+        read, so a supervisor that polls for stop requests asks about each of its runs only
+        when something changed at all."""
+        return latest_change_seq(self._store)
 
     def prune_terminal(
         self,

@@ -65,3 +65,12 @@ def change_seqs(tx: Tx, process_ids: Sequence[str]) -> dict[str, int]:
 def delete_for_process(tx: Tx, process_id: str) -> None:
     """Delete the process's handles (retention; its journal entries go first)."""
     tx.execute(f"DELETE FROM {tx.dialect.table('handles')} WHERE process_id=?", (process_id,))
+
+
+def latest_change_seq(tx: Tx) -> int:
+    """The newest change-feed position of any record (0 with none): one indexed read that
+    says whether anything changed since a position seen before."""
+    row = tx.execute(
+        f"SELECT COALESCE(MAX(change_seq), 0) AS latest FROM {tx.dialect.table('records')}", ()
+    ).one()
+    return int(row["latest"])
