@@ -23,12 +23,14 @@ from procledger.domain.records import (
     ExternalRef,
     OsFacts,
     OutputSummary,
+    StoppedOrphan,
     StreamOutput,
     WaitState,
 )
 from procledger.domain.registration import ProcessRegistration, env_ref_for
 from procledger.domain.rendering import render_record
 from procledger.domain.session import Session
+from procledger.domain.vocabulary import TerminalReason
 from procledger.testing import LifecycleHistory, lifecycle_histories
 
 MAPPER = OrjsonMapper()
@@ -272,7 +274,7 @@ def stored_event_classes() -> set[type[Any]]:
 
 def test_every_stored_event_class_declares_its_version() -> None:
     classes = stored_event_classes()
-    assert len(classes) == 22
+    assert len(classes) == 24
     undeclared = [cls.__qualname__ for cls in classes if "class_version" not in vars(cls)]
     assert undeclared == []
     versions = {cls.__qualname__: vars(cls)["class_version"] for cls in classes}
@@ -342,6 +344,22 @@ OUTPUT = OutputSummary(
 )
 
 
+def service_and_orphan_facts() -> list[Any]:
+    """A stop of a whole service (on its first attempt) and a kept orphan stopped."""
+    document = registration("cover-service").model_dump(mode="json")
+    document |= {"restart": {"mode": "always"}, "attempt": 1}
+    service = Process.register(ProcessRegistration.model_validate(document), at_ms=1)
+    service.request_service_stop("terminated", at_ms=2)
+    kept = registered("cover-kept")
+    kept.record_started(1, at_ms=2, event_id=None, os=FACTS)
+    kept.lose(diagnostic="kept", event_id=None, authority=None, at_ms=3)
+    stop = StoppedOrphan(
+        pid=FACTS.pid, reason=TerminalReason.killed, sent=[9], signal=9, survivors=[7], by="me"
+    )
+    kept.record_orphan_stopped(stop, at_ms=4)
+    return [*service.collect_events(), *kept.collect_events()]
+
+
 def test_every_event_class_round_trips() -> None:
     """A fixed script that reaches every class, so a new class cannot slip past the property
     above because its strategies never produce it."""
@@ -369,6 +387,7 @@ def test_every_event_class_round_trips() -> None:
         terminal(other)
         other.record_crash_loop(5, 60.0, at_ms=10)
         events += other.collect_events()
+    events += service_and_orphan_facts()
     session = Session.open("s", at_ms=1)
     session.grant("cover", None, at_ms=2)
     session.revoke("cover", at_ms=3)

@@ -53,9 +53,10 @@ from procledger import (
 from procledger.adapters.liveness import ProcProbe
 from procledger.domain.leases import Liveness
 from procledger.domain.process import Process, process_uuid
-from procledger.domain.records import OutputSummary, StreamOutput
+from procledger.domain.records import OsFacts, OutputSummary, StoppedOrphan, StreamOutput
 from procledger.domain.registration import env_ref_for
 from procledger.domain.rendering import render_record
+from procledger.domain.service import RestartPolicy
 from procledger.domain.session import Session
 from procledger.domain.vocabulary import LifecycleKind
 from procledger.testing import FakeClock
@@ -1423,6 +1424,19 @@ class RegistryConformance(StoreCase):
         lost = fresh("enc-lost")
         lost.lose(diagnostic="ü lost", event_id=None, authority=KEY, at_ms=now)
         save(lost)
+        service = fresh("enc-service", restart=RestartPolicy(mode="always"), attempt=1)
+        service.request_service_stop("killed", at_ms=now)
+        save(service)
+        kept = fresh("enc-kept")
+        facts = OsFacts(pid=77, pgid=77, start_time=5, host_id="h ✓")
+        kept.record_started(11, at_ms=now, event_id=None, os=facts)
+        kept.lose(diagnostic="kept", event_id=None, authority=KEY, at_ms=now)
+        stop = StoppedOrphan(
+            pid=77, reason=TerminalReason.terminated, sent=[15, 9], signal=15, survivors=[],
+            by="me ✓",
+        )  # fmt: skip
+        kept.record_orphan_stopped(stop, at_ms=now)
+        save(kept)
         abandoned = fresh("enc-abandoned")
         abandoned.abandon(
             "owner_dead",

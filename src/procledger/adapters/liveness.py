@@ -44,6 +44,28 @@ def live_process_start(pid: int, proc: Path = _PROC) -> str | None:
     return state_and_rest[19]
 
 
+def started_at(pid: int, start_time: int | float, proc: Path = _PROC) -> bool:
+    """Whether OS process ``pid`` of this PID namespace still runs (not a zombie) and is the
+    one that started at ``start_time`` (clock ticks, field 22 of /proc/<pid>/stat): the pid
+    **and** its start time, since a pid alone may have passed to a stranger. Any read error
+    means no: nothing is ever signalled on a guess."""
+    try:
+        start = live_process_start(pid, proc)
+        return start is not None and int(start) == int(start_time)
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def runs_here(pid: int, start_time: int | float, host_id: str, proc: Path = _PROC) -> bool:
+    """``started_at``, for a process recorded on host ``host_id`` (``OsFacts.host_id``:
+    machine and PID namespace): never true of another host's, or where /proc cannot say which
+    host this is."""
+    identity = local_identity(proc)
+    if identity is None or identity.host_id != host_id:
+        return False
+    return started_at(pid, start_time, proc)
+
+
 def _machine_id(proc: Path) -> str:
     for candidate in (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id")):
         try:

@@ -76,6 +76,7 @@ from procledger.domain.records import (
     OutputSummary,
     ProcessEvent,
     ProcessRecord,
+    StoppedOrphan,
     WaitState,
 )
 from procledger.domain.registration import ProcessRegistration, env_ref_for
@@ -640,6 +641,32 @@ class ProcessRegistry:
             lambda p, now: p.record_crash_loop(restarts, window_s, at_ms=now),
         )
 
+    def request_service_stop(self, process_id: str, reason: TerminalReason | str) -> ProcessRecord:
+        """Record a stop of the whole service ``process_id`` belongs to (any attempt's id), on
+        its first attempt, in any state: its supervisor starts no attempt once it has read it
+        (docs/design.md §15.4). The attempt that runs is stopped by ``request_stop`` on it.
+        A repeated reason is a no-op. Returns the first attempt's record.
+
+        Raises:
+            NotFound: no such process (or its service's first attempt was pruned).
+            ProcessLifecycleValidationError: ``reason`` is not a stop reason, or the process
+                is not an attempt of a service (``.field`` is ``restart``).
+        """
+        first = first_attempt_id(self.get(process_id))
+        return self._ledger.write(first, lambda p, now: p.request_service_stop(reason, at_ms=now))
+
+    def record_orphan_stopped(self, process_id: str, stop: StoppedOrphan) -> ProcessRecord:
+        """Record on a ``lost_on_restore`` process that the child it left running was stopped
+        by its recorded identity, and how (docs/design.md §6.2); once, a repeat is a no-op.
+
+        Raises:
+            InvalidTransition: the process is not ``lost_on_restore``.
+            ProcessLifecycleValidationError: ``stop`` names another OS pid or no stop reason.
+        """
+        return self._ledger.write(
+            process_id, lambda p, now: p.record_orphan_stopped(stop, at_ms=now)
+        )
+
     def request_abandon(
         self, process_id: str, requested_by: str, *, reason: str | None = None
     ) -> ProcessRecord:
@@ -758,7 +785,7 @@ class ProcessRegistry:
                 return record
             if record.readiness is None and record.state is ProcessState.running:
                 return record
-            if record.is_terminal and not restart_may_follow(record):
+            if self._no_attempt_follows(record):
                 return record
             return None
 
@@ -775,11 +802,22 @@ class ProcessRegistry:
 
         def find() -> ProcessRecord | None:
             record = self.newest_attempt(process_id)
-            if record.is_terminal and not restart_may_follow(record):
-                return record
-            return None
+            return record if self._no_attempt_follows(record) else None
 
         return self._changes.wait_for(find, timeout, f"process {process_id!r} to end")
+
+    def _no_attempt_follows(self, record: ProcessRecord) -> bool:
+        """Whether ``record`` has ended and no attempt of its service will follow it; a later
+        attempt reads its first too, which carries a stop of the whole service."""
+        if not record.is_terminal:
+            return False
+        first = None
+        if record.attempt_of is not None:
+            try:
+                first = self.get(record.attempt_of)
+            except NotFound:  # pruned: only the attempt's own record can tell
+                first = None
+        return not restart_may_follow(record, first=first)
 
     # -- leases ---------------------------------------------------------------------------------
 
@@ -1120,6 +1158,12 @@ class ProcessRegistry:
         """The leases live at ``now_ms`` (neither released nor expired) on processes that have
         not ended, by process id: where a sweep looks for holders that are provably dead."""
         return recovery_reads.held_leases(self._store, now_ms)
+
+    def unreleased_leases(self) -> list[Lease]:
+        """The leases not released -- live or expired -- of the processes that have not ended,
+        by process id: whose holders ``ps`` and ``show`` judge (a holder killed long ago left
+        an expired lease; docs/design.md §8)."""
+        return recovery_reads.held_leases(self._store, -1)  # expiring after -1: every one
 
     def record_and_lease(self, process_id: str) -> tuple[ProcessRecord, Lease | None] | None:
         """The process's record and its stored lease as ``get_lease`` gives it (live or

@@ -4,7 +4,10 @@
 holding the lease, which it asks through the ledger -- or when it carried it out itself: the
 owner is gone and the recorded child is alive on this host, so it stops that tree and records
 the outcome. Otherwise it records nothing, exits 1 and says what to do: `abandon` records a
-process nobody owns as given up. `restore` settles this host's runs whose supervisor died.
+process nobody owns as given up. A service is stopped as a whole (no attempt starts after the
+stop is recorded), and a `lost` record whose child still runs here (a kept orphan) has that
+child stopped (`supervisor.control.stop_target`). `restore` settles this host's runs whose
+supervisor died.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from procledger.cli._owner import cli_notifier, cli_owner
 from procledger.supervisor.control import (
     NobodyToStop,
     StillOwned,
+    Stopped,
     abandon_process,
     live_owner,
-    stop_process,
+    stop_target,
 )
 from procledger.supervisor.modes import StopMode
 
@@ -63,24 +67,58 @@ def stop(
     ] = "10",
     as_json: JsonOption = False,
 ) -> None:
-    """Stop a process, or say why nobody can.
+    """Stop a process or a whole service, or say why nobody can.
 
     Asks its live supervisor (exit 0 once the request is recorded), or -- when the supervisor
     is gone and the child still runs on this host -- stops the tree here and records how it
-    ended. With neither, nothing is recorded and it exits 1 (see abandon)."""
+    ended. With neither, nothing is recorded and it exits 1 (see abandon). Any attempt's id
+    stops its service: no attempt starts after the stop is recorded. A lost process whose
+    child still runs here (restore --keep-orphans) has that child stopped."""
     grace_s = parse_grace(grace)
     with open_ledger(cli_state(ctx).url) as registry:
-        record = _unended(registry, process_id, as_json)
-        if record is None:
-            return
-        record, asked = stop_process(registry, record, mode, grace_s, cli_owner())
-        if asked:
-            _tell_agent(registry, record.id)
-    if asked:
-        message = f"stop requested ({mode.reason.value}) for process {record.id}"
-    else:
-        message = f"stopped process {record.id} here, its supervisor being gone: {ending(record)}"
-    _said(record, message, as_json)
+        done = stop_target(registry, resolve_id(registry, process_id), mode, grace_s, cli_owner())
+        if done.how == "asked":
+            _tell_agent(registry, done.record.id)
+    _said(done.record, _stop_message(done, mode), as_json)
+
+
+def _stop_message(done: Stopped, mode: StopMode) -> str:
+    """What `stop` did, in a sentence; for a service, what became of the service first."""
+    record, asked = done.record, f"stop requested ({mode.reason.value})"
+    gone = f"its supervisor being gone: {ending(record)}"
+    if done.how == "orphan":
+        return _orphan_message(done)
+    if done.service is not None:
+        said = f"service {done.service} stopped: no further attempt starts; "
+        if done.how == "ended":
+            return said + f"its newest attempt {record.id} had ended: {ending(record)}"
+        if done.how == "asked":
+            return said + f"{asked} for its attempt {record.id}"
+        return said + f"stopped its attempt {record.id} here, {gone}"
+    if done.how == "ended" and record.attempt is not None:
+        first = record.attempt_of or record.id
+        return f"service {first} already ended: its newest attempt {record.id} {ending(record)}"
+    if done.how == "ended":
+        return f"process {record.id} already ended: {record.state.value}"
+    if done.how == "asked":
+        return f"{asked} for process {record.id}"
+    return f"stopped process {record.id} here, {gone}"
+
+
+def _orphan_message(done: Stopped) -> str:
+    """A kept orphan's stop: what was sent, and whether its child is gone."""
+    import signal
+
+    record, stop = done.record, done.orphan
+    assert stop is not None
+    assert record.os is not None
+    sent = ", ".join(signal.Signals(number).name for number in stop.sent)
+    who = f"the orphaned child (OS pid {record.os.pid}) of process {record.id}"
+    if not stop.gone:
+        return f"sent {sent} to {who}: it is still running (try --mode terminate)"
+    ended = f"; it ended after {signal.Signals(stop.ended_by).name}" if stop.ended_by else ""
+    survivors = f"; survivors: {' '.join(map(str, stop.survivors))}" if stop.survivors else ""
+    return f"stopped {who} here by its recorded identity (sent {sent}{ended}{survivors})"
 
 
 def _tell_agent(registry: ProcessRegistry, process_id: str) -> None:

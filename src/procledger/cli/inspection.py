@@ -33,7 +33,7 @@ from procledger.cli._format import (
 from procledger.domain.wording import event_details
 
 if TYPE_CHECKING:
-    from procledger import ProcessListFilter, ProcessRecord, ProcessRegistry
+    from procledger import LeaseOwner, ProcessListFilter, ProcessRecord, ProcessRegistry
 
 _FEED_PAGE = 500
 _FEED_POLL_S = 0.25
@@ -141,16 +141,21 @@ def ps(
         show_all=show_all, states=state or [], status=status, label=label, since=since
     )
     selection = decode_filter(keys)
+    running_view = keys["status"] == "running" and not wanted
     with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
         records, damaged = _listing(
             registry, selection, wanted=wanted, limit=limit, attempts=attempts
         )
+        if running_view:
+            records = _with_kept_orphans(registry, keys, records, limit=limit, attempts=attempts)
+        marks = {} if as_json else _marks(registry, records)[0]
     if as_json:
         write_json({"records": [dump(record) for record in records], "damaged": damaged})
         return
     if damaged:
         warn(f"{len(damaged)} damaged record(s) not listed: {', '.join(damaged)} (see verify)")
-    _print_processes(records, everything=keys["status"] != "running" or bool(wanted))
+    _print_processes(records, everything=not running_view, marks=marks)
+    _warn_marked(marks)
 
 
 def _listing(
@@ -169,7 +174,69 @@ def _listing(
     return scan.records[::-1], scan.damaged
 
 
-def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:
+def _with_kept_orphans(
+    registry: ProcessRegistry,
+    keys: dict[str, object],
+    records: list[ProcessRecord],
+    *,
+    limit: int | None,
+    attempts: bool,
+) -> list[ProcessRecord]:
+    """The running processes and, among them by id, the kept orphans: processes recorded
+    ``lost`` whose child still runs here (``restore --keep-orphans``), so none is invisible.
+    Read among the abandoned ones (lost or abandoned: few), with the same other filters."""
+    from procledger.application.listing import select_processes
+    from procledger.supervisor.control import orphan_running
+
+    lost = select_processes(
+        registry,
+        decode_filter({**keys, "status": "abandoned"}),
+        states={ProcessState.lost_on_restore},
+        attempts=attempts,
+    )
+    kept = [record for record in lost.records if orphan_running(record)]
+    if not kept:
+        return records
+    rows = {record.id: record for record in (*records, *kept)}
+    listed = sorted(rows.values(), key=lambda record: record.id)  # oldest first, as ps lists
+    return listed if limit is None else listed[-limit:] if limit else []
+
+
+_SUPERVISOR_GONE = "supervisor gone"
+_AGENT_ROLE = "procledger-agent"  # agent.host.AGENT_ROLE, without importing the agent
+_ORPHAN_RUNNING = "orphan running"
+
+
+def _marks(
+    registry: ProcessRegistry, records: list[ProcessRecord]
+) -> tuple[dict[str, str], dict[str, LeaseOwner]]:
+    """What `ps` and `show` add to a record's state for people (the JSON stays the stored
+    record): ``supervisor gone`` where its lease holder is provably dead on this host,
+    ``orphan running`` where a ``lost`` record's child still runs here; and those holders."""
+    from procledger.cli._owner import cli_owner
+    from procledger.supervisor.control import holders_gone, orphan_running
+
+    gone = holders_gone(registry, records, cli_owner())
+    marks = dict.fromkeys(gone, _SUPERVISOR_GONE)
+    marks |= {record.id: _ORPHAN_RUNNING for record in records if orphan_running(record)}
+    return marks, gone
+
+
+def _warn_marked(marks: dict[str, str]) -> None:
+    """`ps`'s hint, on stderr, for the marked rows: what to do about each kind."""
+    gone = sum(1 for mark in marks.values() if mark == _SUPERVISOR_GONE)
+    orphans = len(marks) - gone
+    if gone:
+        what = "procledger show ID says what to do"
+        warn(f"{gone} process(es) marked 'supervisor gone' are supervised by nobody: {what}")
+    if orphans:
+        what = "procledger stop ID stops one"
+        warn(f"{orphans} process(es) recorded lost still run unsupervised (kept orphans): {what}")
+
+
+def _print_processes(
+    records: list[ProcessRecord], *, everything: bool, marks: dict[str, str]
+) -> None:
     if not records:
         what = "processes match" if everything else "running processes (ps --all lists every one)"
         warn(f"no {what}")
@@ -178,7 +245,7 @@ def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:
     rows = [
         (
             record.id,
-            record.state.value,
+            _state_text(record, marks.get(record.id)),
             record.status.value,
             outcome(record) + _attempt_note(record),
             when(record.updated_at_ms),
@@ -187,6 +254,10 @@ def _print_processes(records: list[ProcessRecord], *, everything: bool) -> None:
         for record in records
     ]
     write_table(("ID", "STATE", "STATUS", "OUTCOME", "UPDATED", "COMMAND"), rows)
+
+
+def _state_text(record: ProcessRecord, mark: str | None) -> str:
+    return record.state.value if mark is None else f"{record.state.value} ({mark})"
 
 
 def _attempt_note(record: ProcessRecord) -> str:
@@ -206,11 +277,13 @@ def show(ctx: typer.Context, process_id: IdArgument, *, as_json: JsonOption = Fa
         record = registry.get(found)
         events = registry.events(found)
         attempts = registry.attempts(found) if record.attempt is not None else []
+        marks, gone = ({}, {}) if as_json else _marks(registry, [record])
     if as_json:
         document = {"record": dump(record), "events": [dump(e) for e in events]}
         write_json(document | ({"attempts": [dump(a) for a in attempts]} if attempts else {}))
         return
-    _print_summary(record)
+    hint = None if record.id not in marks else _hint(record, marks[record.id], gone.get(record.id))
+    _print_summary(record, marks.get(record.id), attempts[0] if attempts else None, hint)
     sys.stdout.write("\n")
     if attempts:
         _print_attempts(attempts)
@@ -230,12 +303,20 @@ def _print_attempts(attempts: list[ProcessRecord]) -> None:
     sys.stdout.write("\n")
 
 
-def _print_summary(record: ProcessRecord) -> None:
-    """`show`'s header: one ``name  value`` line for each thing that happened."""
+def _print_summary(
+    record: ProcessRecord,
+    mark: str | None = None,
+    first: ProcessRecord | None = None,
+    hint: str | None = None,
+) -> None:
+    """`show`'s header: one ``name  value`` line for each thing that happened; ``mark`` what
+    this host sees of it beyond the record (``_marks``) and ``hint`` what to do about it,
+    ``first`` its service's first attempt."""
+    status = record.status.value + (f"; {mark}" if mark else "")
     rows = [
         ("id", record.id),
         ("command", command_text(record)),
-        ("state", f"{record.state.value} ({record.status.value})"),
+        ("state", f"{record.state.value} ({status})"),
         ("outcome", outcome(record)),
         ("disposition", record.disposition.value),
     ]
@@ -253,14 +334,49 @@ def _print_summary(record: ProcessRecord) -> None:
         rows.append(("diagnostic", " ".join(record.diagnostic.split())))
     if record.output is not None:
         rows.append(("output", _output_line(record)))
-    rows += _service_lines(record)
+    rows += _service_lines(record, first)
+    if hint is not None:
+        rows.append(("hint", hint))
     width = max(len(name) for name, _ in rows)
     sys.stdout.write("".join(f"{name.ljust(width)}  {value}\n" for name, value in rows))
 
 
-def _service_lines(record: ProcessRecord) -> list[tuple[str, str]]:
-    """`show`'s readiness and restart lines (docs/design.md §15)."""
+def _hint(record: ProcessRecord, mark: str, holder: LeaseOwner | None) -> str:
+    """What to do about a marked process (docs/design.md §8): stop a kept orphan; have the
+    gone holder's successor account for the process -- a new agent for an agent's run,
+    `restore` for a `procledger run`'s -- or else stop or abandon it."""
+    from procledger.adapters.liveness import runs_here
+    from procledger.cli._owner import cli_owner
+    from procledger.supervisor.control import host_id
+
+    facts = record.os
+    pid = facts.pid if facts is not None else None
+    if mark == _ORPHAN_RUNNING:
+        what = f"procledger stop {record.id} stops its tree and records how it ended"
+        return f"its child (OS pid {pid}) still runs unsupervised on this host: {what}"
+    runs = facts is not None and runs_here(facts.pid, facts.start_time, facts.host_id)
+    holder_id = holder.owner_id if holder is not None else ""
+    if holder_id == f"{_AGENT_ROLE}@{host_id()}":
+        what = "procledger agent start: a new agent takes it over"
+    elif holder_id == cli_owner().owner_id:
+        what = "procledger restore accounts for it"
+    elif runs:
+        what = f"procledger stop {record.id} stops its child (OS pid {pid}) and records it"
+    else:
+        what = f"its child is gone too: procledger abandon {record.id} records it given up"
+    return f"its supervisor is gone, so nothing will record how it ends: {what}"
+
+
+def _service_lines(
+    record: ProcessRecord, first: ProcessRecord | None = None
+) -> list[tuple[str, str]]:
+    """`show`'s readiness and restart lines (docs/design.md §15); ``first``, the service's
+    first attempt, carries a stop of the whole service."""
     rows: list[tuple[str, str]] = []
+    stopped = (first or record).service_stop_requested
+    if stopped:
+        asked = ", ".join(reason.value for reason in stopped)
+        rows.append(("service stop", f"requested ({asked}): no further attempt starts"))
     if record.readiness is not None:
         ready = "not ready" if record.ready_at_ms is None else local_time(record.ready_at_ms)
         rows.append(("ready", f"{ready} (probes: {', '.join(record.readiness.probes)})"))

@@ -26,15 +26,19 @@ def first_attempt_id(record: ProcessRecord) -> str:
     return record.attempt_of or record.id
 
 
-def restart_may_follow(record: ProcessRecord) -> bool:
+def restart_may_follow(record: ProcessRecord, *, first: ProcessRecord | None = None) -> bool:
     """Whether another attempt may still follow ``record`` by its policy: it ended, its
-    service was not given up or stopped, it was not shut down or lost, and the policy restarts
-    such an end (``always``; ``on-failure`` after a failure). A supervisor that died in the
-    backoff never starts it (the schedule is not resumed), so a reader needs a timeout."""
+    service was not given up or stopped (``first``, the service's first attempt when the
+    caller read it, carries a stop of the whole service), it was not shut down or lost, and
+    the policy restarts such an end (``always``; ``on-failure`` after a failure). A supervisor
+    that died in the backoff never starts it (the schedule is not resumed), so a reader needs
+    a timeout."""
     policy = record.restart
     if policy is None or not record.is_terminal or record.gave_up is not None:
         return False
     if record.stop_requested or record.reason is TerminalReason.runner_shutdown:
+        return False
+    if record.service_stop_requested or (first is not None and first.service_stop_requested):
         return False
     if record.state in (ProcessState.lost_on_restore, ProcessState.abandoned):
         return False

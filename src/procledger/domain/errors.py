@@ -110,8 +110,16 @@ class AlreadyTerminal(InvalidTransition):
     """The process already ended; only an identical repeat of its terminal is accepted.
 
     A subclass of ``InvalidTransition``: a terminal state accepts no transition at all, and a
-    caller that only handles the general case still catches this one.
+    caller that only handles the general case still catches this one. Its message says so
+    plainly (a stop of an ended process is not a puzzle about the state table).
     """
+
+    def __init__(
+        self, from_state: str, kind: str, to_state: str, *, process_id: str | None = None
+    ) -> None:
+        super().__init__(from_state, kind, to_state, process_id=process_id)
+        who = f"process {process_id!r}" if process_id is not None else "the process"
+        self.args = (f"{who} has already ended ({from_state}): {kind!r} is refused",)
 
 
 class ReplayConflict(ProcledgerError):

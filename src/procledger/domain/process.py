@@ -43,6 +43,7 @@ from procledger.domain.errors import (
     AlreadyTerminal,
     AuthorityRejected,
     InvalidTransition,
+    ProcessLifecycleValidationError,
     ReplayConflict,
     UndeclaredEventType,
 )
@@ -64,6 +65,7 @@ from procledger.domain.records import (
     OsFacts,
     OutputSummary,
     OwnerStamp,
+    StoppedOrphan,
     WaitState,
 )
 from procledger.domain.registration import ProcessRegistration, SessionScope
@@ -420,6 +422,36 @@ class Process(Aggregate):
         def evolve(self, process: Process) -> None:
             process.gave_up = "crash_loop"
 
+    class ServiceStopRequested(Event):
+        """A stop of the whole service, recorded on its first attempt (docs/design.md §15.4):
+        its supervisor starts no attempt once it has read it. Not a lifecycle move -- the state
+        stays -- and an ended first attempt accepts it too: it is a fact about the service."""
+
+        TOPIC = "procledger:Process.ServiceStopRequested"
+        class_version = 1
+        reason: str
+
+        def evolve(self, process: Process) -> None:
+            process.service_stop_requested.append(REASONS[self.reason])
+
+    class OrphanStopped(Event):
+        """The child a ``lost`` record left running (``restore --keep-orphans``) was stopped by
+        its recorded identity (docs/design.md §6.2): ``pid``, the stop's ``reason``, the signals
+        ``sent``, the ``signal`` it ended after, the ``survivors`` and who did it (``by``). Not
+        a lifecycle move: the record stays ``lost_on_restore``; the one such fact it accepts."""
+
+        TOPIC = "procledger:Process.OrphanStopped"
+        class_version = 1
+        pid: int
+        reason: str
+        sent: list[int]
+        signal: int | None
+        survivors: list[int]
+        by: str
+
+        def evolve(self, process: Process) -> None:
+            process.orphan_stopped = True
+
     class OutputTruncated(Event):
         """Bytes ``[start, end)`` of ``stream`` were dropped past the output limit, the oldest
         first (docs/design.md §14)."""
@@ -487,6 +519,8 @@ class Process(Aggregate):
         self.output_tails: dict[str, str] = {}
         self.ready_at_ms: int | None = None
         self.gave_up: str | None = None
+        self.service_stop_requested: list[TerminalReason] = []
+        self.orphan_stopped = False
         self.terminal_event: Process.Terminal | None = None
         self.event_ids: dict[str, str] = {}
         self.replay_keys: dict[str, tuple[str, int]] = {}
@@ -664,6 +698,7 @@ class Process(Aggregate):
         assert stop_reason is not None
         if self._is_replay(event_id, lambda: fingerprint("stop_requested", stop_reason.value)):
             return False
+        self._refuse_if_terminal(LifecycleKind.stop_requested.value)
         check_transition(
             self.state, LifecycleKind.stop_requested, self.state, process_id=self.process_id
         )
@@ -922,6 +957,42 @@ class Process(Aggregate):
         self._emit(
             self.CrashLoop, at_ms, attempt=attempt, restarts=restarts, window_s=float(window_s)
         )
+        return True
+
+    def request_service_stop(self, reason: TerminalReason | str, *, at_ms: int) -> bool:
+        """Stop the service this process is the first attempt of: in any state (an ended first
+        attempt still names its service); a repeated reason is a no-op, as for ``request_stop``.
+        Its current attempt is stopped by ``request_stop`` on that attempt, not by this."""
+        stop_reason = as_reason(reason)
+        check_row(LifecycleKind.stop_requested, ProcessState.running, stop_reason)
+        assert stop_reason is not None
+        registration = self.registration
+        if registration.restart is None or registration.attempt_of is not None:
+            raise ProcessLifecycleValidationError(
+                "restart",
+                f"process {self.process_id!r} is not the first attempt of a service "
+                "(stop a plain process or one attempt with request_stop)",
+            )
+        if stop_reason in self.service_stop_requested:
+            return False
+        self._emit(self.ServiceStopRequested, at_ms, reason=stop_reason.value)
+        return True
+
+    def record_orphan_stopped(self, stop: StoppedOrphan, *, at_ms: int) -> bool:
+        """The child this ``lost_on_restore`` record left running was stopped by its recorded
+        identity (its OS pid must be the record's); once -- a repeat is a no-op."""
+        if self.state is not ProcessState.lost_on_restore:
+            raise InvalidTransition(
+                self.state.value, "orphan_stopped", self.state.value, process_id=self.process_id
+            )
+        check_row(LifecycleKind.stop_requested, ProcessState.running, stop.reason)
+        if stop.pid != self.os_pid:
+            raise ProcessLifecycleValidationError(
+                "pid", f"process {self.process_id!r} recorded OS pid {self.os_pid}, not {stop.pid}"
+            )
+        if self.orphan_stopped:
+            return False
+        self._emit(self.OrphanStopped, at_ms, **stop.payload())
         return True
 
     def record_first_started(

@@ -80,6 +80,27 @@ class OsFacts(Frozen):
     host_id: Annotated[str, Field(min_length=1)]
 
 
+class StoppedOrphan(Frozen):
+    """How the child a ``lost`` record left running was stopped by its recorded identity
+    (docs/design.md §6.2): its OS ``pid``, the stop's ``reason`` (``interrupted``,
+    ``terminated`` or ``killed``), the signals ``sent`` in order, the ``signal`` after which it
+    was gone (null: it was gone before any), the ``survivors`` of the final SIGKILL, and who
+    stopped it (``by``, an owner id). Strict: it becomes a stored event."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    pid: Annotated[int, Field(gt=0)]
+    reason: TerminalReason
+    sent: list[Annotated[int, Field(ge=1, le=64)]]
+    signal: Annotated[int, Field(ge=1, le=64)] | None
+    survivors: list[Annotated[int, Field(gt=0)]]
+    by: Annotated[str, Field(min_length=1)]
+
+    def payload(self) -> dict[str, Any]:
+        """The stored event's fields (JSON-native)."""
+        return self.model_dump(mode="json")
+
+
 class StreamOutput(Frozen):
     """One captured stream of a run: bytes the child wrote, kept on disk, and dropped (the
     oldest first, so always the prefix ``[0, dropped)``) (docs/design.md §14)."""
@@ -155,6 +176,9 @@ class ProcessRecord(Frozen):
     attempt_of: str | None = None
     #: ``crash_loop`` on the last attempt of a service its supervisor gave up; else null.
     gave_up: str | None = None
+    #: On a service's first attempt: the stop reasons asked of the whole service, in request
+    #: order (no attempt starts once its supervisor has read one; docs/design.md §15.4).
+    service_stop_requested: list[TerminalReason] = Field(default_factory=list)
     #: The readiness probes and restart policy it was registered with, or null.
     readiness: Readiness | None = None
     restart: RestartPolicy | None = None

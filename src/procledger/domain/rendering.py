@@ -167,6 +167,11 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     optional_registered_field("attempt_of"),
     same_field("gave_up", lambda process: process.gave_up),
     RecordField(
+        "service_stop_requested",
+        lambda process: [reason._value_ for reason in process.service_stop_requested],
+        lambda process: list(process.service_stop_requested),
+    ),
+    RecordField(
         "readiness",
         lambda process: process.registration_json.get("readiness"),
         lambda process: process.registration.readiness,
@@ -262,6 +267,8 @@ _EVENT_KINDS: dict[type[Process.Event], str] = {
     Process.OutputCaptured: "output_captured",
     Process.Ready: "ready",
     Process.CrashLoop: "crash_loop",
+    Process.ServiceStopRequested: "service_stop_requested",
+    Process.OrphanStopped: "orphan_stopped",
 }
 
 _BOOKKEEPING = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})

@@ -69,13 +69,16 @@ def command_text(record: ProcessRecord) -> str:
 
 def event_details(event: ProcessEvent, *, with_payload: bool = False) -> str:
     """The fields a person scans an event history for, as ``key=value`` on one line (the rest
-    is in the JSON): state, reason, exit code, signal, diagnostic, the child's pid, the owner;
+    is in the JSON): state, reason, exit code, signal, diagnostic, the child's pid (and who
+    stopped a kept orphan), the owner;
     ``with_payload`` adds a producer event's payload (the web page has no JSON beside it)."""
     payload = event.payload if isinstance(event.payload, dict) else {"payload": event.payload}
     parts = [f"{k}={payload[k]}" for k in _EVENT_KEYS if payload.get(k) is not None]
     facts = payload.get("os")
     if isinstance(facts, dict) and facts.get("pid"):
         parts.append(f"pid={facts['pid']}")
+    if isinstance(payload.get("pid"), int):  # a kept orphan stopped (``orphan_stopped``)
+        parts.append(f"pid={payload['pid']} by={payload.get('by')}")
     owner = payload.get("owner")
     if isinstance(owner, dict) and owner.get("owner_id"):
         parts.append(f"owner={owner['owner_id']}")

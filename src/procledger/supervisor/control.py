@@ -6,22 +6,31 @@ lease, asked through the ledger; or, with the owner gone and the recorded child 
 host, this process, which stops the tree itself and records the outcome. Otherwise nothing is
 recorded and ``NobodyToStop`` says to abandon it. Abandoning takes the lease from nobody (or a
 provably dead holder) and records ``abandoned/abandon_requested``.
+
+``stop_target`` is the whole of `procledger stop`: a service (named by any attempt's id) is
+ended as a service -- its stop recorded on its first attempt before its newest attempt is
+looked at, so its supervisor starts no attempt after it (§15.4) -- and a ``lost`` record whose
+child still runs here (a kept orphan, §6.2) has that child stopped by its recorded identity.
+``orphan_running`` and ``holders_gone`` are what `ps` and `show` mark (§8).
 """
 
 from __future__ import annotations
 
 import socket
 import uuid
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, NoReturn
 
-from procledger.domain.errors import ProcledgerError
-from procledger.domain.vocabulary import TerminalReason
+from procledger.domain.errors import AlreadyTerminal, NotFound, ProcledgerError
+from procledger.domain.vocabulary import ProcessState, TerminalReason
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
     from procledger.domain.leases import Lease, LeaseOwner
     from procledger.domain.records import ProcessRecord
     from procledger.supervisor.modes import StopMode
+    from procledger.supervisor.orphans import OrphanStop
 
 # The lease models (pydantic) load on first use: the CLI imports this module at start-up.
 
@@ -82,10 +91,112 @@ def stop_process(
     """Stop an unended process: ``(record, True)`` when its live owner was asked (the request
     is recorded, the owner carries it out with its own grace), ``(record, False)`` when this
     process stopped the orphaned tree itself (``grace_s`` before SIGKILL) and recorded how it
-    ended. ``NobodyToStop`` (nothing recorded) when neither is possible."""
+    ended. ``NobodyToStop`` (nothing recorded) when neither is possible; ``AlreadyTerminal``
+    when it ended meanwhile."""
     if live_owner(registry, record.id, me) is not None:
         return registry.request_stop(record.id, mode.reason), True
-    from procledger.supervisor.orphans import find_live_child, stop_orphan
+    from procledger.supervisor.orphans import stop_orphan
+
+    _child_to_stop(record)
+    return stop_orphan(registry, record, mode, grace_s), False
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """What a stop did. ``record``: the process's record after it (a service's: its newest
+    attempt's). ``how``: ``ended`` (it had ended already: nothing done), ``asked`` (its live
+    owner carries the stop out), ``here`` (its owner gone, this process stopped the tree and
+    recorded how it ended) or ``orphan`` (the child of a ``lost`` record was stopped, as
+    ``orphan`` tells). ``service``: the first attempt's id when the stop of a whole service was
+    recorded (no attempt starts after it)."""
+
+    record: ProcessRecord
+    how: Literal["ended", "asked", "here", "orphan"]
+    service: str | None = None
+    orphan: OrphanStop | None = None
+
+
+def stop_target(
+    registry: ProcessRegistry, process_id: str, mode: StopMode, grace_s: float, me: LeaseOwner
+) -> Stopped:
+    """``procledger stop``: the process ``process_id`` names (an exact id), or, for an attempt
+    of a service, the whole service (see the module docstring). ``grace_s``: what a tree
+    stopped here gets before SIGKILL.
+
+    Raises:
+        NobodyToStop: its newest attempt runs, with no live owner and no live child here
+            (nothing recorded).
+        NotFound: no such process.
+    """
+    record = registry.get(process_id)
+    if record.attempt is not None:
+        return _stop_service(registry, record, mode, grace_s, me)
+    return _stop_one(registry, record, mode, grace_s, me)
+
+
+def _stop_one(
+    registry: ProcessRegistry, record: ProcessRecord, mode: StopMode, grace_s: float, me: LeaseOwner
+) -> Stopped:
+    """One process: a kept orphan's child, its live owner asked, or its tree stopped here."""
+    if record.is_terminal:
+        return _stop_kept(registry, record, mode, grace_s, me)
+    try:
+        stopped, asked = stop_process(registry, record, mode, grace_s, me)
+    except AlreadyTerminal:  # it ended between the look and the request
+        return Stopped(registry.get(record.id), "ended")
+    return Stopped(stopped, "asked" if asked else "here")
+
+
+def _stop_kept(
+    registry: ProcessRegistry, record: ProcessRecord, mode: StopMode, grace_s: float, me: LeaseOwner
+) -> Stopped:
+    """An ended process: nothing to do, unless it is ``lost`` and its child still runs here."""
+    if not orphan_running(record):
+        return Stopped(record, "ended")
+    from procledger.supervisor.orphans import stop_kept_orphan
+
+    done = stop_kept_orphan(registry, record, mode, grace_s, by=me.owner_id)
+    if done is None:
+        return Stopped(record, "ended")
+    return Stopped(registry.get(record.id), "orphan", orphan=done)
+
+
+def _stop_service(
+    registry: ProcessRegistry, record: ProcessRecord, mode: StopMode, grace_s: float, me: LeaseOwner
+) -> Stopped:
+    """A service: over already (nothing recorded), or its stop recorded on its first attempt
+    *first* -- its supervisor reads it before it starts any attempt -- then the newest attempt
+    looked up again and stopped if it runs."""
+    from procledger.domain.attempts import first_attempt_id, restart_may_follow
+
+    first_id = first_attempt_id(record)
+    newest = registry.newest_attempt(record.id)
+    first = _first_attempt(registry, first_id)
+    if newest.is_terminal and not restart_may_follow(newest, first=first):
+        return _stop_kept(registry, newest, mode, grace_s, me)
+    if not newest.is_terminal and live_owner(registry, newest.id, me) is None:
+        _child_to_stop(newest)
+    if first is not None:
+        registry.request_service_stop(first_id, mode.reason)
+    newest = registry.newest_attempt(newest.id)
+    if newest.is_terminal:
+        return Stopped(newest, "ended", service=first_id)
+    done = _stop_one(registry, newest, mode, grace_s, me)
+    return Stopped(done.record, done.how, service=first_id)
+
+
+def _first_attempt(registry: ProcessRegistry, first_id: str) -> ProcessRecord | None:
+    """The service's first attempt, or ``None`` when it was pruned."""
+    try:
+        return registry.get(first_id)
+    except NotFound:
+        return None
+
+
+def _child_to_stop(record: ProcessRecord) -> None:
+    """For an unended process with no live owner: ``NobodyToStop`` (before anything is
+    recorded) unless its recorded child runs here, for this process to stop."""
+    from procledger.supervisor.orphans import find_live_child
 
     if find_live_child(record) is None:
         raise NobodyToStop(
@@ -93,7 +204,43 @@ def stop_process(
             f"nothing would carry out a stop; nothing was recorded. If it is over, record it "
             f"with: procledger abandon {record.id}"
         )
-    return stop_orphan(registry, record, mode, grace_s), False
+
+
+def orphan_running(record: ProcessRecord) -> bool:
+    """Whether ``record`` is ``lost`` while its recorded child still runs on this host (pid
+    and start time): a kept orphan (``restore --keep-orphans``), which ``stop`` can stop."""
+    facts = record.os
+    if record.state is not ProcessState.lost_on_restore or facts is None:
+        return False
+    from procledger.adapters.liveness import runs_here
+
+    return runs_here(facts.pid, facts.start_time, facts.host_id)
+
+
+def holders_gone(
+    registry: ProcessRegistry, records: Iterable[ProcessRecord], me: LeaseOwner
+) -> dict[str, LeaseOwner]:
+    """The unended ``records`` whose lease holder -- live or expired, not released -- is
+    provably dead on this host (§3.5), each with that holder: each says ``running`` while
+    nobody supervises it. One read for a list, one for a single record."""
+    going = {record.id for record in records if not record.is_terminal}
+    if not going:
+        return {}
+    if len(going) == 1:
+        lease = registry.get_lease(next(iter(going)))
+        leases = [] if lease is None else [lease]
+    else:
+        leases = [lease for lease in registry.unreleased_leases() if lease.process_id in going]
+    dead: dict[tuple[str, str], bool] = {}  # one probe per holder: an agent holds many
+    for lease in leases:
+        key = (lease.owner.owner_id, lease.owner.incarnation_id)
+        if key not in dead:
+            dead[key] = registry.probe.provably_dead(lease.owner, me)
+    return {
+        lease.process_id: lease.owner
+        for lease in leases
+        if dead[(lease.owner.owner_id, lease.owner.incarnation_id)]
+    }
 
 
 def abandon_process(

@@ -19,11 +19,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from procledger.application.outbox import this_host_id
+from procledger.adapters.liveness import runs_here, started_at
 from procledger.domain.diagnostics import clip_diagnostic
 from procledger.domain.errors import InvalidTransition, LeaseLost
 from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
-from procledger.domain.records import ProcessRecord
+from procledger.domain.records import ProcessRecord, StoppedOrphan
 from procledger.domain.vocabulary import ProcessState
 from procledger.supervisor import os_seam
 from procledger.supervisor.capture import salvage
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OrphanStop",
     "find_live_child",
+    "stop_kept_orphan",
     "stop_orphan",
     "stop_tree",
     "stop_unrecorded",
@@ -49,26 +50,27 @@ POLL_S: Final = 0.02
 def find_live_child(record: ProcessRecord) -> int | None:
     """The recorded child's OS pid if it still runs on this host with its recorded start time;
     ``None`` when gone, a zombie, another process under a reused pid, another host's, or when
-    the record has no OS facts."""
+    the record has no OS facts (``adapters.liveness.runs_here``)."""
     facts = record.os
-    if facts is None or facts.host_id != this_host_id():
+    if facts is None or not runs_here(facts.pid, facts.start_time, facts.host_id):
         return None
-    return facts.pid if _is_alive(facts.pid, int(facts.start_time)) else None
+    return facts.pid
 
 
 def _is_alive(pid: int, start_time: int) -> bool:
-    stat = os_seam.proc_stat(pid)
-    return stat is not None and stat[0] != "Z" and stat[1] == start_time
+    return started_at(pid, start_time)
 
 
 @dataclass(frozen=True, slots=True)
 class OrphanStop:
     """How a stop of an orphan's tree went: the signal the child died of (``None``: it did
-    not die, as after an interrupt it ignored), what was sent, and who survived SIGKILL."""
+    not die, as after an interrupt it ignored), what was sent, who survived SIGKILL, and
+    whether the child is gone now."""
 
     ended_by: int | None
     sent: tuple[int, ...]
     survivors: list[int]
+    gone: bool = True
 
 
 def stop_tree(
@@ -98,7 +100,7 @@ def stop_tree(
     survivors: list[int] = []
     if escalate and not tree.await_gone(os_seam.KILL_SETTLE_S):
         survivors = tree.survivors()
-    return OrphanStop(ended, tuple(sent), survivors)
+    return OrphanStop(ended, tuple(sent), survivors, gone=not _is_alive(pid, start))
 
 
 def stop_unrecorded(
@@ -212,6 +214,44 @@ def stop_orphan(
         output=output,
         tails=tails,
     )
+
+
+def stop_kept_orphan(
+    registry: ProcessRegistry,
+    record: ProcessRecord,
+    mode: StopMode | str,
+    grace_s: float,
+    *,
+    by: str,
+) -> OrphanStop | None:
+    """Stop the tree of the child a ``lost_on_restore`` record left running (``restore
+    --keep-orphans``) by its recorded identity -- OS pid and start time on this host, and its
+    run marker -- as ``mode`` says, with ``grace_s`` per signal; once it is gone, record how
+    (``OrphanStopped``, by the owner id ``by``). ``None`` when no such child runs here
+    (nothing is signalled or recorded); an interrupt it ignored records nothing (``gone``
+    false).
+
+    Raises:
+        StoreError: the store failed (the tree was stopped all the same).
+    """
+    stop_mode = StopMode(mode)
+    if record.state is not ProcessState.lost_on_restore or find_live_child(record) is None:
+        return None
+    sigs, escalate = _MODE_SIGNALS[stop_mode]
+    result = stop_tree(record, sigs, grace_s, escalate=escalate)
+    if not result.sent:
+        return None  # it ended between the look and the stop
+    if result.gone and record.os is not None:
+        facts = StoppedOrphan(
+            pid=record.os.pid,
+            reason=stop_mode.reason,
+            sent=list(result.sent),
+            signal=result.ended_by,
+            survivors=sorted(set(result.survivors)),
+            by=by,
+        )
+        registry.record_orphan_stopped(record.id, facts)
+    return result
 
 
 def _claimant(record: ProcessRecord) -> LeaseOwner:

@@ -10,6 +10,12 @@ through the backoff wait (``backoff_wait``) and spawns it. The next attempt is r
 *before* the wait, ``starting``, so a stop of the service during the wait -- this supervisor's
 ``stop``, or ``procledger stop`` from elsewhere, which finds the newest attempt -- has a process
 to record it on: that attempt ends ``terminated`` without ever running.
+
+A stop of the whole service is also a fact on record: ``service_stop_requested`` on its first
+attempt (``registry.request_service_stop``), which ``procledger stop`` writes *before* it looks
+for the attempt to stop. The thread reads it after each attempt ends, during the backoff, and
+once more just before it spawns, under the service's lock: so no attempt starts after a stop
+of the service was recorded, even one made while no attempt was running.
 """
 
 from __future__ import annotations
@@ -160,8 +166,14 @@ class ServiceRunner:
             return service.current
 
     def stop(self, service: Service, mode: StopMode, grace_s: float | None) -> ProcessRecord:
-        """Cancel further restarts, then stop the current attempt (if it still runs)."""
-        record = self._stopper.stop(self.cancel(service), mode, grace_s)
+        """Cancel further restarts, record the stop of the service (so readers elsewhere know
+        no attempt follows), then stop the current attempt (if it still runs)."""
+        current = self.cancel(service)
+        try:
+            self._registry.request_service_stop(service.first_id, mode.reason)
+        except Exception as error:  # this runner is cancelled all the same
+            log.warning("service %r: recording its stop failed: %s", service.first_id, error)
+        record = self._stopper.stop(current, mode, grace_s)
         if mode is StopMode.interrupt and not record.is_terminal:
             return record
         service.done.wait()
@@ -245,17 +257,19 @@ class ServiceRunner:
             return now
         return now - max(0, self._registry.now_ms() - record.finished_at_ms) / 1000
 
-    @staticmethod
     def _plan_after(
-        service: Service, run: Run, record: ProcessRecord, restarts: tuple[float, ...]
+        self, service: Service, run: Run, record: ProcessRecord, restarts: tuple[float, ...]
     ) -> RestartPlan:
-        """What follows ``run``'s end: never a restart after a stop, a lost lease or a
-        shutdown; healthy time counts from readiness when probed, else from the spawn."""
-        stopped, since, now = run.stopped(), run.healthy_since(), time.monotonic()
+        """What follows ``run``'s end: never a restart after a stop (of the attempt or, on
+        record, of the service), a lost lease or a shutdown; healthy time counts from readiness
+        when probed, else from the spawn."""
+        stopped = run.stopped() or service.cancelled.is_set() or bool(record.stop_requested)
+        stopped = stopped or bool(self._stops_on_record(service))
+        since, now = run.healthy_since(), time.monotonic()
         return plan_restart(
             service.policy,
             failed=record.status is ProcessStatus.failed,
-            stopped=stopped or service.cancelled.is_set() or bool(record.stop_requested),
+            stopped=stopped,
             restarts=restarts,
             now=now,
             healthy_s=0.0 if since is None else now - since,
@@ -278,23 +292,32 @@ class ServiceRunner:
             return False
         if ended is BackoffEnd.go:
             with contextlib.suppress(SupervisorClosed), self._slot(), service.lock:
-                if not service.cancelled.is_set():
+                if not service.cancelled.is_set() and not self._stops_on_record(service):
                     with stdin_source(request.stdin) as source:
                         service.follow(self._starter.spawn_live(request, prepared, source))
                     return True
-        service.record = self._cancel_pending(prepared, shutdown=self._closed())
+        service.record = self._cancel_pending(service, prepared, shutdown=self._closed())
         return False
+
+    def _stops_on_record(self, service: Service, pid: str | None = None) -> list[TerminalReason]:
+        """The stops on record of the whole service (its first attempt's
+        ``service_stop_requested``) and, given ``pid``, of that attempt; none when the store
+        cannot say now (a backoff looks again; a spawn goes ahead and is stopped by the poll)."""
+        try:
+            reasons = list(self._registry.get(service.first_id).service_stop_requested)
+            if pid is not None:
+                reasons += self._registry.get(pid).stop_requested
+        except Exception as error:  # a store outage: not news
+            log.info("service %r: reading its stop requests failed: %s", service.first_id, error)
+            return []
+        return reasons
 
     def _backoff(self, service: Service, prepared: Prepared, delay_s: float) -> BackoffEnd:
         """Wait out the backoff, keeping the pending attempt's lease and watching for stops."""
         keeper, pid = prepared.keeper, prepared.ticket.process_id
 
         def stop_requested() -> bool:
-            try:
-                return bool(self._registry.get(pid).stop_requested)
-            except Exception as error:  # a store outage: look again later
-                log.info("process %r: reading its stop requests failed: %s", pid, error)
-                return False
+            return bool(self._stops_on_record(service, pid))
 
         def renew_due(now: float) -> float | None:
             if keeper.is_due(now) and keeper.renew(now) is Renewal.lost:
@@ -305,19 +328,23 @@ class ServiceRunner:
             delay_s, cancelled=service.cancelled, stop_requested=stop_requested, renew_due=renew_due
         )
 
-    def _cancel_pending(self, prepared: Prepared, *, shutdown: bool) -> ProcessRecord | None:
-        """End an attempt that never ran: ``terminated`` (a stop; ``killed`` if one asked
-        for it) or, during a shutdown, ``terminated``/``runner_shutdown``."""
+    def _cancel_pending(
+        self, service: Service, prepared: Prepared, *, shutdown: bool
+    ) -> ProcessRecord | None:
+        """End an attempt that never ran: ``terminated`` (a stop; ``killed`` if one, of it or
+        of the service, asked for it) or, during a shutdown, ``terminated``/``runner_shutdown``."""
         ticket, keeper = prepared.ticket, prepared.keeper
         if shutdown:
             result = Outcome(ProcessState.terminated, TerminalReason.runner_shutdown)
         else:
             requested = self._registry.get(ticket.process_id).stop_requested
             if not requested:
-                reason = TerminalReason.terminated
+                killed = TerminalReason.killed in self._stops_on_record(service)
+                reason = TerminalReason.killed if killed else TerminalReason.terminated
                 self._registry.request_stop(
                     ticket.process_id, reason, event_id=ticket.ids.stop[reason]
                 )
+                requested = [reason]
             killed = TerminalReason.killed in requested
             state = ProcessState.killed if killed else ProcessState.terminated
             result = Outcome(state, TerminalReason(state.value))

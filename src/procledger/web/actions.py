@@ -13,13 +13,16 @@ from procledger.supervisor.control import (
     StillOwned,
     abandon_process,
     host_owner,
-    stop_process,
+    stop_target,
 )
 from procledger.supervisor.modes import StopMode
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
     from procledger.domain.records import ProcessRecord
+
+_STOP_WORDS = {"asked": "asked", "here": "stopped", "orphan": "stopped", "ended": "ended"}
+"""``stop_target``'s answers in the page's words (a kept orphan's child stopped here too)."""
 
 DEFAULT_GRACE_S = 10.0
 """As ``procledger stop --grace``: how long an orphaned tree stopped here gets before SIGKILL."""
@@ -41,18 +44,17 @@ class Actions:
     def stop(
         self, text: str, mode: str, grace: str | float = DEFAULT_GRACE_S
     ) -> tuple[ProcessRecord, str]:
-        """Stop the process ``text`` names; the record and what happened: ``asked`` (its
-        owner carries it out), ``stopped`` (here) or ``ended`` (already). ``NobodyToStop``
-        when nobody can."""
+        """Stop the process ``text`` names -- a whole service for any attempt's id, a kept
+        orphan's child (``supervisor.control.stop_target``); the record and what happened:
+        ``asked`` (its owner carries it out), ``stopped`` (here) or ``ended`` (already).
+        ``NobodyToStop`` when nobody can."""
         chosen = _mode(mode)
         grace_s = _grace(grace)
-        record = self.registry.get(self.registry.resolve_process_id(text))
-        if record.state.is_terminal:
-            return record, "ended"
-        record, asked = stop_process(self.registry, record, chosen, grace_s, self.owner)
-        if asked:  # this host's agent, if it holds the process, acts on it now
-            tell_of_stop(store_key(self.registry.location), record.id)
-        return record, "asked" if asked else "stopped"
+        found = self.registry.resolve_process_id(text)
+        done = stop_target(self.registry, found, chosen, grace_s, self.owner)
+        if done.how == "asked":  # this host's agent, if it holds the process, acts on it now
+            tell_of_stop(store_key(self.registry.location), done.record.id)
+        return done.record, _STOP_WORDS[done.how]
 
     def abandon(self, text: str, reason: str | None) -> tuple[ProcessRecord, str]:
         """Abandon the process ``text`` names: ``abandoned`` or ``ended`` (already);
