@@ -285,13 +285,16 @@ def drive(process: Process, history: LifecycleHistory, facts: OsFacts | None) ->
 def kill_agents(state: Path) -> list[int]:
     """Kill every host agent started under the state directory ``state`` -- its anchor (named
     by ``anchor.pid``), the agent and every process below them -- by exact pid; the pids
-    killed. An anchor pid whose process no longer runs ``procledger.agent`` is not ours."""
+    killed. The anchor is stopped (SIGSTOP) before its tree is listed, so an agent it starts
+    again meanwhile cannot escape. An anchor pid whose process no longer runs
+    ``procledger.agent`` is not ours."""
     killed: list[int] = []
     for pidfile in state.glob("procledger/agent/*/anchor.pid"):
         try:
             anchor = psutil.Process(int(pidfile.read_text()))
             if "procledger" not in " ".join(anchor.cmdline()):
                 continue
+            anchor.suspend()  # frozen first: it must not start an agent we would not see
             tree = [anchor, *anchor.children(recursive=True)]
         except (OSError, ValueError, psutil.Error):
             continue
