@@ -26,6 +26,7 @@ from procledger.agent.anchor import ALREADY_SERVED
 from procledger.agent.control_client import START_REQUEST_BYTES, request
 from procledger.agent.places import AgentPlaces
 from procledger.domain.errors import (
+    AgentError,
     AgentNotRunning,
     AgentSocketError,
     AgentStartError,
@@ -124,13 +125,62 @@ def ensure_agent(url: str | None, places: AgentPlaces | None = None) -> tuple[Ag
         AgentSocketError: its socket folder is not private.
     """
     places = places or AgentPlaces.of(ledger_key(url))
-    if ping(places) is not None:
+    if _answers(places):
         return places, False
     with _start_lock(places):
-        if ping(places) is not None:
+        if _answers(places) or _restarted(places):
             return places, False
         _spawn_detached(url, places)
     return places, True
+
+
+def _answers(places: AgentPlaces, timeout: float = 2.0) -> bool:
+    """Whether an agent answers ``ping``. One that accepted and then closed unanswered was
+    dying as it was asked (a SIGKILL with the connection in its backlog): not an answer."""
+    try:
+        return ping(places, timeout) is not None
+    except AgentError as error:
+        if error.type != "ConnectionClosed":
+            raise
+        return False
+
+
+def _restarted(places: AgentPlaces) -> bool:
+    """The agent died but its anchor lives and starts it again (after its backoff): wait for
+    that agent -- and for its takeover, which ``status`` waits for -- rather than start a
+    second anchor, which the journal's lock would refuse. False when no anchor runs."""
+    anchor = _live_anchor(places)
+    if anchor is None:
+        return False
+    deadline = time.monotonic() + START_TIMEOUT_S
+    pause = 0.005
+    while not _answers(places, timeout=1.0):
+        if _live_anchor(places) != anchor:
+            return False  # the anchor ended too: a new one must be started
+        if time.monotonic() >= deadline:
+            raise AgentStartError(
+                f"the agent's anchor (pid {anchor}) did not start it again within "
+                f"{START_TIMEOUT_S:g} s; its log, {places.log}, ends: {_log_tail(places.log)}"
+            )
+        time.sleep(pause)  # another process's restart: nothing here can wait on it
+        pause = min(pause * 2, 0.1)
+    ask(places, {"op": "status"}, timeout=START_TIMEOUT_S)
+    return True
+
+
+def _live_anchor(places: AgentPlaces) -> int | None:
+    """The pid ``anchor.pid`` names if that process is this ledger's anchor and runs (its
+    command line names the anchor and this journal: a reused pid does not)."""
+    try:
+        pid = int(places.anchor_pidfile.read_text())
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            argv = file.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    journal = os.fsencode(places.journal)
+    if b"procledger.agent.anchor" in argv and journal in argv:
+        return pid
+    return None
 
 
 @contextlib.contextmanager
