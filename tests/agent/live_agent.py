@@ -3,7 +3,7 @@ over its socket, killed by exact pid, its ledger read through the registry.
 
 Every process a test makes is cleaned up by exact pid: the agent's tree by the autouse fixture
 of ``tests/conftest.py`` (its anchor's pid file), and each child that could outlive that tree
-(one re-parented to init once the anchor died) through ``Processes.add``.
+(one re-parented to init once the anchor died) by the test, through ``Processes``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import psutil
 
-from _shared import Processes, child_env, run_cli, wait_until
+from _shared import child_env, run_cli, wait_until
 from procledger import ProcessRecord, ProcessRegistry, open_registry
 from procledger.adapters.outbox import store_key
 from procledger.adapters.output_files import folder_for, output_root
@@ -48,14 +48,13 @@ def sleeper(pidfile: Path) -> list[str]:
 class LiveAgent:
     """The agent of ``url``'s ledger on this host, as a test drives it."""
 
-    def __init__(self, url: str, procs: Processes) -> None:
+    def __init__(self, url: str) -> None:
         self.url = url
-        self.procs = procs
         self.places = AgentPlaces.of(ledger_key(url))
 
     # -- the CLI ----------------------------------------------------------------------------
 
-    def cli(self, *args: str, **env: str) -> Any:
+    def cli(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         """``procledger --url URL ARGS...`` (``env`` added to the test's environment)."""
         environment = child_env(**env)
         environment.pop("PROCLEDGER_URL", None)
@@ -65,9 +64,10 @@ class LiveAgent:
         """``procledger agent start --json``: the agent's status."""
         ran = self.cli("agent", "start", "--json", **env)
         assert ran.returncode == 0, ran.stderr
-        return orjson.loads(ran.stdout)
+        status: dict[str, Any] = orjson.loads(ran.stdout)
+        return status
 
-    def run_background(self, *argv: str, **env: str) -> Any:
+    def run_background(self, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
         """``procledger run --background -- ARGV...``, completed."""
         return self.cli("run", "--background", "--", *argv, **env)
 
@@ -89,7 +89,9 @@ class LiveAgent:
             found = self.status()
             return found if found is not None and found["pid"] != other_than else None
 
-        return wait_until(serving, DEADLINE, f"an agent other than {other_than}")
+        found = wait_until(serving, DEADLINE, f"an agent other than {other_than}")
+        assert found is not None
+        return found
 
     def start_child(self, argv: list[str], cwd: Path, **env: str) -> str:
         """Ask the agent to start ``argv`` (what ``run --background`` asks); its process id."""
@@ -159,12 +161,6 @@ class LiveAgent:
         )  # fmt: skip
         assert ran.returncode == 0, ran.stderr
         return [(folder / process_id).read_text() for process_id in process_ids]
-
-    def show(self, process_id: str) -> dict[str, Any]:
-        """``procledger show --json ID``: the record and its events."""
-        ran = self.cli("show", "--json", process_id)
-        assert ran.returncode == 0, ran.stderr
-        return orjson.loads(ran.stdout)
 
 
 LOGS_OF_EACH = """

@@ -81,7 +81,7 @@ def test_children_that_end_while_a_new_agent_takes_over_are_recorded_with_their_
     # ends in between is gone (or a zombie) when its turn comes, and its exit is in the journal
     # by then -- the anchor writes it before it reaps. Staggered over 0-190 ms after the new
     # agent binds its socket, some of the twenty end before, some during and some after it.
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     first = agent.start()
     socket = agent.places.socket
     ids = [
@@ -111,7 +111,7 @@ def test_twenty_children_survive_five_agent_kills_with_every_line_and_exit_recor
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     why = f"(drill seed {seed})"
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     first = agent.start()
 
     lasts = [0] * (CHILDREN // 2) + [rng.randint(5, 60) for _ in range(CHILDREN // 2)]

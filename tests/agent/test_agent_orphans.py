@@ -42,7 +42,7 @@ def orphaned_child(agent: LiveAgent, procs: Processes) -> tuple[str, psutil.Proc
 def test_a_child_of_a_dead_agent_and_anchor_is_adopted_and_its_unseen_end_recorded_lost(
     tmp_path: Path, procs: Processes
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     process_id, child = orphaned_child(agent, procs)
 
     status = agent.start()
@@ -68,7 +68,7 @@ def test_a_child_of_a_dead_agent_and_anchor_is_adopted_and_its_unseen_end_record
 def test_a_stop_of_a_child_adopted_from_a_dead_agent_and_anchor_stops_it(
     tmp_path: Path, procs: Processes
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     process_id, child = orphaned_child(agent, procs)
     assert agent.start()["held"] == 1
 

@@ -4,6 +4,7 @@ output folder, and ``procledger logs`` reads them."""
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import sys
@@ -23,10 +24,14 @@ WRITER = (
 )
 
 
+def _holds(path: Path, text: str) -> bool:
+    return path.read_text() == text
+
+
 def test_a_background_child_s_stdout_and_stderr_are_files_in_its_output_folder(
     tmp_path: Path, procs: Processes
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     pidfile = procs.pidfile("child")
     ran = agent.run_background("sh", "-c", WRITER, "sh", str(pidfile))
     assert ran.returncode == 0, ran.stderr
@@ -47,7 +52,6 @@ def test_a_background_child_s_stdout_and_stderr_are_files_in_its_output_folder(
 
     expected = {"stdout": "out 1\nout 2\nout 3\n", "stderr": "err 1\nerr 2\nerr 3\n"}
     for name, text in expected.items():
-        path = folder / name
-        wait_until(lambda p=path, t=text: p.read_text() == t, DEADLINE, f"the {name} file")
+        wait_until(functools.partial(_holds, folder / name, text), DEADLINE, f"the {name} file")
         assert agent.logs(process_id, "--stream", name) == text
     assert agent.logs(process_id) == expected["stdout"] + expected["stderr"]

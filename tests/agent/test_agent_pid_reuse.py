@@ -19,12 +19,12 @@ import pytest
 
 from _shared import Processes, child_env, command_registration, dead_owner, end_process
 from procledger import ProcessState
-from procledger.adapters.liveness import read_process_start
 from procledger.agent.host import AGENT_ROLE, AGENT_TIMINGS
 from procledger.application.outbox import this_host_id
 from procledger.domain.records import OsFacts
 from procledger.supervisor.control import host_id
 
+from .conftest import start_time_of
 from .live_agent import TERMINAL_KINDS, LiveAgent
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the anchor and /proc: Linux")
@@ -72,17 +72,17 @@ def decoys(tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[str], Path]]]
 def test_a_record_naming_a_live_stranger_is_recorded_lost_and_the_stranger_left_alone(
     tmp_path: Path, procs: Processes, decoys: list[tuple[subprocess.Popen[str], Path]]
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     here = this_host_id()
     assert here is not None
     earlier_agent = dead_owner(f"{AGENT_ROLE}@{host_id()}")
     (reused, _), (unmarked, _) = decoys
-    starts = {decoy.pid: read_process_start(decoy.pid) for decoy, _ in decoys}
+    starts = {decoy.pid: start_time_of(decoy.pid) for decoy, _ in decoys}
     facts = {
-        "reused": OsFacts(pid=reused.pid, pgid=reused.pid, start_time=int(starts[reused.pid]) - 50,
+        "reused": OsFacts(pid=reused.pid, pgid=reused.pid, start_time=starts[reused.pid] - 50,
                           host_id=here),
         "unmarked": OsFacts(pid=unmarked.pid, pgid=unmarked.pid,
-                            start_time=int(starts[unmarked.pid]), host_id=here),
+                            start_time=starts[unmarked.pid], host_id=here),
     }  # fmt: skip
     with agent.ledger() as registry:
         for name, os_facts in facts.items():
@@ -111,7 +111,8 @@ def test_a_record_naming_a_live_stranger_is_recorded_lost_and_the_stranger_left_
         process = psutil.Process(decoy.pid)
         assert decoy.poll() is None, "a decoy died"
         assert process.status() not in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
-        assert read_process_start(decoy.pid) == starts[decoy.pid]
+        assert start_time_of(decoy.pid) == starts[decoy.pid]
         assert not noted.exists(), f"decoy {decoy.pid} was signalled: {noted.read_text()}"
-    assert agent.status() is not None
-    assert agent.status()["children"] == 0
+    after = agent.status()
+    assert after is not None
+    assert after["children"] == 0

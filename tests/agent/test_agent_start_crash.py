@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from _shared import Processes, wait_until
-from procledger import ProcessState
+from procledger import ProcessRecord, ProcessState
 from procledger.supervisor import os_seam
 
 from .live_agent import DEADLINE, LiveAgent, run_marker, sleeper
@@ -23,7 +23,7 @@ from .live_agent import DEADLINE, LiveAgent, run_marker, sleeper
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the anchor and /proc: Linux")
 
 
-def _the_one_process(agent: LiveAgent):  # type: ignore[no-untyped-def]
+def _the_one_process(agent: LiveAgent) -> ProcessRecord:
     with agent.ledger() as registry:
         (record,) = registry.list_processes({"status": "any"})
     return record
@@ -32,7 +32,7 @@ def _the_one_process(agent: LiveAgent):  # type: ignore[no-untyped-def]
 def test_killed_after_register_the_start_is_recorded_lost_and_nothing_runs(
     tmp_path: Path, procs: Processes
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     fired = tmp_path / "fired"
     pidfile = procs.pidfile("child")
     ran = agent.run_background(*sleeper(pidfile), PROCLEDGER_FAILPOINT=f"after_register:{fired}")
@@ -45,6 +45,7 @@ def test_killed_after_register_the_start_is_recorded_lost_and_nothing_runs(
     assert ran.stdout == ""
 
     status = agent.await_serving()
+    assert record.first_started is not None
     assert status["pid"] != record.first_started.owner.liveness.pid  # a new agent
     assert (status["held"], status["takeover"]["lost"]) == (0, 1)
     assert record.state is ProcessState.lost_on_restore
@@ -59,7 +60,7 @@ def test_killed_after_register_the_start_is_recorded_lost_and_nothing_runs(
 def test_killed_after_the_spawn_the_child_runs_on_adopted_and_a_stop_stops_it(
     point: str, tmp_path: Path, procs: Processes
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     fired = tmp_path / "fired"
     pidfile = procs.pidfile("child")
     ran = agent.run_background(*sleeper(pidfile), PROCLEDGER_FAILPOINT=f"{point}:{fired}")
@@ -69,6 +70,7 @@ def test_killed_after_the_spawn_the_child_runs_on_adopted_and_a_stop_stops_it(
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == record.id
 
+    assert record.first_started is not None
     first_agent = record.first_started.owner.liveness.pid
     status = agent.await_serving(other_than=first_agent)
     assert (status["children"], status["held"], status["takeover"]["held"]) == (1, 1, 1)

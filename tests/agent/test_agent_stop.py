@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psutil
@@ -20,7 +21,9 @@ from .live_agent import DEADLINE, TERMINAL_KINDS, LiveAgent, ppid_of, sleeper
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the anchor and /proc: Linux")
 
 
-def start_sleepers(agent: LiveAgent, procs: Processes, tmp_path: Path, count: int, tag: str):  # type: ignore[no-untyped-def]
+def start_sleepers(
+    agent: LiveAgent, procs: Processes, tmp_path: Path, count: int, tag: str
+) -> list[tuple[str, psutil.Process]]:
     """``count`` sleepers started by the agent: their ids and processes."""
     started = []
     for n in range(count):
@@ -30,10 +33,10 @@ def start_sleepers(agent: LiveAgent, procs: Processes, tmp_path: Path, count: in
     return started
 
 
-def stop_agent(agent: LiveAgent, *options: str) -> dict:  # type: ignore[type-arg]
+def stop_agent(agent: LiveAgent, *options: str) -> dict[str, Any]:
     ran = agent.cli("agent", "stop", "--json", *options)
     assert ran.returncode == 0, ran.stderr
-    said = orjson.loads(ran.stdout)
+    said: dict[str, Any] = orjson.loads(ran.stdout)
     assert said["stopped"] is True, said
     assert agent.status() is None
     return said
@@ -52,7 +55,7 @@ def assert_shut_down(agent: LiveAgent, process_id: str, child: psutil.Process) -
 def test_agent_stop_leaves_the_children_running_and_the_next_agent_adopts_them(
     tmp_path: Path, procs: Processes
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     first = agent.start()
     children = start_sleepers(agent, procs, tmp_path, 3, "left")
     said = stop_agent(agent)
@@ -78,7 +81,7 @@ def test_agent_stop_leaves_the_children_running_and_the_next_agent_adopts_them(
 def test_agent_stop_with_stop_children_stops_and_records_each_child_it_spawned(
     tmp_path: Path, procs: Processes
 ) -> None:
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     agent.start()
     children = start_sleepers(agent, procs, tmp_path, 3, "spawned")
     assert stop_agent(agent, "--stop-children")["stop_children"] is True
@@ -90,7 +93,7 @@ def test_agent_stop_with_stop_children_records_each_child_it_adopted_after_a_cra
     tmp_path: Path, procs: Processes
 ) -> None:
     # Adopted from a killed agent: the children are the anchor's, which journals their exits.
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     first = agent.start()
     children = start_sleepers(agent, procs, tmp_path, 2, "adopted")
     agent.kill(first["pid"])
@@ -113,7 +116,7 @@ def test_agent_stop_with_stop_children_records_each_child_it_adopted_after_a_sto
     tmp_path: Path, procs: Processes
 ) -> None:
     # Adopted after `agent stop`: the children went to init, which journals nothing.
-    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db", procs)
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
     agent.start()
     children = start_sleepers(agent, procs, tmp_path, 2, "adopted")
     stop_agent(agent)
