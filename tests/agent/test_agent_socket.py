@@ -15,6 +15,7 @@ import socket
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 from _shared import Processes, is_dead, wait_until
 from procledger import ProcessState
 from procledger.agent.control_client import START_REQUEST_BYTES
+from procledger.agent.launch import ping
 
 from .live_agent import DEADLINE, LiveAgent, sleeper
 from .socket_server import exchange
@@ -307,3 +309,26 @@ def test_after_a_fuzz_the_agent_still_starts_a_process(agent: LiveAgent, procs: 
         send(agent, payload)
     still_serves(agent, pid)
     starts_and_stops_a_process(agent, procs)
+
+
+def _accept_and_close(listener: socket.socket) -> None:
+    connection, _ = listener.accept()
+    connection.close()
+
+
+def test_a_socket_that_accepts_and_closes_unanswered_is_no_agent(tmp_path: Path) -> None:
+    # What a client meets when it connects as the agent dies (a SIGKILL, or `agent stop`
+    # closing its socket) with the connection in the backlog: `ping` says none runs, so that
+    # `agent stop` waiting for it to go, and `run --background` finding the anchor's next
+    # agent, carry on instead of failing with ConnectionClosed.
+    places = LiveAgent(f"sqlite:///{tmp_path}/ledger.db").places
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dying:
+        dying.bind(places.socket)
+        dying.listen()
+        closer = threading.Thread(target=_accept_and_close, args=(dying,))
+        closer.start()
+        try:
+            assert ping(places, timeout=5.0) is None
+        finally:
+            closer.join(10)
+    os.unlink(places.socket)

@@ -70,10 +70,16 @@ def ledger_key(url: str | None) -> str:
 
 
 def ping(places: AgentPlaces, timeout: float = 2.0) -> dict[str, Any] | None:
-    """The agent's answer to ``ping``, or ``None`` when none runs."""
+    """The agent's answer to ``ping``, or ``None`` when none runs. One that accepted and then
+    closed unanswered was dying as it was asked (a SIGKILL, or a stop closing its socket, with
+    the connection in its backlog): no agent either."""
     try:
         answer: dict[str, Any] = request(places.socket, {"op": "ping"}, timeout=timeout)
     except AgentNotRunning:
+        return None
+    except AgentError as error:
+        if error.type != "ConnectionClosed":
+            raise
         return None
     return answer
 
@@ -125,36 +131,26 @@ def ensure_agent(url: str | None, places: AgentPlaces | None = None) -> tuple[Ag
         AgentSocketError: its socket folder is not private.
     """
     places = places or AgentPlaces.of(ledger_key(url))
-    if _answers(places):
+    if ping(places) is not None:
         return places, False
     with _start_lock(places):
-        if _answers(places) or _restarted(places):
+        if ping(places) is not None or _restarted(places):
             return places, False
         _spawn_detached(url, places)
     return places, True
 
 
-def _answers(places: AgentPlaces, timeout: float = 2.0) -> bool:
-    """Whether an agent answers ``ping``. One that accepted and then closed unanswered was
-    dying as it was asked (a SIGKILL with the connection in its backlog): not an answer."""
-    try:
-        return ping(places, timeout) is not None
-    except AgentError as error:
-        if error.type != "ConnectionClosed":
-            raise
-        return False
-
-
 def _restarted(places: AgentPlaces) -> bool:
     """The agent died but its anchor lives and starts it again (after its backoff): wait for
-    that agent -- and for its takeover, which ``status`` waits for -- rather than start a
-    second anchor, which the journal's lock would refuse. False when no anchor runs."""
+    that agent rather than start a second anchor, which the journal's lock would refuse (and
+    whose pid would then hide the live anchor's in ``anchor.pid``). False when no anchor
+    runs, or it ended while waited for."""
     anchor = _live_anchor(places)
     if anchor is None:
         return False
     deadline = time.monotonic() + START_TIMEOUT_S
     pause = 0.005
-    while not _answers(places, timeout=1.0):
+    while ping(places, timeout=1.0) is None:
         if _live_anchor(places) != anchor:
             return False  # the anchor ended too: a new one must be started
         if time.monotonic() >= deadline:
@@ -164,7 +160,6 @@ def _restarted(places: AgentPlaces) -> bool:
             )
         time.sleep(pause)  # another process's restart: nothing here can wait on it
         pause = min(pause * 2, 0.1)
-    ask(places, {"op": "status"}, timeout=START_TIMEOUT_S)
     return True
 
 
