@@ -103,7 +103,8 @@ class Takeover:
                 self._take_one(record, report, anchor_gone)
             except (LeaseLost, InvalidTransition, NotFound) as error:
                 log.info("process %r: not taken over: %s", record.id, error)
-        self._holder.exits.forget_unclaimed()
+        held = [(h.child.pid, h.child.start_time) for h in report.held if h.child is not None]
+        self._holder.exits.forget_unclaimed(held)
         report.seconds = time.monotonic() - began
         return report
 
