@@ -41,6 +41,7 @@ __all__ = [
     "Refusal",
     "adopt",
     "identify",
+    "parent_of",
     "scan",
     "this_host_id",
 ]
@@ -120,6 +121,13 @@ def _read_stat(pid: int) -> _Stat | None:
         return _Stat(fields[0], int(fields[1]), int(fields[19]))
     except (OSError, ValueError, IndexError):
         return None
+
+
+def parent_of(pid: int, start_time: int) -> int | None:
+    """The parent of the process ``(pid, start_time)``, ended but unreaped included; ``None``
+    when it is gone (or the pid names another process now)."""
+    stat = _read_stat(pid)
+    return stat.ppid if stat is not None and stat.start_time == start_time else None
 
 
 def _read_marker(pid: int) -> bytes | OSError | None:

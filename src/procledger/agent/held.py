@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,11 +103,14 @@ class ExitWatch:
         with self._lock:
             return self._exits.pop((pid, start_time), None)
 
-    def forget_unclaimed(self) -> None:
+    def forget_unclaimed(self, held: Collection[tuple[int, int | None]] = ()) -> None:
         """Exits nobody held (a descendant that re-parented to the anchor, a run already on
-        record): not ledger facts. The journal's sealed segments read so far go with them."""
+        record): not ledger facts. The journal's sealed segments read so far go with them.
+        Those of ``held`` (pid, start time) stay: a held child that ended after a read its
+        end will look for."""
         with self._lock:
-            self._exits.clear()
+            kept = {key: self._exits[key] for key in held if key in self._exits}
+            self._exits = kept
             with contextlib.suppress(OSError):
                 compact(self.journal, self.offset)
 

@@ -26,6 +26,7 @@ from procledger.agent.anchor import ALREADY_SERVED
 from procledger.agent.control_client import START_REQUEST_BYTES, request
 from procledger.agent.places import AgentPlaces
 from procledger.domain.errors import (
+    AgentError,
     AgentNotRunning,
     AgentSocketError,
     AgentStartError,
@@ -69,10 +70,16 @@ def ledger_key(url: str | None) -> str:
 
 
 def ping(places: AgentPlaces, timeout: float = 2.0) -> dict[str, Any] | None:
-    """The agent's answer to ``ping``, or ``None`` when none runs."""
+    """The agent's answer to ``ping``, or ``None`` when none runs. One that accepted and then
+    closed unanswered was dying as it was asked (a SIGKILL, or a stop closing its socket, with
+    the connection in its backlog): no agent either."""
     try:
         answer: dict[str, Any] = request(places.socket, {"op": "ping"}, timeout=timeout)
     except AgentNotRunning:
+        return None
+    except AgentError as error:
+        if error.type != "ConnectionClosed":
+            raise
         return None
     return answer
 
@@ -127,10 +134,48 @@ def ensure_agent(url: str | None, places: AgentPlaces | None = None) -> tuple[Ag
     if ping(places) is not None:
         return places, False
     with _start_lock(places):
-        if ping(places) is not None:
+        if ping(places) is not None or _restarted(places):
             return places, False
         _spawn_detached(url, places)
     return places, True
+
+
+def _restarted(places: AgentPlaces) -> bool:
+    """The agent died but its anchor lives and starts it again (after its backoff): wait for
+    that agent rather than start a second anchor, which the journal's lock would refuse (and
+    whose pid would then hide the live anchor's in ``anchor.pid``). False when no anchor
+    runs, or it ended while waited for."""
+    anchor = _live_anchor(places)
+    if anchor is None:
+        return False
+    deadline = time.monotonic() + START_TIMEOUT_S
+    pause = 0.005
+    while ping(places, timeout=1.0) is None:
+        if _live_anchor(places) != anchor:
+            return False  # the anchor ended too: a new one must be started
+        if time.monotonic() >= deadline:
+            raise AgentStartError(
+                f"the agent's anchor (pid {anchor}) did not start it again within "
+                f"{START_TIMEOUT_S:g} s; its log, {places.log}, ends: {_log_tail(places.log)}"
+            )
+        time.sleep(pause)  # another process's restart: nothing here can wait on it
+        pause = min(pause * 2, 0.1)
+    return True
+
+
+def _live_anchor(places: AgentPlaces) -> int | None:
+    """The pid ``anchor.pid`` names if that process is this ledger's anchor and runs (its
+    command line names the anchor and this journal: a reused pid does not)."""
+    try:
+        pid = int(places.anchor_pidfile.read_text())
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            argv = file.read().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    journal = os.fsencode(places.journal)
+    if b"procledger.agent.anchor" in argv and journal in argv:
+        return pid
+    return None
 
 
 @contextlib.contextmanager

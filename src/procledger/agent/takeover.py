@@ -25,8 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from procledger.agent.adoption import NotAdoptable, adopt
-from procledger.agent.held import HeldRun, Holder, held_capture, ticket_for, unknown_status
+from procledger.agent.adoption import NotAdoptable, adopt, parent_of
+from procledger.agent.exit_journal import ExitRecord
+from procledger.agent.held import (
+    JOURNAL_WAIT_S,
+    HeldRun,
+    Holder,
+    held_capture,
+    ticket_for,
+    unknown_status,
+)
 from procledger.application.lease_keeper import LeaseKeeper
 from procledger.application.outbox import deliver_outbox, this_host_id
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
@@ -95,7 +103,8 @@ class Takeover:
                 self._take_one(record, report, anchor_gone)
             except (LeaseLost, InvalidTransition, NotFound) as error:
                 log.info("process %r: not taken over: %s", record.id, error)
-        self._holder.exits.forget_unclaimed()
+        held = [(h.child.pid, h.child.start_time) for h in report.held if h.child is not None]
+        self._holder.exits.forget_unclaimed(held)
         report.seconds = time.monotonic() - began
         return report
 
@@ -135,11 +144,34 @@ class Takeover:
             return
         adopted = adopt(_Recorded(facts), held.ticket.ids.run_marker)
         if isinstance(adopted, NotAdoptable):
+            exit = self._ended_meanwhile(facts, anchor_gone)
+            if exit is not None:
+                self._holder.terminal(held, exit, "")
+                report.journaled += 1
+                return
             self._holder.terminal(held, None, f"{unknown_status(anchor_gone)} ({adopted.detail})")
             report.lost += 1
             return
         held.child = adopted
         report.held.append(held)
+
+    def _ended_meanwhile(self, facts: OsFacts, anchor_gone: bool) -> ExitRecord | None:
+        """The exit of a child that ended after the journal was read, while this takeover ran
+        (refused as gone, a zombie, or with an environment that no longer reads). The anchor
+        writes a record before it reaps: it is in the journal now, or soon while the child is
+        still the anchor's (waited for up to ``JOURNAL_WAIT_S``)."""
+        exits, key = self._holder.exits, (facts.pid, int(facts.start_time))
+        deadline = time.monotonic() + JOURNAL_WAIT_S
+        pause = 0.005
+        while True:
+            # Asked before the read: a reap after it leaves its record for the read.
+            anchors = not anchor_gone and parent_of(*key) == os.getppid()
+            exits.read()
+            exit = exits.take(*key)
+            if exit is not None or not anchors or time.monotonic() >= deadline:
+                return exit
+            time.sleep(pause)  # the anchor's fsync: nothing here can wait on it
+            pause = min(pause * 2, 0.1)
 
     def _lease(self, record: ProcessRecord) -> Lease | None:
         registry, ttl = self._registry, self._timings.ttl_ms
