@@ -104,14 +104,6 @@ def test_agent_stop_with_stop_children_records_each_child_it_adopted_after_a_cra
         assert_shut_down(agent, process_id, child)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a child adopted after `agent stop` is init's: the anchor journals nothing for it, "
-    "so after --stop-children stops it the agent waits JOURNAL_WAIT_S (2 s) and records it "
-    "lost_on_restore ('its exit was not in the anchor's journal within 2 s of its end'), not "
-    "runner_shutdown; `procledger stop` of an orphan with no agent records the stop's terminal "
-    "from the signal that ended it (orphans.stop_orphan) -- which rule holds is the lead's call",
-)
 def test_agent_stop_with_stop_children_records_each_child_it_adopted_after_a_stop(
     tmp_path: Path, procs: Processes
 ) -> None:

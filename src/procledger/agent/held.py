@@ -37,6 +37,7 @@ from procledger.supervisor import orphans
 from procledger.supervisor.decide import event_ids, outcome, request_policy
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.file_capture import FileCapture
+from procledger.supervisor.orphans import OrphanStop
 from procledger.supervisor.publishing import Publisher
 from procledger.supervisor.runs import Ticket
 from procledger.supervisor.terminals import TerminalWriter
@@ -71,6 +72,20 @@ class HeldRun:
     seen_change_seq: int = 0
     acted_on: set[TerminalReason] = field(default_factory=set)
     shutdown: bool = False  # ``agent stop --stop-children`` stopped it
+    stopped: OrphanStop | None = None  # how our own stop of its tree went, once it returned
+    stopping: threading.Event = field(default_factory=threading.Event)  # set: none under way
+    requested: bool = False  # a stop of ours began (``stopping`` then says when it returned)
+    anchored: bool = True  # its parent is our anchor, which journals its exit (else: init)
+
+    def stop_tree(self, signals: tuple[int, ...], grace_s: float) -> None:
+        """Stop the tree by its recorded identity (``orphans.stop_tree``) and keep how it
+        went: with nobody to journal the child's exit (its parent is init), the signal it died
+        after is all anyone can know of how it ended."""
+        self.requested = True
+        try:
+            self.stopped = orphans.stop_tree(self.record, signals, grace_s, escalate=True)
+        finally:
+            self.stopping.set()
 
     @property
     def process_id(self) -> str:
@@ -137,9 +152,12 @@ class Holder:
         """Record how ``held`` ended: from its journaled exit (through the outbox, as any
         terminal), else ``lost`` saying why the status is unknown; then notify."""
         ticket = held.ticket
-        if exit is not None:
+        inferred = _after_our_stop(held) if exit is None else None
+        if exit is not None or inferred is not None:
             requested = tuple(held.record.stop_requested)
-            result = outcome(exit.returncode, requested=requested, shutdown=held.shutdown)
+            code = exit.returncode if exit is not None else inferred
+            assert code is not None
+            result = outcome(code, requested=requested, shutdown=held.shutdown)
             record = self._writer.record(ticket, held.keeper, result)
         else:
             output, tails = output_facts(ticket.capture)
@@ -172,10 +190,21 @@ class Holder:
                 continue
             held.acted_on.add(reason)
             policy = request_policy(reason, held.policy)
-            stop = functools.partial(
-                orphans.stop_tree, record, policy.signals, policy.grace_s, escalate=True
-            )  # waits out the grace: on a thread of its own, not the round's
+            # waits out the grace: on a thread of its own, not the round's
+            stop = functools.partial(held.stop_tree, policy.signals, policy.grace_s)
             threading.Thread(target=stop, name="procledger-held-stop", daemon=True).start()
+
+
+def _after_our_stop(held: HeldRun) -> int | None:
+    """A held child's return code as our own stop of its tree saw it end (minus the signal it
+    died after), once that stop returned; ``None`` when we did not stop it, or saw no death.
+    Its parent being init, nobody could wait for its status: the signal it died after is what
+    is known, as when `stop` stops an orphan itself (``orphans.stop_orphan``)."""
+    if not held.requested:
+        return None
+    held.stopping.wait(held.policy.grace_s + 5.0)
+    stopped = held.stopped
+    return None if stopped is None or stopped.ended_by is None else -stopped.ended_by
 
 
 def ticket_for(
@@ -205,8 +234,8 @@ def unknown_status(anchor_gone: bool) -> str:
     """Why a held child's exit status is unknown."""
     if anchor_gone:
         return (
-            "the agent and its anchor were both gone when this process ended: it was "
-            "reaped by init, so its exit status is unknown"
+            "its parent was init, not the anchor (the agent and its anchor were both gone when "
+            "it was orphaned): nobody could wait for it, so its exit status is unknown"
         )
     return (
         f"its exit was not in the anchor's journal within {JOURNAL_WAIT_S:g} s of its end: "

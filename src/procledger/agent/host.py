@@ -61,7 +61,6 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.notifications.notifier import Notifier
-from procledger.supervisor import orphans
 from procledger.supervisor.control import host_id, host_owner, owner_session
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.file_capture import FileCapture
@@ -331,13 +330,16 @@ class AgentHost:
             exit = await self._supervisor.run_sync(self._journaled, pid, start)
             if exit is not None or time.monotonic() >= deadline:
                 break
-            if not anchor_alive(self.anchor_pid):
-                break
+            if not held.anchored or not anchor_alive(self.anchor_pid):
+                break  # nobody will journal it
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.1)
-        why = unknown_status(not anchor_alive(self.anchor_pid))
+        why = unknown_status(not anchor_alive(self.anchor_pid) or not held.anchored)
         self._unfollow(held.ticket.capture)
-        await self._supervisor.run_sync(self._holder.terminal, held, exit, why)
+        try:
+            await self._supervisor.run_sync(self._holder.terminal, held, exit, why)
+        except Exception:  # left running on record: the next agent's takeover settles it
+            log.exception("process %r: its end could not be recorded", held.process_id)
 
     def _journaled(self, pid: int, start: int) -> Any:
         self._holder.exits.read()
@@ -374,10 +376,7 @@ class AgentHost:
         grace) and its end recorded as a shutdown's, as the Supervisor records its own."""
         for held in list(self._held.values()):
             held.shutdown = True
-            policy = held.policy
-            stop = functools.partial(
-                orphans.stop_tree, held.record, policy.signals, policy.grace_s, escalate=True
-            )
+            stop = functools.partial(held.stop_tree, held.policy.signals, held.policy.grace_s)
             await self._supervisor.run_sync(stop)
         while self._held or self._ending:
             await asyncio.sleep(0.01)
