@@ -1,5 +1,6 @@
-"""The host agent's parts (issue 28): the pieces that let a child outlive its supervisor --
-the anchor (``anchor``) and the exit journal it writes (``exit_journal``), and the output files
-a child writes itself (``output_files``). Groundwork: nothing outside this package imports it
-yet. Standard library only, and nothing imported here: the anchor runs as
-``python -m procledger.agent.anchor`` and must load no more than it needs."""
+"""The host agent (docs/design.md §18): one supervisor per user, host and ledger for every
+background process, which its children never depend on. The anchor (``anchor``) and its exit
+journal (``exit_journal``), the control socket (``control_socket``, ``control_client``),
+adoption identity (``adoption``), the agent (``host``, ``orders``, ``takeover``, ``held``) and
+how a client reaches or starts it (``places``, ``launch``). Nothing is imported here: the anchor
+runs as ``python -m procledger.agent.anchor`` and must load no more than it needs."""

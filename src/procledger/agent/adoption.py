@@ -1,5 +1,5 @@
 """Adoption identity: is a live process the recorded child of a run, and holding it once it is
-(docs/design.md §18.4; issue 28). Groundwork: nothing calls it yet.
+(docs/design.md §18.4; issue 28). The agent's takeover calls it for each process it finds.
 
 A (re)started agent adopts every live child of its ledger on this host. A pid alone is never
 enough -- the OS hands a freed pid to a stranger -- so a process is the record's child only if,

@@ -1,5 +1,5 @@
-"""The server side of the host agent's control socket (docs/design.md §18.3). Groundwork: no
-command starts it yet.
+"""The server side of the host agent's control socket (docs/design.md §18.3): the agent
+(``agent.host``) serves its orders on it.
 
 One Unix socket per ledger and host, in a ``0700`` folder (``control_client.socket_dir``),
 mode ``0600``. Each connection's peer is checked with ``SO_PEERCRED``: only the agent's own uid

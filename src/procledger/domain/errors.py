@@ -36,10 +36,11 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
         ├── SchemaTooNew                  (.found, .known: a ledger a newer procledger wrote)
         └── WriteConflict                 (another writer appended first; retried inside)
 
-Not yet public (groundwork of the host agent, docs/design.md §18.3): ``AgentSocketError`` (a
-socket folder with the wrong mode or owner, a path too long, a second agent) and its subclasses
-``AgentNotRunning``, ``AgentTimeout`` and ``AgentError`` (an error reply: ``.type``,
-``.message``), raised by ``procledger.agent.control_socket`` and ``control_client``.
+The host agent's, not exported from the package root (the CLI reports them; a library
+supervises in-process, §18): ``AgentSocketError`` (a socket folder with the wrong mode or owner,
+a path too long, a second agent) and its subclasses ``AgentNotRunning``, ``AgentTimeout``,
+``AgentStartError`` (it could not be started; its log named) and ``AgentError`` (an error
+reply: ``.type``, ``.message``), raised by ``procledger.agent``.
 """
 
 from __future__ import annotations
@@ -266,8 +267,8 @@ class CipherError(ProcledgerError):
 
 class AgentSocketError(ProcledgerError):
     """The host agent's control socket cannot be used: its folder has the wrong mode or owner,
-    its path is too long for ``sun_path``, or another agent already answers on it. Groundwork
-    (docs/design.md §18.3): not yet a public name."""
+    its path is too long for ``sun_path``, or another agent already answers on it
+    (docs/design.md §18.3)."""
 
 
 class AgentNotRunning(AgentSocketError):
