@@ -2,7 +2,8 @@
 init, whose reaping nobody journals. ``procledger agent start`` then adopts each (pid, start
 time and run marker; a pidfd), and records an end it could not see as ``lost_on_restore``
 with a diagnostic saying the exit status is unknown -- never a guessed code; a ``stop`` of such
-a child stops it by its recorded identity and records that it ended."""
+a child stops it by its recorded identity and records the stop's terminal by the signal it died
+after, as ``procledger stop`` records an orphan it stops itself."""
 
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ def test_a_child_of_a_dead_agent_and_anchor_is_adopted_and_its_unseen_end_record
     assert final.exit_code is None
     assert final.signal is None
     assert "exit status is unknown" in (final.diagnostic or ""), final.diagnostic
+    assert "init" in (final.diagnostic or ""), final.diagnostic  # and why: init reaped it
     kinds = [kind for kind in agent.event_kinds(process_id) if kind in TERMINAL_KINDS]
     assert kinds == ["lost"]
     assert agent.status() is not None  # the new agent serves on
@@ -79,4 +81,6 @@ def test_a_stop_of_a_child_adopted_from_a_dead_agent_and_anchor_stops_it(
     wait_until(lambda: is_dead(child), DEADLINE, "the child to be gone")
     assert TerminalReason.interrupted in final.stop_requested
     kinds = [kind for kind in agent.event_kinds(process_id) if kind in TERMINAL_KINDS]
-    assert len(kinds) == 1, kinds
+    assert kinds == ["completed"], kinds
+    # As `procledger stop` records an orphan it stops itself: by the signal it died after.
+    assert (final.state, final.signal) == (ProcessState.interrupted, 2), final.diagnostic
