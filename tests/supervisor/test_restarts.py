@@ -57,7 +57,9 @@ def test_an_always_failing_child_backs_off_then_crash_loops(
         assert after.started_at_ms is not None
         gaps.append((after.started_at_ms - before.finished_at_ms) / 1000)
     for gap, planned in zip(gaps, SCHEDULE, strict=True):
-        assert planned * 0.85 <= gap <= planned * 1.15, (gaps, SCHEDULE)
+        # ±10% jitter, 5% slack, and up to 0.25 s for the next attempt's registration and
+        # spawn on a loaded machine (the gap is measured from record to record).
+        assert planned * 0.85 <= gap <= planned * 1.15 + 0.25, (gaps, SCHEDULE)
     # The sixth failure spent the budget: a crash_loop fact on the last attempt only.
     assert last.id == records[-1].id
     assert last.gave_up == "crash_loop"

@@ -90,6 +90,7 @@ class ControlServer:
         self._read_timeout = read_timeout
         self._max_request = max_request_bytes
         self._active = 0
+        self._serving: set[asyncio.Task[Any]] = set()  # connections being served now
         self._started = time.monotonic()
         self._server: asyncio.Server | None = None
         self._lock_fd: int | None = None
@@ -126,13 +127,18 @@ class ControlServer:
         self._started = time.monotonic()
 
     async def close(self) -> None:
-        """Stop listening, remove the socket file, release the lock. Connections being served
-        are closed by ``wait_closed``'s cancellation of their tasks on loop shutdown."""
+        """Stop listening, remove the socket file, release the lock; connections still being
+        served (a handler that hangs) are cancelled and closed, not left to the garbage
+        collector with their transports open."""
         if self._server is not None:
             self._server.close()
             self._server = None
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
+        serving = [task for task in self._serving if task is not asyncio.current_task()]
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -151,6 +157,9 @@ class ControlServer:
             await _send_and_close(writer, _error("Busy", "too many connections; retry"))
             return
         self._active += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
         try:
             refusal = _peer_refusal(writer)
             if refusal is not None:
@@ -162,6 +171,8 @@ class ControlServer:
             pass  # the client went away mid-reply: nothing to tell it
         finally:
             self._active -= 1
+            if task is not None:
+                self._serving.discard(task)
             writer.close()
 
     async def _answer_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
