@@ -75,7 +75,7 @@ def stop(
     stops its service: no attempt starts after the stop is recorded. A lost process whose
     child still runs here (restore --keep-orphans) has that child stopped."""
     grace_s = parse_grace(grace)
-    with open_ledger(cli_state(ctx).url) as registry:
+    with open_ledger(cli_state(ctx).url, create=False) as registry:
         done = stop_target(registry, resolve_id(registry, process_id), mode, grace_s, cli_owner())
         if done.how == "asked":
             _tell_agent(registry, done.record.id)
@@ -162,7 +162,7 @@ def abandon(
 
     For a process whose supervisor died, or one registered but never started. Refused while a
     live owner holds it or its child still runs (use stop)."""
-    with open_ledger(cli_state(ctx).url) as registry:
+    with open_ledger(cli_state(ctx).url, create=False) as registry:
         record = _unended(registry, process_id, as_json)
         if record is None:
             return
@@ -189,7 +189,7 @@ def restore(
     a child still alive, records the rest lost, and republishes each completion notice."""
     from procledger import Supervisor
 
-    with open_ledger(cli_state(ctx).url) as registry:
+    with open_ledger(cli_state(ctx).url, create=False) as registry:
         owner = cli_owner()
         notifier, _ = cli_notifier(registry, owner)
         with Supervisor(registry, owner=owner, notifier=notifier) as supervisor:

@@ -175,11 +175,17 @@ def _run_worker_thread(worker: RecoveryWorker, body: Callable[[], object]) -> in
 
 
 def _recover(
-    ctx: typer.Context, settings: _WorkerSettings, work: Callable[[RecoveryWorker], object]
+    ctx: typer.Context,
+    settings: _WorkerSettings,
+    work: Callable[[RecoveryWorker], object],
+    *,
+    create: bool = True,
 ) -> int:
     """Open the store, run ``work`` with this command's recovery worker on a thread (see
-    ``_run_worker_thread``) and close the store; the exit code."""
-    with open_ledger(cli_state(ctx).url) as registry:
+    ``_run_worker_thread``) and close the store; the exit code. ``create=False`` (a one-off
+    sweep) refuses a ledger that is not there, naming it, as `ps` does: a mistyped path must
+    not become an empty ledger that then reports "nothing to recover"."""
+    with open_ledger(cli_state(ctx).url, create=create) as registry:
         recovery = settings.worker(registry)
         return _run_worker_thread(recovery, lambda: work(recovery))
 
@@ -210,6 +216,7 @@ def sweep(
         ctx,
         settings,
         lambda recovery: reports.append(recovery.drain() if drain else recovery.sweep()),
+        create=False,
     )
     for report in reports:
         _print_report(report, as_json)
