@@ -30,7 +30,7 @@ from procledger.agent.control_client import START_REQUEST_BYTES
 from procledger.agent.launch import ping
 
 from .live_agent import DEADLINE, LiveAgent, sleeper
-from .socket_server import exchange
+from .socket_server import as_nobody, exchange
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_PEERCRED is Linux's")
 
@@ -95,35 +95,21 @@ def test_the_socket_is_0600_in_a_0700_folder_of_ours(agent: LiveAgent) -> None:
 def _as_nobody(path: str) -> str:
     """What a client of uid 65534 gets from ``path`` (a forked child; bounded by its socket
     timeout, waited for by its pid): the reply line, or ``connect failed: <error>``."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(5)
-                try:
-                    sock.connect(path)
-                    with contextlib.suppress(OSError):
-                        sock.sendall(line({"op": "status"}))
-                    said = sock.recv(65536)
-                except OSError as error:
-                    said = f"connect failed: {type(error).__name__}".encode()
-            os.write(write_end, said)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    try:
-        with os.fdopen(read_end, "rb") as pipe:
-            heard = pipe.read().decode()
-    finally:
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def ask(write_end: int) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            try:
+                sock.connect(path)
+                with contextlib.suppress(OSError):
+                    sock.sendall(line({"op": "status"}))
+                said = sock.recv(65536)
+            except OSError as error:
+                said = f"connect failed: {type(error).__name__}".encode()
+        os.write(write_end, said)
+
+    with as_nobody(ask) as read_end, os.fdopen(read_end, "rb") as pipe:
+        heard = pipe.read().decode()
     return heard.strip()
 
 

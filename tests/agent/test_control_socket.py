@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import stat
 import statistics
@@ -34,7 +33,7 @@ from procledger.domain.errors import (
     AgentTimeout,
 )
 
-from .socket_server import ServerThread, exchange
+from .socket_server import ServerThread, as_nobody, exchange
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_PEERCRED is Linux's")
 
@@ -150,43 +149,13 @@ def _foreign_client(path: str) -> str:
         return sock.recv(65536).decode()
 
 
-@contextlib.contextmanager
-def _as_nobody(work: Callable[[int], None]) -> Iterator[int]:
-    """Fork a child that becomes uid 65534 and runs ``work(write_end)``; yields the read end
-    of that pipe. On leaving, the child is waited for by its pid (its socket timeout bounds
-    it) and must have exited 0; killed by that pid if the block is cut short."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no return, whatever happens
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            work(write_end)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    try:
-        yield read_end
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-
-
 def _foreign_reply(path: str) -> str:
     """What the server answers a client running as uid 65534."""
 
     def answer(out: int) -> None:
         os.write(out, _foreign_client(path).encode())
 
-    with _as_nobody(answer) as got, os.fdopen(got, "rb") as pipe:
+    with as_nobody(answer) as got, os.fdopen(got, "rb") as pipe:
         return pipe.read().decode()
 
 
@@ -237,7 +206,7 @@ def _impostor(path: str, ready: int) -> None:
 def test_the_client_refuses_a_server_of_another_uid(short_dir: str) -> None:
     os.chmod(short_dir, 0o777)
     path = os.path.join(short_dir, "agent.sock")
-    with _as_nobody(lambda out: _impostor(path, out)) as read_end:
+    with as_nobody(lambda out: _impostor(path, out)) as read_end:
         try:
             assert os.read(read_end, 1) == b"r"
             with pytest.raises(AgentSocketError, match="runs as uid 65534"):

@@ -40,10 +40,10 @@ from procledger.agent.held import (
 from procledger.application.lease_keeper import LeaseKeeper
 from procledger.application.outbox import deliver_outbox, this_host_id
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
-from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
+from procledger.domain.leases import Lease, LeaseOwner, LeaseTimings
 from procledger.domain.records import OsFacts, ProcessRecord
 from procledger.domain.vocabulary import ProcessState
-from procledger.supervisor import os_seam
+from procledger.supervisor import orphans, os_seam
 from procledger.supervisor.decide import event_ids
 from procledger.supervisor.file_capture import recorded_limit
 from procledger.supervisor.publishing import Publisher
@@ -193,16 +193,10 @@ class Takeover:
             pause = min(pause * 2, 0.1)
 
     def _lease(self, record: ProcessRecord) -> Lease | None:
-        registry, ttl = self._registry, self._timings.ttl_ms
         try:
-            current = registry.get_lease(record.id)
-            if current is None or not current.is_live(registry.now_ms()):
-                taken = registry.claim_lease(record.id, self._owner, ttl)
-            else:
-                taken = registry.reclaim_lease(record.id, self._owner, current, ttl)
-        except (InvalidTransition, NotFound):
+            return orphans.take_over(self._registry, record, self._owner, self._timings.ttl_ms)
+        except (InvalidTransition, NotFound):  # it ended, or was pruned, since we looked
             return None
-        return taken.lease if isinstance(taken, Acquired) else None
 
     def _found_starting(self, record: ProcessRecord, keeper: LeaseKeeper) -> ProcessRecord:
         """A ``starting`` process: its agent died after registering it, perhaps after spawning

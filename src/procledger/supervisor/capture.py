@@ -39,6 +39,7 @@ __all__ = [
     "SALVAGED",
     "Capture",
     "SalvagedOutput",
+    "capture_folder",
     "no_capture",
     "open_capture",
     "salvage",
@@ -64,16 +65,25 @@ def open_capture(
     under ``output_dir`` (``<state dir>/output`` when None; either is created ``0700`` if it
     does not exist). A folder that cannot be made stops the capture at once, and the run goes
     on."""
-    folder: Path | None = None
+    folder = capture_folder(registry, output_dir, process_id)
+    return Capture(folder, limit, this_host_id(), live, quiet=quiet)
+
+
+def capture_folder(
+    registry: ProcessRegistry, output_dir: Path | None, process_id: str
+) -> Path | None:
+    """The folder a run's output goes in, as every reader of this store names it (by store
+    and process id; an in-memory store by this registry object), ``output_dir`` created
+    ``0700`` if need be; ``None`` when it cannot be made (logged: the run goes on)."""
     try:
         if output_dir is not None:
             output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         root = output_dir if output_dir is not None else output_root()
         store = store_key(registry.location) or f"memory:{id(registry)}"
-        folder = folder_for(root, store, process_id)
+        return folder_for(root, store, process_id)
     except OSError as error:
         log.warning("process %r: output not captured: %s", process_id, error)
-    return Capture(folder, limit, this_host_id(), live, quiet=quiet)
+        return None
 
 
 class _LiveFd:

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from procledger.adapters.direct_output import OutputFiles, open_output_files
-from procledger.adapters.output_files import folder_for, output_root
-from procledger.application.outbox import store_key, this_host_id
+from procledger.application.outbox import this_host_id
 from procledger.domain.records import OutputSummary
+from procledger.supervisor.capture import capture_folder
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -121,16 +121,7 @@ def open_file_capture(
     """A run's file capture in the folder every reader of this store looks in (by store and
     process id) under ``output_dir`` (``<state dir>/output`` when None), as ``open_capture``
     names it; a folder that cannot be made leaves the capture stopped and the run goes on."""
-    folder: Path | None = None
-    try:
-        if output_dir is not None:
-            output_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        root = output_dir if output_dir is not None else output_root()
-        store = store_key(registry.location) or f"memory:{id(registry)}"
-        folder = folder_for(root, store, process_id)
-    except OSError as error:
-        log.warning("process %r: output not captured: %s", process_id, error)
-    return FileCapture(folder, limit, this_host_id())
+    return FileCapture(capture_folder(registry, output_dir, process_id), limit, this_host_id())
 
 
 def close_descriptors(fds: tuple[int, int] | None) -> None:

@@ -144,14 +144,18 @@ def _await_end(pid: int, start: int, timeout: float) -> bool:
     return True
 
 
-def take_over(registry: ProcessRegistry, record: ProcessRecord, owner: LeaseOwner) -> Lease | None:
-    """The process's lease for ``owner`` if its holder is gone (released, expired, provably
-    dead), else ``None``.
+def take_over(
+    registry: ProcessRegistry,
+    record: ProcessRecord,
+    owner: LeaseOwner,
+    ttl: int = LeaseTimings().ttl_ms,
+) -> Lease | None:
+    """The process's lease for ``owner`` (for ``ttl`` ms) if its holder is gone (released,
+    expired, provably dead), else ``None``.
 
     Raises:
         AlreadyTerminal: the process has ended.
     """
-    ttl = LeaseTimings().ttl_ms
     current = registry.get_lease(record.id)
     if current is None or not current.is_live(registry.now_ms()):
         taken = registry.claim_lease(record.id, owner, ttl)
