@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stdout.write(f"procledger {procledger.__version__}\n")
         sys.stdout.flush()
         raise SystemExit(0)
-    from procledger.cli import main as cli_main  # noqa: PLC0415 -- not for --version
+    from procledger.cli.entry import main as cli_main  # noqa: PLC0415 -- not for --version
 
     cli_main(args)
 

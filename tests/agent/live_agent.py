@@ -22,9 +22,8 @@ import psutil
 
 from _shared import child_env, run_cli, wait_until
 from procledger import ProcessRecord, ProcessRegistry, open_registry
-from procledger.adapters.outbox import store_key
 from procledger.adapters.output_files import folder_for, output_root
-from procledger.adapters.sql.location import locate
+from procledger.adapters.sql.location import locate, store_key
 from procledger.agent.launch import ask, ledger_key
 from procledger.agent.places import AgentPlaces
 from procledger.domain.errors import AgentSocketError

@@ -179,8 +179,7 @@ def test_an_in_memory_store_has_no_outbox() -> None:
 def test_each_store_has_its_own_outbox_key(tmp_path: Path) -> None:
     """An entry is delivered only to the ledger it belongs to: two PostgreSQL databases, or a
     PostgreSQL database and a SQLite file, never share a key."""
-    from procledger.adapters.outbox import store_key
-    from procledger.adapters.sql.location import parse_store_url
+    from procledger.adapters.sql.location import parse_store_url, store_key
 
     keys = {
         store_key(parse_store_url(url))

@@ -8,106 +8,46 @@ stolen on a guess.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
+from procledger.adapters.proc_facts import (
+    PROC,
+    holder_dead,
+    live_process_start,
+    own_identity,
+    read_identity,
+    read_process_start,
+    runs_here,
+    started_at,
+)
 from procledger.domain.leases import LeaseOwner, Liveness, install_local_identity_source
 
-_PROC = Path("/proc")
-
-
-def read_process_start(pid: int, proc: Path = _PROC) -> str | None:
-    """Field 22 of /proc/<pid>/stat (start time in clock ticks); None if the pid is gone.
-
-    Raises ``OSError`` when the file exists but cannot be read or parsed.
-    """
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except FileNotFoundError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19]
-
-
-def live_process_start(pid: int, proc: Path = _PROC) -> str | None:
-    """The start time of a *living* process: ``None`` when the pid is gone or is a zombie
-    (exited, not yet reaped — it will never write again, so it counts as dead)."""
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except FileNotFoundError:
-        return None
-    state_and_rest = stat[stat.rindex(")") + 2 :].split()
-    if state_and_rest[0] in ("Z", "X"):
-        return None
-    return state_and_rest[19]
-
-
-def started_at(pid: int, start_time: int | float, proc: Path = _PROC) -> bool:
-    """Whether OS process ``pid`` of this PID namespace still runs (not a zombie) and is the
-    one that started at ``start_time`` (clock ticks, field 22 of /proc/<pid>/stat): the pid
-    **and** its start time, since a pid alone may have passed to a stranger. Any read error
-    means no: nothing is ever signalled on a guess."""
-    try:
-        start = live_process_start(pid, proc)
-        return start is not None and int(start) == int(start_time)
-    except (OSError, ValueError, IndexError):
-        return False
-
-
-def runs_here(pid: int, start_time: int | float, host_id: str, proc: Path = _PROC) -> bool:
-    """``started_at``, for a process recorded on host ``host_id`` (``OsFacts.host_id``:
-    machine and PID namespace): never true of another host's, or where /proc cannot say which
-    host this is."""
-    identity = local_identity(proc)
-    if identity is None or identity.host_id != host_id:
-        return False
-    return started_at(pid, start_time, proc)
-
-
-def _machine_id(proc: Path) -> str:
-    for candidate in (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id")):
-        try:
-            return candidate.read_text().strip()
-        except OSError:
-            continue
-    return (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+_PROC = PROC
+__all__ = [
+    "ProcProbe",
+    "live_process_start",
+    "local_identity",
+    "read_process_start",
+    "runs_here",
+    "started_at",
+]
 
 
 def local_identity(proc: Path = _PROC) -> Liveness | None:
     """This process's liveness facts, or None where /proc is unreadable (then: opaque).
 
-    Read once per OS process: none of them can change while it lives (its pid, start time,
-    PID namespace and the boot are fixed; a forked child has another pid, so it reads its
-    own). Five /proc reads cost ~150 µs, and a supervised run asked three times."""
-    if proc is _PROC:
-        cached = _IDENTITY.get(os.getpid())
-        if cached is not None:
-            return cached
-    identity = _read_identity(proc)
-    if proc is _PROC and identity is not None:
-        _IDENTITY.clear()  # a forked child forgets its parent's
-        _IDENTITY[os.getpid()] = identity
-    return identity
-
-
-_IDENTITY: dict[int, Liveness] = {}
-
-
-def _read_identity(proc: Path) -> Liveness | None:
-    try:
-        pid_namespace = os.stat(proc / "self" / "ns" / "pid").st_ino
-        boot_id = (proc / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
-        pid = os.getpid()
-        start = read_process_start(pid, proc)
-        host_id = f"{_machine_id(proc)}:{pid_namespace}"
-    except (OSError, ValueError, IndexError):
-        return None
-    if start is None:
+    Read once per OS process (``proc_facts.own_identity``): none of them can change while it
+    lives. Five /proc reads cost ~150 µs, and a supervised run asked three times."""
+    facts = own_identity(proc) if proc is _PROC else read_identity(proc)
+    if facts is None:
         return None
     return Liveness(
-        kind="local_process", host_id=host_id, boot_id=boot_id, pid=pid, process_start=start
+        kind="local_process",
+        host_id=facts.host_id,
+        boot_id=facts.boot_id,
+        pid=facts.pid,
+        process_start=facts.process_start,
     )
 
 
@@ -122,16 +62,7 @@ class ProcProbe:
 
     def provably_dead(self, holder: LeaseOwner, claimant: LeaseOwner) -> bool:
         mine, theirs = claimant.liveness, holder.liveness
-        if not (mine.is_local_process and theirs.is_local_process):
-            return False
-        if mine.host_id != theirs.host_id or mine.boot_id != theirs.boot_id:
-            return False
-        assert theirs.pid is not None
-        try:
-            start = self._read_start(theirs.pid)
-        except (OSError, ValueError, IndexError):
-            return False
-        return start is None or start != theirs.process_start
+        return holder_dead(theirs.model_dump(), mine.model_dump(), self._read_start)
 
 
 install_local_identity_source(local_identity)

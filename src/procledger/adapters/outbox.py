@@ -31,7 +31,7 @@ from procledger.domain.outcome import Outcome
 from procledger.domain.records import OutputSummary
 
 if TYPE_CHECKING:
-    from procledger.adapters.sql.location import StoreLocation
+    pass
 
 __all__ = ["Outbox", "OutboxEntry", "default_outbox"]
 
@@ -274,14 +274,3 @@ def _fsync_folder(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def store_key(location: StoreLocation) -> str | None:
-    """What names a ledger in outbox entries; ``None`` for an in-memory store, which dies with
-    its process and so has nothing to deliver later."""
-    if location.in_memory:
-        return None
-    if location.sqlite_path:
-        return f"sqlite:{os.path.realpath(location.sqlite_path)}"
-    pg = location.pg  # the database and schema, not how one connects (user, retry window)
-    return f"postgresql://{pg['host']}:{pg['port']}/{pg['dbname']}?schema={location.schema}"

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from procledger.adapters.outbox import store_key
-from procledger.adapters.sql.location import locate
+from procledger.adapters.sql.location import locate, store_key
 from procledger.agent.anchor import ALREADY_SERVED
 from procledger.agent.control_client import START_REQUEST_BYTES, request
 from procledger.agent.places import AgentPlaces

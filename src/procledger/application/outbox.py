@@ -19,7 +19,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from procledger.adapters.liveness import local_identity
-from procledger.adapters.outbox import Outbox, OutboxEntry, store_key
+from procledger.adapters.outbox import Outbox, OutboxEntry
+from procledger.adapters.sql.location import store_key
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
 from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
 from procledger.domain.records import ProcessRecord

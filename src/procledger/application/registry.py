@@ -17,11 +17,10 @@ from typing import Any
 import orjson
 
 from procledger.adapters.liveness import ProcProbe
-from procledger.adapters.outbox import store_key
 from procledger.adapters.output_files import remove_process_output
 from procledger.adapters.sql import env_rows
 from procledger.adapters.sql.listen import ChangeListener, change_listener
-from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.location import StoreLocation, store_key
 from procledger.adapters.sql.opening import OpenedStore
 from procledger.adapters.sql.store import Tx
 from procledger.application import cipher, recovery_reads
@@ -154,6 +153,12 @@ class ProcessRegistry:
     def now_ms(self) -> int:
         """The registry's clock (epoch milliseconds): what events are stamped with."""
         return self._ledger.now_ms()
+
+    def run_read(self, read: Callable[[Tx], Any]) -> Any:
+        """``read(tx)`` in a read transaction of this registry's store, riding through an outage
+        as every call does: the CLI's hot commands read the tables with the same functions on
+        every path -- this store, or a plain SQLite connection (docs/design.md §8.4)."""
+        return self._store.attempt(read)
 
     # -- registration and reads -----------------------------------------------------------------
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from procledger.domain.wording import command_text, ending, local_time, outcome, shell_word
 
@@ -21,10 +22,32 @@ __all__ = [
     "local_time",
     "outcome",
     "shell_word",
+    "short_id",
     "short_time",
+    "state_text",
     "to_terminal",
+    "when",
     "write_table",
 ]
+
+
+def short_id(process_id: str) -> str:
+    """The id as ``ps`` shows it on a terminal: the random part of a minted id (with a
+    service attempt's ``.N``), which ``id_prefix.resolve`` accepts back; any other id whole."""
+    time_part, dash, rest = process_id.partition("-")
+    minted = dash and len(time_part) == 11 and all(c in "0123456789abcdef" for c in time_part)
+    return rest if minted and rest else process_id
+
+
+def state_text(record: Mapping[str, Any], mark: str | None) -> str:
+    """A record's state, with what this host sees of it beyond the record (``supervisor
+    gone``, ``orphan running``)."""
+    return record["state"] if mark is None else f"{record['state']} ({mark})"
+
+
+def when(ms: int | None, terminal: bool) -> str:
+    """A list's time column: short on a terminal, whole into a pipe."""
+    return short_time(ms) if terminal else local_time(ms)
 
 
 def to_terminal() -> bool:

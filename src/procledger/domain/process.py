@@ -21,8 +21,6 @@ aggregate into its record and log entries, ``caches`` keeps per-registration wor
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -59,6 +57,7 @@ from procledger.domain.outcome import (
     check_diagnostic,
     fingerprint,
 )
+from procledger.domain.process_keys import process_key_hex, process_uuid
 from procledger.domain.records import (
     AbandonRequest,
     ExternalRef,
@@ -88,30 +87,8 @@ __all__ = [
     "timestamp_of",
 ]
 
-_NAMESPACE_BYTES = uuid.UUID("6f1c2d7e-5b0a-4c1e-9a53-0d4c6e1f7a21").bytes
 
 TERMINAL_KINDS = frozenset({LifecycleKind.completed, LifecycleKind.lost, LifecycleKind.abandoned})
-
-
-@functools.lru_cache(maxsize=4096)
-def process_uuid(process_id: str) -> uuid.UUID:
-    """Deterministic aggregate id: registering one id twice collides in the store."""
-    return uuid.UUID(bytes=_process_key(process_id))
-
-
-def process_key_hex(process_id: str) -> str:
-    """``process_uuid(process_id).hex`` without a ``UUID`` object: a rebuild asks it of every
-    record it sweeps, and building the object costs several times the hash."""
-    return _process_key(process_id).hex()
-
-
-def _process_key(process_id: str) -> bytes:
-    """The bytes of the name-based (version 5) UUID of ``process_id`` in our namespace, as
-    ``uuid.uuid5`` makes them."""
-    key = bytearray(hashlib.sha1(_NAMESPACE_BYTES + process_id.encode()).digest()[:16])
-    key[6] = (key[6] & 0x0F) | 0x50
-    key[8] = (key[8] & 0x3F) | 0x80
-    return bytes(key)
 
 
 def timestamp_of(at_ms: int) -> datetime:

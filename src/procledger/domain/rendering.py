@@ -16,11 +16,12 @@ from enum import Enum
 from typing import Any
 
 from procledger.domain.caches import RegistrationCache
+from procledger.domain.event_kinds import EVENT_CLASSES
 from procledger.domain.model import Frozen, assemble
 from procledger.domain.process import Process
 from procledger.domain.records import Identity, ProcessEvent, ProcessRecord
 from procledger.domain.registration import input_identity
-from procledger.domain.vocabulary import LifecycleKind, ProcessStatus, coarse_status
+from procledger.domain.vocabulary import ProcessStatus, coarse_status
 
 Getter = Callable[[Process], Any]
 
@@ -249,26 +250,7 @@ def record_forms(process: Process, change_seq: int) -> tuple[dict[str, Any], Pro
 # -- log entries ---------------------------------------------------------------------------------
 
 _EVENT_KINDS: dict[type[Process.Event], str] = {
-    Process.Registered: "registered",
-    Process.Started: LifecycleKind.started.value,
-    Process.Backgrounded: LifecycleKind.backgrounded.value,
-    Process.StopRequested: LifecycleKind.stop_requested.value,
-    Process.Completed: LifecycleKind.completed.value,
-    Process.Lost: LifecycleKind.lost.value,
-    Process.Abandoned: LifecycleKind.abandoned.value,
-    Process.FirstStarted: "first_started",
-    Process.AbandonRequested: "abandon_requested",
-    Process.WaitSet: "wait_set",
-    Process.WaitCleared: "wait_cleared",
-    Process.ExternalRefSet: "external_ref_set",
-    Process.WakeTargetCleared: "wake_target_cleared",
-    Process.OutputTruncated: "output_truncated",
-    Process.OutputStopped: "output_stopped",
-    Process.OutputCaptured: "output_captured",
-    Process.Ready: "ready",
-    Process.CrashLoop: "crash_loop",
-    Process.ServiceStopRequested: "service_stop_requested",
-    Process.OrphanStopped: "orphan_stopped",
+    getattr(Process, name): kind for name, (kind, _) in EVENT_CLASSES.items()
 }
 
 _BOOKKEEPING = frozenset({"originator_id", "originator_version", "timestamp", "originator_topic"})

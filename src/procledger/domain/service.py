@@ -10,20 +10,27 @@ refusal is an ``OptionError`` naming the option, raised before anything is recor
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, Literal
 
 from pydantic import Field, model_validator
 
+from procledger.domain.durations import (
+    MAX_DURATION_S,
+    age_ms,
+    check_port,
+    check_regex,
+    parse_duration,
+)
 from procledger.domain.errors import OptionError
 from procledger.domain.model import Frozen
+from procledger.domain.wording import probe_names
 
 __all__ = [
     "BACKOFF_FACTOR",
     "JITTER",
+    "MAX_DURATION_S",
     "Readiness",
     "RestartMode",
     "RestartPlan",
@@ -43,74 +50,6 @@ BACKOFF_FACTOR: Final = 2.0
 JITTER: Final = 0.10
 """A delay is spread by up to this fraction either way, so services restarted together do not
 stampede together."""
-MAX_DURATION_S: Final = 366 * 86400.0
-"""The longest duration any option takes (a year): anything longer is a typo."""
-
-_UNITS: Final = {
-    "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 7 * 86400.0,
-}
-_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h|d|w)?")
-
-
-def parse_duration(
-    text: str | float, *, option: str = "duration", longest: float = MAX_DURATION_S
-) -> float:
-    """Seconds from ``0.2s``, ``60s``, ``5m``, ``1h``, ``3d``, ``1w``, ``250ms`` or a bare
-    number of seconds (a float or int passes through the same checks): the one grammar of every
-    duration procledger takes. Negative, malformed, infinite or over ``longest`` (a year for a
-    timeout or a delay, where more is a typo): ``OptionError`` naming ``option``."""
-    if isinstance(text, bool):
-        raise OptionError(option, f"{text!r} is not a duration")
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        stripped = text.strip()
-        if stripped.startswith("-"):
-            raise OptionError(option, f"{text!r} is negative; a duration is 0 or more")
-        found = _DURATION.fullmatch(stripped)
-        if found is None:
-            raise OptionError(
-                option, f"{text!r} is not a duration such as 0.2s, 90s, 15m, 2h or 3d"
-            )
-        seconds = float(found.group(1)) * _UNITS[found.group(2) or "s"]
-    if not math.isfinite(seconds) or seconds < 0:
-        raise OptionError(option, f"{text!r} is not a finite duration of 0 or more")
-    if seconds > longest:
-        raise OptionError(option, f"{text!r} is longer than a year")
-    return seconds
-
-
-def age_ms(text: str, *, option: str) -> int:
-    """How long ago, in milliseconds, for a filter such as ``--since 2h`` or ``--older-than
-    30d``: the duration grammar with no upper bound (a ledger may be years old)."""
-    return int(parse_duration(text, option=option, longest=math.inf) * 1000)
-
-
-def check_port(value: str | int, *, option: str = "port") -> int:
-    """A TCP port, 1 to 65535 (a string of digits too); else ``OptionError``."""
-    if isinstance(value, bool):
-        raise OptionError(option, f"{value!r} is not a port")
-    if isinstance(value, str):
-        if not value.strip().isdigit():
-            raise OptionError(option, f"{value!r} is not a port number (1 to 65535)")
-        value = int(value.strip())
-    if not 1 <= value <= 65535:
-        raise OptionError(option, f"{value} is out of range (1 to 65535)")
-    return value
-
-
-def check_regex(pattern: str, *, option: str = "output regex") -> str:
-    """``pattern`` if Python's ``re`` compiles it; else ``OptionError`` saying why."""
-    try:
-        re.compile(pattern)
-    except re.error as error:
-        raise OptionError(option, f"{pattern!r} does not compile: {error}") from None
-    return pattern
 
 
 class Readiness(Frozen):
@@ -139,10 +78,7 @@ class Readiness(Frozen):
     @property
     def probes(self) -> list[str]:
         """The probes as the ``ready`` fact names them, e.g. ``port:8080``."""
-        named = [] if self.port is None else [f"port:{self.port}"]
-        named += [] if self.output is None else [f"output:{self.output}"]
-        named += [] if self.file is None else [f"file:{self.file}"]
-        return named + (["notify"] if self.notify else [])
+        return probe_names(self.model_dump())
 
 
 class RestartMode(StrEnum):

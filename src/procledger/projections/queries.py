@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from procledger.adapters.sql import record_rows
+from procledger.adapters.sql.record_rows import matching_ids
 from procledger.adapters.sql.store import Store
-from procledger.domain.errors import AmbiguousProcessId, NotFound
+from procledger.domain import id_prefix
+from procledger.domain.errors import NotFound
 from procledger.domain.records import ProcessRecord
 from procledger.projections.feed import ChangeCursor, FeedPage, read_page
 from procledger.projections.filters import ProcessListFilter
@@ -26,11 +27,6 @@ from procledger.projections.records import (
     scan_records,
 )
 from procledger.projections.sessions import read_handle, read_handle_sessions, read_handles
-
-PREFIX_CANDIDATES = 5
-"""How many ids an ambiguous prefix lists (enough to choose from, short enough for a line)."""
-SERVICE_ATTEMPTS = 10_000
-"""A prefix resolves to a service whose attempts number at most this many."""
 
 FilterLike = ProcessListFilter | Mapping[str, Any] | None
 
@@ -72,43 +68,17 @@ class ReadModels:
         return records
 
     def resolve_process_id(self, prefix: str) -> str:
-        """The one process id ``prefix`` names: itself when it is an id, else the only id
-        that starts with it."""
-        if not prefix:
-            raise NotFound("an empty process id prefix names no process")
-        found = self.store.attempt(
-            lambda tx: record_rows.ids_from(tx, prefix, PREFIX_CANDIDATES + 1)
-        )
-        if prefix in found:
-            return prefix
-        if not found:
-            raise NotFound(f"process {prefix!r} not found (no id starts with it)")
-        if len(found) > 1:
-            service = self._one_service(prefix, found[0])
-            if service is None:
-                more = len(found) > PREFIX_CANDIDATES
-                raise AmbiguousProcessId(prefix, found[:PREFIX_CANDIDATES], more=more)
-            return service
-        return found[0]
+        """The one process id ``prefix`` names (``id_prefix.resolve``)."""
+        return id_prefix.resolve(prefix, self._matching, self._is_first_attempt)
 
-    def _one_service(self, prefix: str, first: str) -> str | None:
-        """``first`` when every id starting with ``prefix`` is an attempt of the service
-        ``first`` is the first attempt of (``<first>.<n>``, docs/design.md §15.4): a prefix of a
-        service names the service, not one of its attempts."""
+    def _matching(self, prefix: str, limit: int) -> list[str]:
+        return self.store.attempt(lambda tx: matching_ids(tx, prefix, limit))
+
+    def _is_first_attempt(self, process_id: str) -> bool:
         try:
-            if self.record(first).attempt != 1:
-                return None
+            return self.record(process_id).attempt == 1
         except NotFound:
-            return None
-        found = self.store.attempt(
-            lambda tx: record_rows.ids_from(tx, prefix, SERVICE_ATTEMPTS + 1)
-        )
-        if len(found) > SERVICE_ATTEMPTS:
-            return None
-        later = f"{first}."
-        if all(i == first or (i.startswith(later) and i[len(later) :].isdigit()) for i in found):
-            return first
-        return None
+            return False
 
     def handle(self, session_id: str, process_id: str) -> HandleSummary:
         return self.store.attempt(lambda tx: read_handle(tx, session_id, process_id))

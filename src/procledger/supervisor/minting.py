@@ -24,6 +24,8 @@ def new_handle() -> str:
 
 def new_process_id(now_ms: int) -> str:
     """A fresh process id for a caller that names none: the time first (11 hex digits of
-    milliseconds), so ids sort by creation, then 8 random hex digits, so two processes
-    registered in the same millisecond do not collide."""
-    return f"{now_ms:011x}-{uuid.uuid4().hex[:8]}"
+    milliseconds), so ids sort by creation, then 12 random hex digits -- the short id ``ps``
+    shows on a terminal, as docker shows 12 characters of a container's id -- so two processes
+    registered in the same millisecond do not collide, and a prefix of the random part names
+    one process in any real ledger (docs/design.md §8). Ids minted before had 8."""
+    return f"{now_ms:011x}-{uuid.uuid4().hex[:12]}"

@@ -152,3 +152,14 @@ def _retry_window(text: str, masked: str) -> float:
             f"{_MAX_RETRY_S:.0f}, not {text!r}"
         )
     return value
+
+
+def store_key(location: StoreLocation) -> str | None:
+    """What names a ledger in outbox entries; ``None`` for an in-memory store, which dies with
+    its process and so has nothing to deliver later."""
+    if location.in_memory:
+        return None
+    if location.sqlite_path:
+        return f"sqlite:{os.path.realpath(location.sqlite_path)}"
+    pg = location.pg  # the database and schema, not how one connects (user, retry window)
+    return f"postgresql://{pg['host']}:{pg['port']}/{pg['dbname']}?schema={location.schema}"

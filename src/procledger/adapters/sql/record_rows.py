@@ -14,8 +14,6 @@ import orjson
 
 from procledger.adapters.sql.store import Tx
 from procledger.domain.errors import NotFound
-from procledger.domain.model import canonical_json
-from procledger.domain.registration import originator_scope_id
 from procledger.domain.vocabulary import ProcessState
 
 RECORD_COLUMNS = (
@@ -93,7 +91,12 @@ def where_clause(conditions: Sequence[Condition], prefix: str = "") -> tuple[str
 
 
 def document_row(document: Mapping[str, Any]) -> tuple[object, ...]:
-    """A row from a record's JSON form: no model round trip."""
+    """A row from a record's JSON form: no model round trip. (The domain's helpers are
+    imported here, by the writers that need them: the CLI's fast path reads these rows
+    without loading pydantic, docs/design.md §8.4.)"""
+    from procledger.domain.model import canonical_json  # noqa: PLC0415 -- writers only
+    from procledger.domain.registration import originator_scope_id  # noqa: PLC0415
+
     change_seq, status, terminal, waiting, updated_at_ms, record = _changing_values(document)
     definition = document["identity"]["definition"]
     return (
@@ -356,3 +359,57 @@ def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]
         return
     marks = ",".join("?" * (columns.count(",") + 1))
     tx.executemany(f"INSERT INTO {name} ({columns}) VALUES ({marks})", rows)
+
+
+def select_by_creation(
+    tx: Tx,
+    conditions: Sequence[Condition],
+    limit: int | None = None,
+    *,
+    before: tuple[int, str] | None = None,
+) -> list[Any]:
+    """``(process_id, created_at_ms, record)`` rows matching ``conditions``, newest created
+    first (ties by id, from the end), those created before ``before`` (``(created_at_ms,
+    id)`` of the last row of the page before) -- the order of ``ps --limit`` ("the newest N",
+    docs/design.md §8): an id names its creation time only when procledger minted it."""
+    where, params = where_clause(conditions)
+    order = f"process_id{tx.dialect.by_code_point}"
+    if before is not None:
+        where += f" AND (created_at_ms<? OR (created_at_ms=? AND {order}<?))"
+        params += [before[0], before[0], before[1]]
+    statement = (
+        f"SELECT process_id, created_at_ms, {tx.dialect.raw_text('record')} AS record "
+        f"FROM {tx.dialect.table('records')} WHERE {where} "
+        f"ORDER BY created_at_ms DESC, {order} DESC"
+    )
+    if limit is not None:
+        statement += " LIMIT ?"
+        params.append(limit)
+    return tx.execute(statement, params).all()
+
+
+RANDOM_PART_AT = 13
+"""Where the random part of a minted id (``<11 hex digits of ms>-<random>``) begins, counted
+from 1 as SQL's ``substr`` does."""
+
+
+def ids_by_random_part(tx: Tx, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` minted process ids whose random part (after the time and the dash)
+    starts with ``prefix``, by code point: ``logs 1a2b`` names the process whose short id
+    ``ps`` showed. A scan of the ids (a few milliseconds for thousands), not an index."""
+    part = f"substr(process_id, {RANDOM_PART_AT})"
+    cp = tx.dialect.by_code_point
+    rows = tx.execute(
+        f"SELECT process_id FROM {tx.dialect.table('records')} "
+        f"WHERE substr(process_id, {RANDOM_PART_AT - 1}, 1)='-' "
+        f"AND {part}{cp}>=? AND {part}{cp}<? ORDER BY process_id{cp} LIMIT ?",
+        (prefix, prefix + "\uffff", limit),
+    ).all()
+    return [str(row["process_id"]) for row in rows]
+
+
+def matching_ids(tx: Tx, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` ids, sorted, that start with ``prefix`` or whose random part does
+    (``domain.id_prefix``)."""
+    found = set(ids_from(tx, prefix, limit)) | set(ids_by_random_part(tx, prefix, limit))
+    return sorted(found)[:limit]

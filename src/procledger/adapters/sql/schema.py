@@ -41,7 +41,7 @@ def stored_version(store: Store) -> int | None:
     Raises:
         StoreCorrupt: the recorded version is not an integer.
     """
-    return store.attempt(_version_in)
+    return store.attempt(version_in)
 
 
 def check_known(location: StoreLocation, found: int | None) -> None:
@@ -78,7 +78,7 @@ def migrate(store: Store, create_events_table: Callable[[], None]) -> None:
     with store.backend.opening_lock():
         create_events_table()
         with store.write() as tx:
-            found = _version_in(tx)
+            found = version_in(tx)
             check_known(store.location, found)
             if found == SCHEMA_VERSION:
                 return
@@ -91,7 +91,8 @@ def migrate(store: Store, create_events_table: Callable[[], None]) -> None:
             )
 
 
-def _version_in(tx: Tx) -> int | None:
+def version_in(tx: Tx) -> int | None:
+    """``stored_version`` inside ``tx``."""
     if tx.execute(*tx.dialect.table_exists("records")).one() is None:
         return None
     if tx.execute(*tx.dialect.table_exists("meta")).one() is None:

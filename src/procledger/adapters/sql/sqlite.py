@@ -4,7 +4,6 @@ side effects (docs/design.md §7.3)."""
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import sqlite3
@@ -26,8 +25,9 @@ from procledger.adapters.sql.dialect import APPLICATION_NAME, Dialect
 from procledger.adapters.sql.errors import translate
 from procledger.adapters.sql.group_commit import Group, WriteGroups
 from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.sqlite_paths import check_ledger_file
 from procledger.adapters.sql.store import Backend, Store, Tx, append_in
-from procledger.domain.errors import StoreError, StoreURLError
+from procledger.domain.errors import StoreError
 
 LOCK_TIMEOUT_S = 60
 """How long a writer waits for another to commit before the store is ``StoreUnavailable``."""
@@ -338,86 +338,16 @@ class SQLiteBackend(Backend):
         self.connections.close()
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-"""How every SQLite database file begins (an empty file is a ledger not written yet)."""
-LEDGER_MODE = 0o600
-"""A ledger file procledger creates: its owner only (env values, argv and outputs are private)."""
-FOLDER_MODE = 0o700
-"""A folder procledger creates for a ledger."""
-_logger = logging.getLogger("procledger.store")
-_warned: set[str] = set()
-
-
 def prepare_sqlite_file(location: StoreLocation, *, create: bool) -> None:
     """Fail early, with the URL named, where eventsourcing would fail obscurely; create the
     ledger file (``0600``, and for the default ledger its folder, ``0700``) only when
     ``create`` — otherwise a missing file is a ``StoreURLError`` naming the path."""
     path = Path(location.sqlite_path)
-    if path.is_dir():
-        raise StoreURLError(f"store URL {location.masked!r}: {path} is a folder, not a ledger file")
-    if not path.exists():
-        if not create:
-            raise StoreURLError(
-                f"store URL {location.masked!r}: no ledger at {path.absolute()} "
-                "(nothing was created)"
-            )
-        _create_ledger_file(location, path)
-    else:
-        _warn_if_readable_by_others(path)
+    check_ledger_file(location, path, create=create)
     try:
         sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True).close()
     except sqlite3.Error as error:
         raise translate(error, f"store URL {location.masked!r}: cannot open") from None
-
-
-def _create_ledger_file(location: StoreLocation, path: Path) -> None:
-    """An empty file SQLite will turn into a database; its WAL and shared-memory files take
-    the same mode, since SQLite copies the database file's permissions to them."""
-    if location.default:
-        _make_private_folders(path.parent)
-    elif not path.parent.is_dir():
-        raise StoreURLError(f"store URL {location.masked!r}: folder {path.parent} does not exist")
-    try:
-        descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, LEDGER_MODE)
-    except FileExistsError:  # another process created it at the same moment
-        return
-    except OSError as error:
-        raise StoreError(
-            f"store URL {location.masked!r}: cannot create {path}: {error.strerror}"
-        ) from None
-    os.close(descriptor)
-
-
-def _make_private_folders(folder: Path) -> None:
-    """Create ``folder`` and any missing parents, each ``0700`` (the umask cannot widen it)."""
-    missing: list[Path] = []
-    while not folder.exists():
-        missing.append(folder)
-        folder = folder.parent
-    for created in reversed(missing):
-        try:
-            created.mkdir(mode=FOLDER_MODE)
-        except FileExistsError:
-            continue
-
-
-def _warn_if_readable_by_others(path: Path) -> None:
-    """Log once per file that a ledger other local users can read (it holds argv, env refs
-    and, for rerunnable processes, environments)."""
-    try:
-        mode = path.stat().st_mode
-        with path.open("rb") as file:
-            header = file.read(len(SQLITE_HEADER))
-    except OSError:
-        return
-    if header not in (b"", SQLITE_HEADER):  # not a ledger: opening it will say so
-        return
-    key = str(path.absolute())
-    if mode & 0o044 and key not in _warned:
-        _warned.add(key)
-        _logger.warning(
-            "the ledger %s is readable by other users (mode %o); chmod 600 it", key, mode & 0o777
-        )
 
 
 def _where(dialect: Dialect) -> str:

@@ -13,13 +13,14 @@ import abc
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol, TypeVar
-
-from eventsourcing.persistence import InfrastructureFactory, StoredEvent
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from procledger.adapters.sql.dialect import Dialect
 from procledger.adapters.sql.location import StoreLocation
 from procledger.domain.errors import StoreError, StoreUnavailable
+
+if TYPE_CHECKING:  # only a type here: the CLI's fast path reads through ``Tx`` without it
+    from eventsourcing.persistence import InfrastructureFactory, StoredEvent
 
 T = TypeVar("T")
 

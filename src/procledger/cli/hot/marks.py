@@ -1,0 +1,68 @@
+"""What ``ps`` and ``show`` add to a record for people, from this host's /proc: ``supervisor
+gone`` where its lease holder is provably dead here, ``orphan running`` where a ``lost``
+record's child still runs here (docs/design.md §8). The JSON stays the stored record.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+from procledger.adapters.proc_facts import holder_dead, live_process_start, own_identity, runs_here
+from procledger.cli.hot.reads import Document, LedgerReads
+
+SUPERVISOR_GONE = "supervisor gone"
+ORPHAN_RUNNING = "orphan running"
+AGENT_ROLE = "procledger-agent"  # agent.host.AGENT_ROLE, without importing the agent
+CLI_ROLE = "procledger-cli"  # cli._owner's role
+
+
+def host_id() -> str:
+    """This host's id as owners name it (``supervisor.control.host_id``)."""
+    identity = own_identity()
+    return identity.host_id if identity and identity.host_id else socket.gethostname()
+
+
+def _me() -> dict[str, Any]:
+    identity = own_identity()
+    if identity is None:
+        return {"kind": "opaque"}
+    return {
+        "kind": "local_process",
+        "host_id": identity.host_id,
+        "boot_id": identity.boot_id,
+        "pid": identity.pid,
+        "process_start": identity.process_start,
+    }
+
+
+def is_terminal(record: Document) -> bool:
+    """Whether it has ended: every state that has not ended has the status ``running``."""
+    return record["status"] != "running"
+
+
+def orphan_running(record: Document) -> bool:
+    """Whether ``record`` is ``lost`` while its recorded child still runs on this host."""
+    facts = record.get("os")
+    if record["state"] != "lost_on_restore" or not facts:
+        return False
+    return runs_here(facts["pid"], facts["start_time"], facts["host_id"])
+
+
+def marks(reads: LedgerReads, records: Iterable[Document]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The marks of ``records`` by id, and the gone holders' owner documents by id."""
+    listed = list(records)
+    going = [record["id"] for record in listed if not is_terminal(record)]
+    holders = reads.holders(going)
+    me, dead = _me(), {}
+    gone: dict[str, Any] = {}
+    for process_id, owner in holders.items():
+        key = (owner.get("owner_id"), owner.get("incarnation_id"))
+        if key not in dead:
+            dead[key] = holder_dead(owner.get("liveness") or {}, me, live_process_start)
+        if dead[key]:
+            gone[process_id] = owner
+    found = dict.fromkeys(gone, SUPERVISOR_GONE)
+    found |= {record["id"]: ORPHAN_RUNNING for record in listed if orphan_running(record)}
+    return found, gone

@@ -1,0 +1,201 @@
+"""What the hot commands read, as the ledger stores it: records as their JSON documents, events
+as the registry's ``ProcessEvent`` JSON, lease holders as their owner documents
+(docs/design.md §8.4).
+
+Every read is a function of a transaction (``Tx``) over the same SQL the registry uses
+(``record_rows``, ``event_rows``, ``lease_rows``); where the transaction comes from is the only
+difference between the paths: a plain read-only ``sqlite3`` connection on the fast path, the
+registry's store (any backend, riding through outages) on the full path, the agent's store when
+it answers for a PostgreSQL ledger. So both print the same bytes, and nothing here builds a
+model: a stored record is printed as it is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import orjson
+
+from procledger.adapters.sql import event_rows, lease_rows, record_rows
+from procledger.adapters.sql.record_rows import Condition
+from procledger.adapters.sql.store import Tx
+from procledger.domain import id_prefix
+from procledger.domain.errors import NotFound
+from procledger.domain.event_kinds import EVENT_CLASSES, PRODUCER_EVENT, TOPIC_PREFIX
+from procledger.domain.process_keys import process_uuid
+
+__all__ = ["Document", "LedgerReads", "NeedsFullPath"]
+
+T = TypeVar("T")
+Document = dict[str, Any]
+Runner = Callable[[Callable[[Tx], Any]], Any]
+"""Runs one read function in a read transaction and returns what it returned."""
+
+_DROPPED = frozenset({"timestamp", "originator_topic", "class_version", "prev_digest"})
+"""An event's stored bookkeeping, which the registry's ``ProcessEvent`` leaves out."""
+
+
+class NeedsFullPath(Exception):
+    """The fast path met what only the full stack reads faithfully (an event of an older shape,
+    a damaged row): the command runs again on the full path, before printing anything."""
+
+
+class LedgerReads:
+    """The hot commands' reads over one ledger."""
+
+    def __init__(self, run: Runner, *, store_key: str, close: Callable[[], None]) -> None:
+        self._run = run
+        self.store_key = store_key
+        """The ledger's key (``application.outbox.store_key``): which agent serves it."""
+        self.close = close
+
+    def record(self, process_id: str) -> Document:
+        """The stored record. Raises ``NotFound``."""
+        payload = self._run(lambda tx: record_rows.record_payload(tx, process_id))
+        if payload is None:
+            raise NotFound(f"process {process_id!r} not found")
+        document = decode_record(payload)
+        if document is None:
+            raise NeedsFullPath  # the registry says what is wrong with it
+        return document
+
+    def resolve(self, text: str) -> str:
+        """The process id ``text`` names (``id_prefix.resolve``)."""
+        return id_prefix.resolve(text, self._matching, self._is_first_attempt)
+
+    def _matching(self, prefix: str, limit: int) -> list[str]:
+        return list(self._run(lambda tx: record_rows.matching_ids(tx, prefix, limit)))
+
+    def _is_first_attempt(self, process_id: str) -> bool:
+        try:
+            return self.record(process_id).get("attempt") == 1
+        except NotFound:
+            return False
+
+    def newest_first(
+        self, conditions: list[Condition], limit: int | None, before: tuple[int, str] | None
+    ) -> tuple[list[Document], list[str], tuple[int, str] | None]:
+        """A page of records by creation, newest first: the records, the ids of the damaged
+        rows, and where the next page begins (``None`` after the last)."""
+        rows = self._run(
+            lambda tx: record_rows.select_by_creation(tx, conditions, limit, before=before)
+        )
+        records: list[Document] = []
+        damaged: list[str] = []
+        for row in rows:
+            document = decode_record(row["record"])
+            if document is None:
+                damaged.append(str(row["process_id"]))
+            else:
+                records.append(document)
+        last = (int(rows[-1]["created_at_ms"]), str(rows[-1]["process_id"])) if rows else None
+        return records, damaged, last if limit is not None and len(rows) == limit else None
+
+    def changes_since(self, cursor: int, limit: int) -> tuple[list[Document], int]:
+        """Records changed after ``cursor``, in feed order, and the cursor of the last one."""
+        rows = self._run(lambda tx: record_rows.select_changed(tx, cursor, limit))
+        records = []
+        for row in rows:
+            document = decode_record(row["record"])
+            if document is None:
+                raise NeedsFullPath
+            records.append(document)
+        return records, (int(rows[-1]["change_seq"]) if rows else cursor)
+
+    def events(self, process_id: str) -> list[Document]:
+        """The process's events as the registry's ``ProcessEvent`` JSON, in order."""
+        key = process_uuid(process_id)
+        rows = self._run(lambda tx: event_rows.aggregate_rows(tx, key))
+        if not rows:
+            raise NotFound(f"process {process_id!r} not found")
+        return [
+            event_document(process_id, row["originator_version"], row["topic"], row["state"])
+            for row in rows
+        ]
+
+    def attempts(self, process_id: str) -> list[Document]:
+        """Every attempt of the service ``process_id`` belongs to, first to newest."""
+        record = self.record(process_id)
+        if record.get("attempt") is None:
+            return [record]
+        first = record.get("attempt_of") or record["id"]
+        found = [record if record["id"] == first else self.record(first)]
+        while (later := self._attempt(first, len(found) + 1)) is not None:
+            found.append(later)
+        return found
+
+    def newest_attempt(self, process_id: str) -> Document:
+        """The newest attempt of the service ``process_id`` belongs to (itself otherwise)."""
+        record = self.record(process_id)
+        if record.get("attempt") is None:
+            return record
+        first, number = record.get("attempt_of") or record["id"], record["attempt"]
+        while (later := self._attempt(first, number + 1)) is not None:
+            record, number = later, number + 1
+        return record
+
+    def _attempt(self, first: str, number: int) -> Document | None:
+        try:
+            later = self.record(f"{first}.{number}")
+        except NotFound:
+            return None
+        return later if later.get("attempt_of") == first else None
+
+    def holders(self, process_ids: Iterable[str]) -> dict[str, Document]:
+        """The owner documents of the unreleased leases (live or expired) of these going
+        processes: whom ``ps`` and ``show`` judge gone or alive."""
+        wanted = set(process_ids)
+        if not wanted:
+            return {}
+        rows = self._run(lambda tx: lease_rows.held(tx, -1))  # expiring after -1: every one
+        return {
+            str(row["process_id"]): orjson.loads(row["owner"])
+            for row in rows
+            if str(row["process_id"]) in wanted
+        }
+
+
+def decode_record(payload: str | bytes) -> Document | None:
+    """A stored record's document, or ``None`` when the row is damaged (not JSON, not a
+    record): the list names it rather than failing."""
+    try:
+        document = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("id"), str):
+        return None
+    if not isinstance(document.get("state"), str) or "status" not in document:
+        return None
+    return document
+
+
+def event_document(process_id: str, version: Any, topic: Any, state: Any) -> Document:
+    """One stored event as the registry's ``ProcessEvent`` JSON: its kind, its payload (the
+    stored state without bookkeeping), its event id and time -- for an event of the shape this
+    code writes; any other needs the full path's upcasting."""
+    name = topic[len(TOPIC_PREFIX) :] if isinstance(topic, str) else ""
+    try:
+        fields = orjson.loads(bytes(state))
+    except (orjson.JSONDecodeError, TypeError):
+        raise NeedsFullPath from None
+    if not (isinstance(fields, dict) and isinstance(version, int) and name):
+        raise NeedsFullPath
+    if name == PRODUCER_EVENT:
+        head = {"process_id": process_id, "sequence": version, "kind": fields["event_type"]}
+        return head | {
+            "payload": fields["payload"],
+            "event_id": None,
+            "occurred_at_ms": fields["at_ms"],
+            "replay_key": fields["replay_key"],
+        }
+    if name not in EVENT_CLASSES or fields.get("class_version", 1) != EVENT_CLASSES[name][1]:
+        raise NeedsFullPath
+    payload = {key: value for key, value in fields.items() if key not in _DROPPED}
+    head = {"process_id": process_id, "sequence": version, "kind": EVENT_CLASSES[name][0]}
+    return head | {
+        "payload": payload,
+        "event_id": payload.pop("event_id", None),
+        "occurred_at_ms": payload.pop("at_ms"),
+        "replay_key": None,
+    }

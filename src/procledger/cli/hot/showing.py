@@ -1,0 +1,168 @@
+"""`show`: one process's record, its service's attempts and its whole event history
+(docs/design.md §8, §8.4)."""
+
+from __future__ import annotations
+
+import sys
+from argparse import Namespace
+from typing import Any
+
+from procledger.cli._format import command_text, local_time, outcome, write_table
+from procledger.cli.hot import marks as marking
+from procledger.cli.hot.opening import reading
+from procledger.cli.hot.reads import Document, LedgerReads
+from procledger.cli.lines import write_json
+from procledger.domain.wording import event_details, probe_names
+
+__all__ = ["resolve", "show"]
+
+
+def resolve(reads: LedgerReads, text: str) -> str:
+    """The process id ``text`` names. Text that is not valid UTF-8 -- a shell can pass any
+    bytes -- names no process."""
+    from procledger.cli.lines import is_utf8
+    from procledger.domain.errors import NotFound
+
+    if not is_utf8(text):
+        import os
+
+        raise NotFound(f"no process {os.fsencode(text)!r}: a process id is UTF-8 text")
+    return reads.resolve(text)
+
+
+def show(options: Namespace, url: str | None, *, fast: bool) -> int:
+    with reading(url, fast=fast) as reads:
+        found = resolve(reads, options.process_id)
+        record = reads.record(found)
+        events = reads.events(found)
+        attempts = reads.attempts(found) if record.get("attempt") is not None else []
+        marks, gone = ({}, {}) if options.as_json else marking.marks(reads, [record])
+    if options.as_json:
+        document = {"record": record, "events": events}
+        write_json(document | ({"attempts": attempts} if attempts else {}))
+        return 0
+    mark = marks.get(record["id"])
+    hint = None if mark is None else _hint(record, mark, gone.get(record["id"]))
+    _print_summary(record, mark, attempts[0] if attempts else None, hint)
+    sys.stdout.write("\n")
+    if attempts:
+        _print_attempts(attempts)
+    rows = [
+        (str(e["sequence"]), local_time(e["occurred_at_ms"]), e["kind"], event_details(e))
+        for e in events
+    ]
+    write_table(("SEQ", "AT", "KIND", "DETAILS"), rows)
+    return 0
+
+
+def _print_attempts(attempts: list[Document]) -> None:
+    """Every attempt of the service, with its exit code or signal (docs/design.md §15)."""
+    rows = [
+        (
+            str(a.get("attempt") or 1),
+            a["id"],
+            a["state"],
+            outcome(a),
+            local_time(a["updated_at_ms"]),
+        )
+        for a in attempts
+    ]
+    write_table(("ATTEMPT", "ID", "STATE", "OUTCOME", "UPDATED"), rows)
+    sys.stdout.write("\n")
+
+
+def _print_summary(
+    record: Document, mark: str | None, first: Document | None, hint: str | None
+) -> None:
+    """`show`'s header: one ``name  value`` line for each thing that happened; ``mark`` what
+    this host sees of it beyond the record and ``hint`` what to do about it, ``first`` its
+    service's first attempt."""
+    status = record["status"] + (f"; {mark}" if mark else "")
+    rows = [
+        ("id", record["id"]),
+        ("command", command_text(record)),
+        ("state", f"{record['state']} ({status})"),
+        ("outcome", outcome(record)),
+        ("disposition", record["disposition"]),
+    ]
+    facts = record.get("os")
+    if facts is not None:
+        where = f"(process group {facts['pgid']}, host {facts['host_id']})"
+        rows.append(("os pid", f"{facts['pid']} {where}"))
+    if record.get("survivors"):
+        rows.append(("survivors", " ".join(str(pid) for pid in record["survivors"])))
+    if record.get("stop_requested"):
+        rows.append(("stop requested", ", ".join(record["stop_requested"])))
+    if record.get("first_started") is not None:
+        rows.append(("first started by", record["first_started"]["owner"]["owner_id"]))
+    if record.get("diagnostic"):
+        rows.append(("diagnostic", " ".join(record["diagnostic"].split())))
+    if record.get("output") is not None:
+        rows.append(("output", output_line(record["output"])))
+    rows += _service_lines(record, first)
+    if hint is not None:
+        rows.append(("hint", hint))
+    width = max(len(name) for name, _ in rows)
+    sys.stdout.write("".join(f"{name.ljust(width)}  {value}\n" for name, value in rows))
+
+
+def _hint(record: Document, mark: str, holder: Any) -> str:
+    """What to do about a marked process (docs/design.md §8): stop a kept orphan; have the
+    gone holder's successor account for the process -- a new agent for an agent's run,
+    `restore` for a `procledger run`'s -- or else stop or abandon it."""
+    from procledger.adapters.proc_facts import runs_here
+
+    facts = record.get("os")
+    pid = facts["pid"] if facts is not None else None
+    if mark == marking.ORPHAN_RUNNING:
+        what = f"procledger stop {record['id']} stops its tree and records how it ended"
+        return f"its child (OS pid {pid}) still runs unsupervised on this host: {what}"
+    runs = facts is not None and runs_here(facts["pid"], facts["start_time"], facts["host_id"])
+    holder_id = holder.get("owner_id", "") if holder is not None else ""
+    if holder_id == f"{marking.AGENT_ROLE}@{marking.host_id()}":
+        what = "procledger agent start: a new agent takes it over"
+    elif holder_id == f"{marking.CLI_ROLE}@{marking.host_id()}":
+        what = "procledger restore accounts for it"
+    elif runs:
+        what = f"procledger stop {record['id']} stops its child (OS pid {pid}) and records it"
+    else:
+        what = f"its child is gone too: procledger abandon {record['id']} records it given up"
+    return f"its supervisor is gone, so nothing will record how it ends: {what}"
+
+
+def _service_lines(record: Document, first: Document | None) -> list[tuple[str, str]]:
+    """`show`'s readiness and restart lines (docs/design.md §15); ``first``, the service's
+    first attempt, carries a stop of the whole service."""
+    rows: list[tuple[str, str]] = []
+    stopped = (first or record).get("service_stop_requested")
+    if stopped:
+        asked = ", ".join(stopped)
+        rows.append(("service stop", f"requested ({asked}): no further attempt starts"))
+    if record.get("readiness") is not None:
+        ready_at = record.get("ready_at_ms")
+        ready = "not ready" if ready_at is None else local_time(ready_at)
+        probes = ", ".join(probe_names(record["readiness"]))
+        rows.append(("ready", f"{ready} (probes: {probes})"))
+    if record.get("attempt") is not None:
+        of = f" of {record['attempt_of']}" if record.get("attempt_of") else ""
+        rows.append(("attempt", f"{record['attempt']}{of}"))
+    if record.get("restart") is not None:
+        policy = record["restart"]
+        rows.append(("restart", f"{policy['mode']}, at most {policy['max_restarts']} per "
+                                f"{float(policy['window_s']):g} s"))  # fmt: skip
+    if record.get("gave_up"):
+        rows.append(("gave up", record["gave_up"]))
+    return rows
+
+
+def output_line(output: Document) -> str:
+    """`show`'s output summary: bytes per stream, what was dropped, where the rest lives."""
+    if not output["capture"]:
+        return "not captured (--no-capture)"
+    streams = ", ".join(
+        f"{name} {s['written']} bytes ({s['kept']} kept, {s['dropped']} dropped)"
+        for name, s in (("stdout", output["stdout"]), ("stderr", output["stderr"]))
+    )
+    where = f" on host {output['host_id']} in {output['folder']}" if output.get("folder") else ""
+    stopped = f"; capture stopped: {output['stopped']}" if output.get("stopped") else ""
+    return f"{streams}{where}{stopped}"

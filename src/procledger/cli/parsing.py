@@ -1,0 +1,77 @@
+"""The hot commands' parser, built by ``argparse`` from their table (``cli.table``): one parser
+for the fast path and the full CLI alike (docs/design.md §8.4).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, NoReturn
+
+from procledger.cli.lines import PROG
+from procledger.cli.table import Argument, CommandSpec, Option
+from procledger.cli.values import UsageError
+
+__all__ = ["UsageError", "parse"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """A mistake is a ``UsageError`` for the caller to report as the one line, not argparse's
+    usage block and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message.removeprefix("argument ").replace("argument ", ""))
+
+
+class _Value(argparse.Action):
+    """Turns an option's text into its value with the table's ``value`` function (``UsageError``
+    names the flag), keeping every value of a repeatable option."""
+
+    def __init__(self, *args: Any, spec: Option, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.spec = spec
+
+    def __call__(
+        self, parser: Any, namespace: Any, values: Any, option_string: str | None = None
+    ) -> None:
+        flag = self.spec.flags[0]
+        if self.spec.choices and values not in self.spec.choices:
+            allowed = ", ".join(self.spec.choices)
+            raise UsageError(f"{values!r} is not one of {allowed}", flag)
+        value = self.spec.value(values, flag)
+        if self.spec.repeat:
+            value = [*(getattr(namespace, self.dest, None) or []), value]
+        setattr(namespace, self.dest, value)
+
+
+def _parser(spec: CommandSpec) -> _Parser:
+    parser = _Parser(
+        prog=f"{PROG} {spec.name}",
+        description=spec.help,
+        allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for param in spec.params:
+        if isinstance(param, Argument):
+            parser.add_argument(param.dest, metavar=param.metavar, help=param.help)
+        elif param.metavar is None:
+            parser.add_argument(*param.flags, dest=param.dest, action="store_true", help=param.help)
+        else:
+            parser.add_argument(
+                *param.flags,
+                dest=param.dest,
+                metavar=param.metavar,
+                help=param.help,
+                default=param.default,
+                action=_Value,
+                spec=param,
+            )
+    return parser
+
+
+def parse(spec: CommandSpec, words: list[str]) -> argparse.Namespace:
+    """``words`` (what follows the command's name) as the command's options; ``--help`` prints
+    the command's help and exits 0. Raises ``UsageError``."""
+    if "--url" in words or any(word.startswith("--url=") for word in words):
+        # The app's option, where the command's go: say where it belongs.
+        raise UsageError(f"--url goes before the command: {PROG} --url URL {spec.name} ...")
+    return _parser(spec).parse_args(words)

@@ -1,0 +1,226 @@
+"""The hot commands, each defined once: its words, options, help and the function that runs it
+(docs/design.md §8.4).
+
+The commands people and harnesses run all the time (``ps``, ``show``, ``logs``, ``wait``,
+``stop``, ``feed``, ``agent status``) must answer in a few tens of milliseconds, so they are
+parsed by the standard library's ``argparse``, built from this table, whichever way they are
+reached: the fast path (``procledger.cli.entry``) and the full CLI (typer, which lists them in
+``procledger --help`` and hands their words over unparsed) use the same parser, so both accept
+exactly the same arguments and refuse the same mistakes with the same words. Standard library
+only: importing this module costs nothing the fast path does not already pay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from procledger.cli.values import count, grace, text
+
+__all__ = ["HOT", "Argument", "CommandSpec", "Option", "find"]
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A flag: a switch when ``metavar`` is ``None``, else it takes a value, turned into the
+    option's value by ``value(text, flag)`` (which raises ``UsageError``)."""
+
+    flags: tuple[str, ...]
+    dest: str
+    help: str
+    metavar: str | None = None
+    default: Any = None
+    value: Callable[[str, str], Any] = text
+    choices: tuple[str, ...] = ()
+    repeat: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Argument:
+    """A positional word (a process id)."""
+
+    dest: str
+    metavar: str
+    help: str
+
+
+@dataclass(frozen=True, slots=True)
+class CommandSpec:
+    """One hot command: ``words`` as typed (``("agent", "status")``), ``summary`` for the list
+    of commands, ``help`` for its own ``--help``, and ``run``: ``module:function``, imported
+    only when the command runs."""
+
+    words: tuple[str, ...]
+    summary: str
+    help: str
+    params: tuple[Option | Argument, ...]
+    run: str
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.words)
+
+
+_ID = Argument("process_id", "ID", "A process id, or a unique prefix of one or of its random part.")
+_JSON = Option(("--json",), "as_json", "Machine-readable output.")
+
+PS = CommandSpec(
+    ("ps",),
+    "List processes (running ones by default).",
+    "List processes (running ones by default).\n\nRunning ones unless --all, --state or "
+    "--status; oldest first. On a terminal, short ids (the random part); into a pipe, "
+    "tab-separated columns with full ids. Records that cannot be read are named on stderr and "
+    "never hide the others.",
+    (
+        Option(("--all", "-a"), "show_all", "Every process, not only running ones."),
+        Option(("--state",), "state", "Only this state (repeatable; a,b).", "STATE", repeat=True),
+        Option(
+            ("--status",),
+            "status",
+            "Only this status: running, completed, failed, cancelled, abandoned or any.",
+            "STATUS",
+        ),
+        Option(("--label",), "label", "Only this identity label.", "TEXT"),
+        Option(("--since",), "since", "Only created in the last 90s/15m/2h/3d.", "DURATION"),
+        Option(("--limit",), "limit", "Only the N newest (by creation).", "N", value=count),
+        Option(("--attempts",), "attempts", "Every attempt of a service, not only its newest."),
+        Option(("--json",), "as_json", '{"records": [...], "damaged": [ids]}.'),
+    ),
+    "procledger.cli.hot.listing:ps",
+)
+
+SHOW = CommandSpec(
+    ("show",),
+    "Show one process's record and its whole event history.",
+    "Show one process's record and its whole event history.\n\nThe record includes the "
+    "child's OS pid and process group, and the signal that ended it.",
+    (_ID, _JSON),
+    "procledger.cli.hot.showing:show",
+)
+
+LOGS = CommandSpec(
+    ("logs",),
+    "Print a process's captured output.",
+    "Print a process's captured output: both streams in arrival order (stdout, then stderr, "
+    "for a child that wrote its own files: they keep no order between the two).\n\nOn another "
+    "host, prints the tail the ledger kept and says where the rest is; says on stderr when the "
+    "head of the output was dropped by the output limit.",
+    (
+        _ID,
+        Option(
+            ("--stream",),
+            "stream",
+            "Only this stream (default: both, merged).",
+            "[stdout|stderr]",
+            choices=("stdout", "stderr"),
+        ),
+        Option(("--tail",), "tail", "Only the last N lines.", "N", value=count),
+        Option(("--since-offset",), "since_offset", "From byte K of each stream.", "K", 0, count),
+        Option(("--follow", "-f"), "follow", "Wait for new output until the process ends."),
+        Option(
+            ("--json",),
+            "as_json",
+            'One object per chunk: {"stream", "offset", "encoding", "data"}.',
+        ),
+    ),
+    "procledger.cli.hot.output:logs",
+)
+
+WAIT = CommandSpec(
+    ("wait",),
+    "Wait until a process is ready, or has ended.",
+    "Wait until a process is ready, or has ended.\n\nExits 0 when reached; 1 when it ended "
+    "before it was ready (or, with --until exit, ended unsuccessfully); 124 on --timeout. A "
+    "service is waited for through its attempts.",
+    (
+        _ID,
+        Option(
+            ("--until",),
+            "until",
+            "ready: its readiness probes held; exit: it ended.",
+            "[ready|exit]",
+            "ready",
+            choices=("ready", "exit"),
+        ),
+        Option(
+            ("--timeout",),
+            "timeout",
+            "Give up after this long (0.2s, 60s, 5m, 1h): exit 124.",
+            "DURATION",
+        ),
+        _JSON,
+    ),
+    "procledger.cli.hot.waiting:wait",
+)
+
+STOP = CommandSpec(
+    ("stop",),
+    "Stop a process or a whole service, or say why nobody can.",
+    "Stop a process or a whole service, or say why nobody can.\n\nAsks its live supervisor "
+    "(exit 0 once the request is recorded; with --wait, once it has ended), or -- when the "
+    "supervisor is gone and the child still runs on this host -- stops the tree here and "
+    "records how it ended. With neither, nothing is recorded and it exits 1 (see abandon). Any "
+    "attempt's id stops its service: no attempt starts after the stop is recorded. A lost "
+    "process whose child still runs here (restore --keep-orphans) has that child stopped.",
+    (
+        _ID,
+        Option(
+            ("--mode",),
+            "mode",
+            "interrupt: SIGINT first; terminate: SIGTERM first; kill: SIGKILL now.",
+            "[interrupt|terminate|kill]",
+            "interrupt",
+            choices=("interrupt", "terminate", "kill"),
+        ),
+        Option(
+            ("--grace",),
+            "grace",
+            "When its owner is gone and this command stops the tree itself: seconds before "
+            "SIGKILL (finite, 0 to 86400).  [default: 10]",
+            "S",
+            10.0,
+            grace,
+        ),
+        Option(
+            ("--wait",),
+            "wait",
+            "Return once the process has ended (as supervisorctl stop does), saying how.",
+        ),
+        _JSON,
+    ),
+    "procledger.cli.hot.stopping:stop",
+)
+
+FEED = CommandSpec(
+    ("feed",),
+    "Print what changed after a cursor.",
+    "Print what changed after a cursor.\n\nOne line per changed process, with its cursor; "
+    "--follow keeps printing.",
+    (
+        Option(("--since",), "since", "Print changes after cursor N.", "N", 0, count),
+        Option(("--limit",), "limit", "Print at most N changes, then exit.", "N", value=count),
+        Option(("--follow", "-f"), "follow", "Keep printing changes as they happen."),
+        Option(("--json",), "as_json", 'JSON lines: {"record": ..., "cursor": N}.'),
+    ),
+    "procledger.cli.hot.listing:feed",
+)
+
+AGENT_STATUS = CommandSpec(
+    ("agent", "status"),
+    "Whether the agent runs, and what it supervises.",
+    "Whether the agent runs, and what it supervises. Exit 1 when it does not run.",
+    (_JSON,),
+    "procledger.cli.hot.agent_status:status",
+)
+
+HOT: tuple[CommandSpec, ...] = (WAIT, PS, SHOW, LOGS, STOP, FEED, AGENT_STATUS)
+"""In the order of ``procledger --help``, after ``run``."""
+
+
+def find(words: list[str]) -> tuple[CommandSpec, list[str]] | None:
+    """The hot command ``words`` begin with, and the words after it; ``None`` for any other."""
+    for spec in HOT:
+        if tuple(words[: len(spec.words)]) == spec.words:
+            return spec, words[len(spec.words) :]
+    return None
