@@ -14,21 +14,14 @@ and a follower interleaves them only as finely as it polls.
 
 from __future__ import annotations
 
-import base64
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from procledger.adapters.output_files import (
-    STREAMS,
-    Chunk,
-    OutputReader,
-    folder_for,
-    output_root,
-)
+from procledger.adapters import output_reading as reading
+from procledger.adapters.output_files import Chunk, OutputReader
+from procledger.adapters.output_reading import FOLLOW_POLL_S, chunk_document
 from procledger.application.outbox import store_key, this_host_id
-from procledger.domain.errors import OutputUnavailable
 from procledger.domain.records import ProcessRecord
 
 if TYPE_CHECKING:
@@ -43,24 +36,14 @@ __all__ = [
     "stored_tail",
 ]
 
-FOLLOW_POLL_S: Final = 0.02
-"""How often ``follow_output`` looks for new bytes: the bound on its latency."""
-
 
 def output_folder(
     registry: ProcessRegistry, record: ProcessRecord, root: Path | None = None
 ) -> Path | None:
     """Where ``record``'s output lives on this host, or ``None`` where no folder can be named
     (run without capture)."""
-    summary = record.output
-    if summary is not None:
-        return None if summary.folder is None else Path(summary.folder)
-    try:
-        base = root if root is not None else output_root()
-    except OSError:
-        return None
     key = store_key(registry.location) or f"memory:{id(registry)}"
-    return folder_for(base, key, record.id)
+    return reading.output_folder(record.model_dump(mode="json"), key, root)
 
 
 def stored_tail(registry: ProcessRegistry, process_id: str) -> dict[str, bytes]:
@@ -70,11 +53,8 @@ def stored_tail(registry: ProcessRegistry, process_id: str) -> dict[str, bytes]:
     Raises:
         NotFound: no such process.
     """
-    for event in reversed(registry.events(process_id)):
-        if event.kind == "output_captured" and isinstance(event.payload, dict):
-            tails = event.payload.get("tails") or {}
-            return {name: base64.b64decode(tails.get(name, "")) for name in STREAMS}
-    return {}
+    events = registry.events(process_id)
+    return reading.tail_of([{"kind": e.kind, "payload": e.payload} for e in events])
 
 
 def _reader(
@@ -83,59 +63,14 @@ def _reader(
     """The record and a reader of its folder on this host; ``OutputUnavailable`` (with the
     stored tail) where there is none to read."""
     record = registry.get(process_id)
-    summary = record.output
-    if summary is None and record.input.type != "command":
-        raise OutputUnavailable(_not_a_command(record))
-    if summary is not None and not summary.capture:
-        raise OutputUnavailable(f"process {record.id!r} was run without capture: no output kept")
-    host = summary.host_id if summary is not None else (record.os.host_id if record.os else None)
-    if host is not None and host != this_host_id():
-        where = summary.folder if summary is not None and summary.folder else "its output folder"
-        raise OutputUnavailable(
-            f"the output of process {record.id!r} is on host {host} ({where})",
-            stored_tail(registry, record.id),
-        )
-    if summary is not None and summary.limit == 0:  # not even a tail was kept
-        raise OutputUnavailable(f"process {record.id!r} ran with output limit 0: nothing kept")
-    folder = output_folder(registry, record, root)
-    if folder is None or not folder.is_dir():
-        raise OutputUnavailable(
-            f"the output of process {record.id!r} is gone", stored_tail(registry, record.id)
-        )
-    return record, OutputReader(folder)
-
-
-def _not_a_command(record: ProcessRecord) -> str:
-    """Why work that is no OS process of ours has no output: an engine runs as a Python call in
-    its worker (no stdout or stderr of its own), external work never ran here at all."""
-    if record.input.type == "engine":
-        return (
-            f"process {record.id!r} is engine work (kind {record.input.kind!r}), run as a "
-            "Python call: it has no stdout or stderr of its own, so no output is captured"
-        )
-    return f"process {record.id!r} is external work that procledger never ran: no output is kept"
-
-
-def _positions(since_offset: int | tuple[int, int]) -> list[int]:
-    """Per-stream start offsets: one int for both, or ``(stdout, stderr)``."""
-    offsets = since_offset if isinstance(since_offset, tuple) else (since_offset, since_offset)
-    for offset in offsets:
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"since_offset must be an int >= 0, not {since_offset!r}")
-    return list(offsets)
-
-
-def _chunks(reader: OutputReader, stream: str | None, positions: list[int]) -> Iterator[Chunk]:
-    """What is on disk now past ``positions`` (advanced as chunks are yielded)."""
-    if stream is None:
-        source = reader.merged((positions[0], positions[1]))
-    else:
-        index = STREAMS.index(stream)
-        source = reader.read(index, positions[index])
-    for chunk in source:
-        index = STREAMS.index(chunk.stream)
-        positions[index] = chunk.offset + len(chunk.data)
-        yield chunk
+    reader = reading.reader_for(
+        record.model_dump(mode="json"),
+        store_key=store_key(registry.location) or f"memory:{id(registry)}",
+        host_id=this_host_id(),
+        tail=lambda: stored_tail(registry, record.id),
+        root=root,
+    )
+    return record, reader
 
 
 def read_output(
@@ -157,10 +92,10 @@ def read_output(
             own), kept on another host (``.tail`` holds the stored tail), or deleted.
         ValueError: ``stream`` is not ``stdout``/``stderr``, or a negative offset.
     """
-    _check_stream(stream)
-    positions = _positions(since_offset)
+    reading.check_stream(stream)
+    positions = reading.positions(since_offset)
     _, reader = _reader(registry, process_id, root)
-    return _chunks(reader, stream, positions)
+    return reading.chunks(reader, stream, positions)
 
 
 def follow_output(
@@ -174,53 +109,8 @@ def follow_output(
 ) -> Iterator[Chunk]:
     """As ``read_output``, then new output as it comes, until the process has ended and
     everything it wrote has been yielded. Errors as ``read_output``."""
-    _check_stream(stream)
-    positions = _positions(since_offset)
+    reading.check_stream(stream)
+    positions = reading.positions(since_offset)
     record, reader = _reader(registry, process_id, root)
-    return _follow(
-        registry,
-        process_id=record.id,
-        reader=reader,
-        stream=stream,
-        positions=positions,
-        poll_s=poll_s,
-    )
-
-
-def _follow(
-    registry: ProcessRegistry,
-    *,
-    process_id: str,
-    reader: OutputReader,
-    stream: str | None,
-    positions: list[int],
-    poll_s: float,
-) -> Iterator[Chunk]:
-    ended, checked = False, 0.0
-    while True:
-        now = time.monotonic()
-        if now - checked >= 0.2:  # the ledger is asked 5 times a second, the files every poll
-            ended, checked = registry.get(process_id).is_terminal, now
-        came = False
-        for chunk in _chunks(reader, stream, positions):
-            came = True
-            yield chunk
-        if ended and not came:
-            return
-        if not came:
-            time.sleep(poll_s)  # a file has no wake-up to wait on; poll_s bounds the latency
-
-
-def _check_stream(stream: str | None) -> None:
-    if stream is not None and stream not in STREAMS:
-        raise ValueError(f"stream must be 'stdout' or 'stderr', not {stream!r}")
-
-
-def chunk_document(stream: str, offset: int, data: bytes) -> dict[str, object]:
-    """A chunk as JSON-ready data, as ``procledger logs --json`` and the web view send it:
-    ``{stream, offset, encoding, data}``, the bytes as UTF-8 text when they are, else base64."""
-    try:
-        return {"stream": stream, "offset": offset, "encoding": "utf-8", "data": data.decode()}
-    except UnicodeDecodeError:
-        encoded = base64.b64encode(data).decode()
-        return {"stream": stream, "offset": offset, "encoding": "base64", "data": encoded}
+    ended = lambda: registry.get(record.id).is_terminal  # noqa: E731
+    return reading.follow(reader, stream, positions, ended, poll_s)

@@ -91,29 +91,6 @@ def _await_gone(places: Any, pid: int, timeout: float = 60.0) -> bool:
 
 
 @agent_app.command()
-def status(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """Whether the agent runs, and what it supervises. Exit 1 when it does not run."""
-    from procledger.agent.launch import ask, ping
-
-    places = _places(ctx, create=False)
-    if ping(places) is None:
-        _said({"running": False, "socket": places.socket}, "agent not running", as_json)
-        raise typer.Exit(1)
-    found = {"running": True, "socket": places.socket, **ask(places, {"op": "status"})}
-    if as_json:
-        write_json(found)
-        return
-    anchor = found["anchor_pid"]
-    sys.stdout.write(
-        f"agent running: pid {found['pid']}"
-        f"{f', anchor pid {anchor}' if anchor else ', no anchor'}, up {found['uptime_s']:.0f} s\n"
-        f"processes: {found['children']} ({found['held']} adopted)\n"
-        f"memory: {found['rss_bytes'] / 2**20:.1f} MiB RSS\n"
-        f"ledger: {found['ledger']}\nsocket: {places.socket}\n"
-    )
-
-
-@agent_app.command()
 def run(ctx: typer.Context) -> None:
     """Run the anchor and the agent in the foreground (a container's entry point, a systemd
     unit); SIGTERM stops them and leaves the processes running."""

@@ -13,7 +13,7 @@ supervisor died.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,7 +23,6 @@ from procledger.cli._app import (
     cli_state,
     dump,
     open_ledger,
-    parse_grace,
     resolve_id,
     write_json,
 )
@@ -42,44 +41,27 @@ from procledger.supervisor.modes import StopMode
 if TYPE_CHECKING:
     from procledger import ProcessRecord, ProcessRegistry
 
-__all__ = ["NobodyToStop", "StillOwned", "abandon", "live_owner", "restore", "stop"]
+__all__ = ["NobodyToStop", "StillOwned", "abandon", "live_owner", "restore", "stop_here"]
 
 
-def stop(
-    ctx: typer.Context,
-    process_id: IdArgument,
-    *,
-    mode: Annotated[
-        StopMode,
-        typer.Option(
-            "--mode", help="interrupt: SIGINT first; terminate: SIGTERM first; kill: SIGKILL now."
-        ),
-    ] = StopMode.interrupt,
-    grace: Annotated[
-        str,
-        typer.Option(
-            "--grace",
-            metavar="S",
-            show_default=False,
-            help="When its owner is gone and this command stops the tree itself: seconds "
-            "before SIGKILL (finite, 0 to 86400).  [default: 10]",
-        ),
-    ] = "10",
-    as_json: JsonOption = False,
-) -> None:
-    """Stop a process or a whole service, or say why nobody can.
-
-    Asks its live supervisor (exit 0 once the request is recorded), or -- when the supervisor
-    is gone and the child still runs on this host -- stops the tree here and records how it
-    ended. With neither, nothing is recorded and it exits 1 (see abandon). Any attempt's id
-    stops its service: no attempt starts after the stop is recorded. A lost process whose
-    child still runs here (restore --keep-orphans) has that child stopped."""
-    grace_s = parse_grace(grace)
-    with open_ledger(cli_state(ctx).url, create=False) as registry:
-        done = stop_target(registry, resolve_id(registry, process_id), mode, grace_s, cli_owner())
+def stop_here(options: Any, url: str | None) -> int:
+    """`stop`'s full path (``cli.hot.stopping``): ask the live supervisor, or stop the orphaned
+    tree here, or say why nobody can; with ``--wait``, then wait until it has ended."""
+    mode = StopMode(options.mode)
+    with open_ledger(url, create=False) as registry:
+        found = resolve_id(registry, options.process_id)
+        done = stop_target(registry, found, mode, options.grace, cli_owner())
         if done.how == "asked":
             _tell_agent(registry, done.record.id)
-    _said(done.record, _stop_message(done, mode), as_json)
+        said, record = _stop_message(done, mode), done.record
+        if options.wait and done.how == "asked":
+            if not options.as_json:
+                sys.stdout.write(said + "\n")
+                sys.stdout.flush()
+            record = registry.await_end(record.id)
+            said = f"process {record.id} ended: {ending(record)}"
+    _said(record, said, options.as_json)
+    return 0
 
 
 def _stop_message(done: Stopped, mode: StopMode) -> str:

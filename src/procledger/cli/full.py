@@ -21,10 +21,9 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``recovery``: ``sweep``, ``worker``.
 - ``running``: ``run``, in the foreground or through the host agent; ``run_options``: its
   options, each defined once (flags, help, parsing) on a field of ``RunOptions``.
-- ``waiting``: ``wait`` (readiness or the end of a process or service).
-- ``inspection``: ``ps``, ``show``, ``feed``.
-- ``logs``: ``logs`` (captured output), ``prune`` (retention).
-- ``control``: ``stop``, ``abandon``, ``restore``.
+- ``inspection``: the list filters of ``prune``.
+- ``logs``: ``prune`` (retention).
+- ``control``: ``abandon``, ``restore``, and ``stop``'s full path.
 - ``serve``: ``serve``, the web view (``procledger.web``).
 - ``keys``: ``keygen``.
 - ``agent``: ``agent start|stop|status|run|unit`` (the host agent, docs/design.md §18).

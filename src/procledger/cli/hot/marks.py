@@ -24,6 +24,13 @@ def host_id() -> str:
     return identity.host_id if identity and identity.host_id else socket.gethostname()
 
 
+def host_id_or_none() -> str | None:
+    """This host as ``OsFacts.host_id`` names it, or ``None`` where /proc cannot tell
+    (``application.outbox.this_host_id``)."""
+    identity = own_identity()
+    return identity.host_id if identity is not None else None
+
+
 def _me() -> dict[str, Any]:
     identity = own_identity()
     if identity is None:
@@ -39,7 +46,7 @@ def _me() -> dict[str, Any]:
 
 def is_terminal(record: Document) -> bool:
     """Whether it has ended: every state that has not ended has the status ``running``."""
-    return record["status"] != "running"
+    return bool(record["status"] != "running")
 
 
 def orphan_running(record: Document) -> bool:
@@ -57,7 +64,8 @@ def marks(reads: LedgerReads, records: Iterable[Document]) -> tuple[dict[str, st
     holders = reads.holders(going)
     me, dead = _me(), {}
     gone: dict[str, Any] = {}
-    for process_id, owner in holders.items():
+    for process_id, lease in holders.items():
+        owner = lease["owner"]
         key = (owner.get("owner_id"), owner.get("incarnation_id"))
         if key not in dead:
             dead[key] = holder_dead(owner.get("liveness") or {}, me, live_process_start)
@@ -66,3 +74,28 @@ def marks(reads: LedgerReads, records: Iterable[Document]) -> tuple[dict[str, st
     found = dict.fromkeys(gone, SUPERVISOR_GONE)
     found |= {record["id"]: ORPHAN_RUNNING for record in listed if orphan_running(record)}
     return found, gone
+
+
+def warn_if_unowned(reads: LedgerReads, record: Document) -> None:
+    """Before waiting on a process: if it was started but nobody live holds it now (its
+    supervisor was killed, say), say that nothing will record its end by itself -- a wait
+    would otherwise hang without a word. The wait goes on (``restore`` or a recovery worker
+    may still record it)."""
+    import time
+
+    from procledger.cli.lines import warn
+
+    if is_terminal(record) or record.get("first_started") is None:
+        return
+    lease = reads.holders([record["id"]]).get(record["id"])
+    now_ms = int(time.time() * 1000)
+    if lease is not None and lease["expires_at_ms"] > now_ms:
+        liveness = lease["owner"].get("liveness") or {}
+        if not holder_dead(liveness, _me(), live_process_start):
+            return
+    process_id = record["id"]
+    warn(
+        f"process {process_id} has no live supervisor, so nothing will record how it ends "
+        f"until 'procledger restore' runs on its host (or: procledger abandon "
+        f"{process_id}); waiting anyway"
+    )

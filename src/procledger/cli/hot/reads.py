@@ -143,14 +143,18 @@ class LedgerReads:
         return later if later.get("attempt_of") == first else None
 
     def holders(self, process_ids: Iterable[str]) -> dict[str, Document]:
-        """The owner documents of the unreleased leases (live or expired) of these going
-        processes: whom ``ps`` and ``show`` judge gone or alive."""
+        """The unreleased leases (live or expired) of these going processes, as ``{"owner":
+        <owner document>, "expires_at_ms": ...}``: whom ``ps`` and ``show`` judge gone or
+        alive."""
         wanted = set(process_ids)
         if not wanted:
             return {}
         rows = self._run(lambda tx: lease_rows.held(tx, -1))  # expiring after -1: every one
         return {
-            str(row["process_id"]): orjson.loads(row["owner"])
+            str(row["process_id"]): {
+                "owner": orjson.loads(row["owner"]),
+                "expires_at_ms": int(row["expires_at_ms"]),
+            }
             for row in rows
             if str(row["process_id"]) in wanted
         }
