@@ -166,6 +166,6 @@ def test_only_a_holder_provably_dead_on_this_host_is_judged(
 def test_the_agents_role_is_named_once() -> None:
     """`show`'s hint knows the agent's owner id without importing the agent."""
     from procledger.agent.host import AGENT_ROLE
-    from procledger.cli.inspection import _AGENT_ROLE
+    from procledger.cli.hot.marks import AGENT_ROLE as _AGENT_ROLE
 
     assert AGENT_ROLE == _AGENT_ROLE

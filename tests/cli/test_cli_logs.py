@@ -397,8 +397,8 @@ def test_a_full_disk_stops_capture_and_the_child_finishes(ledger: str, tmp_path:
 # `procledger ARGS...` as a reader on another host would run it: the host id the read API
 # compares the record's with is replaced; nothing in the store or on disk is touched.
 ON_ANOTHER_HOST = (
-    "import sys; import procledger.application.output as reading; "
-    "reading.this_host_id = lambda: 'another-machine:4026531836'; "
+    "import sys; import procledger.cli.hot.marks as marks; "
+    "marks.host_id_or_none = lambda: 'another-machine:4026531836'; "
     "from procledger.__main__ import main; main(sys.argv[1:])"
 )
 

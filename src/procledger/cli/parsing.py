@@ -22,6 +22,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message.removeprefix("argument ").replace("argument ", ""))
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """``Usage: procledger ps [OPTIONS]...`` as the full CLI's help begins."""
+
+    def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any = None) -> None:
+        super().add_usage(usage, actions, groups, "Usage: " if prefix is None else prefix)
+
+
 class _Value(argparse.Action):
     """Turns an option's text into its value with the table's ``value`` function (``UsageError``
     names the flag), keeping every value of a repeatable option."""
@@ -48,7 +55,7 @@ def _parser(spec: CommandSpec) -> _Parser:
         prog=f"{PROG} {spec.name}",
         description=spec.help,
         allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Help,
     )
     for param in spec.params:
         if isinstance(param, Argument):

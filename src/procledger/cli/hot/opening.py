@@ -76,4 +76,5 @@ def _registry_reads(url: str | None, location: StoreLocation) -> LedgerReads:
     from procledger import open_registry
 
     registry = open_registry(url, create=False, read_only=True)
-    return LedgerReads(registry.run_read, store_key=store_key(location) or "", close=registry.close)
+    key = store_key(location) or ""
+    return LedgerReads(registry.run_read, store_key=key, close=registry.close, registry=registry)

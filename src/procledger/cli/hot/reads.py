@@ -44,11 +44,26 @@ class NeedsFullPath(Exception):
 class LedgerReads:
     """The hot commands' reads over one ledger."""
 
-    def __init__(self, run: Runner, *, store_key: str, close: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        run: Runner,
+        *,
+        store_key: str,
+        close: Callable[[], None],
+        registry: Any = None,
+    ) -> None:
         self._run = run
         self.store_key = store_key
         """The ledger's key (``application.outbox.store_key``): which agent serves it."""
         self.close = close
+        self._registry = registry
+        """On the full path, the registry: what a plain read cannot decode, it can (an older
+        event shape), or it names what is wrong (a damaged row) as every full read does."""
+
+    def _full(self, read: Callable[[Any], T]) -> T:
+        if self._registry is None:
+            raise NeedsFullPath
+        return read(self._registry)
 
     def record(self, process_id: str) -> Document:
         """The stored record. Raises ``NotFound``."""
@@ -56,8 +71,8 @@ class LedgerReads:
         if payload is None:
             raise NotFound(f"process {process_id!r} not found")
         document = decode_record(payload)
-        if document is None:
-            raise NeedsFullPath  # the registry says what is wrong with it
+        if document is None:  # the registry says what is wrong with it
+            return self._full(lambda registry: _dump(registry.get(process_id)))
         return document
 
     def resolve(self, text: str) -> str:
@@ -95,13 +110,11 @@ class LedgerReads:
     def changes_since(self, cursor: int, limit: int) -> tuple[list[Document], int]:
         """Records changed after ``cursor``, in feed order, and the cursor of the last one."""
         rows = self._run(lambda tx: record_rows.select_changed(tx, cursor, limit))
-        records = []
-        for row in rows:
-            document = decode_record(row["record"])
-            if document is None:
-                raise NeedsFullPath
-            records.append(document)
-        return records, (int(rows[-1]["change_seq"]) if rows else cursor)
+        records = [decode_record(row["record"]) for row in rows]
+        if any(record is None for record in records):  # the registry's feed names the damage
+            found, after = self._full(lambda registry: registry.changes_since(cursor, limit))
+            return [_dump(record) for record in found], int(after)
+        return records, (int(rows[-1]["change_seq"]) if rows else cursor)  # type: ignore[return-value]
 
     def events(self, process_id: str) -> list[Document]:
         """The process's events as the registry's ``ProcessEvent`` JSON, in order."""
@@ -109,10 +122,13 @@ class LedgerReads:
         rows = self._run(lambda tx: event_rows.aggregate_rows(tx, key))
         if not rows:
             raise NotFound(f"process {process_id!r} not found")
-        return [
-            event_document(process_id, row["originator_version"], row["topic"], row["state"])
-            for row in rows
-        ]
+        try:
+            return [
+                event_document(process_id, row["originator_version"], row["topic"], row["state"])
+                for row in rows
+            ]
+        except NeedsFullPath:
+            return self._full(lambda registry: [_dump(e) for e in registry.events(process_id)])
 
     def attempts(self, process_id: str) -> list[Document]:
         """Every attempt of the service ``process_id`` belongs to, first to newest."""
@@ -158,6 +174,10 @@ class LedgerReads:
             for row in rows
             if str(row["process_id"]) in wanted
         }
+
+
+def _dump(model: Any) -> Document:
+    return model.model_dump(mode="json")  # type: ignore[no-any-return]
 
 
 def decode_record(payload: str | bytes) -> Document | None:
