@@ -1,5 +1,5 @@
 """How long the ``procledger`` command takes to start, beside ``python3 -I -c pass`` in the same
-run (issue 29; docs/design.md §8.4).
+run (issue 29; docs/design.md §8.1).
 
 The hot commands on a SQLite ledger of 1,000 processes, each as a ratio to the bare interpreter
 (so a busy machine slows both alike; the runs alternate), target ≤ 4× each: ``ps``,

@@ -1,4 +1,4 @@
-"""The hot commands (docs/design.md §8.4): what they import, that the fast path and the full
+"""The hot commands (docs/design.md §8.1): what they import, that the fast path and the full
 path print the same bytes, and what a new user ran into (short ids, prefixes of the random
 part, ``ps --limit`` by creation)."""
 

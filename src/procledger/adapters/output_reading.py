@@ -1,7 +1,7 @@
 """Finding and reading a process's captured output from its record's JSON document
 (docs/design.md §14): which folder on this host holds it, or why none does, and its chunks
 from given offsets. Plain documents in, so the registry (``application.output``) and the CLI's
-fast path (``logs`` without pydantic, §8.4) read output by the same rules.
+fast path (``logs`` without pydantic, §8.1) read output by the same rules.
 """
 
 from __future__ import annotations

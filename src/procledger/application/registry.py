@@ -157,7 +157,7 @@ class ProcessRegistry:
     def run_read(self, read: Callable[[Tx], Any]) -> Any:
         """``read(tx)`` in a read transaction of this registry's store, riding through an outage
         as every call does: the CLI's hot commands read the tables with the same functions on
-        every path -- this store, or a plain SQLite connection (docs/design.md §8.4)."""
+        every path -- this store, or a plain SQLite connection (docs/design.md §8.1)."""
         return self._store.attempt(read)
 
     # -- registration and reads -----------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 - ``entry``: ``main``, the entry -- the hot commands on the fast path, the rest to ``full``.
 - ``table``, ``parsing``, ``values``: the hot commands, each defined once, and their parser.
-- ``hot``: the hot commands' bodies over ``LedgerReads`` (docs/design.md §8.4).
+- ``hot``: the hot commands' bodies over ``LedgerReads`` (docs/design.md §8.1).
 - ``lines``: what every command writes (stdout data, the stderr line, exit codes).
 - ``full``: the typer app with every command (``--help``, the other commands).
 

@@ -1,5 +1,5 @@
 """The ``procledger`` command's entry: the hot commands answered on the fast path, everything
-else handed to the full CLI (docs/design.md §8.4).
+else handed to the full CLI (docs/design.md §8.1).
 
 ``procledger [--url URL] COMMAND ...``: when COMMAND is a hot one (``cli.table``) its words are
 parsed by the table's parser and it runs over ``LedgerReads`` opened by the standard library

@@ -1,6 +1,6 @@
 """What every command writes, and how: the data on stdout (plain lines, JSON documents), notes
 and the one error line on stderr, exit codes. Standard library and orjson only: the fast path of
-the hot commands (docs/design.md §8.4) and the full CLI write through the same functions, so
+the hot commands (docs/design.md §8.1) and the full CLI write through the same functions, so
 their bytes agree.
 """
 

@@ -1,5 +1,5 @@
 """The hot commands' parser, built by ``argparse`` from their table (``cli.table``): one parser
-for the fast path and the full CLI alike (docs/design.md §8.4).
+for the fast path and the full CLI alike (docs/design.md §8.1).
 """
 
 from __future__ import annotations

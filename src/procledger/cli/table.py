@@ -1,5 +1,5 @@
 """The hot commands, each defined once: its words, options, help and the function that runs it
-(docs/design.md §8.4).
+(docs/design.md §8.1).
 
 The commands people and harnesses run all the time (``ps``, ``show``, ``logs``, ``wait``,
 ``stop``, ``feed``, ``agent status``) must answer in a few tens of milliseconds, so they are

@@ -1,5 +1,5 @@
 """How the hot commands' option values are read from text, and the ``UsageError`` a refused
-one raises (docs/design.md §8.4): standard library only, for the fast path.
+one raises (docs/design.md §8.1): standard library only, for the fast path.
 """
 
 from __future__ import annotations

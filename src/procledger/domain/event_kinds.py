@@ -1,6 +1,6 @@
 """Each stored event's kind as a caller sees it, and the shape version the code writes: by the
 event class's name, with no class behind it, so the CLI's fast path reads an event history as
-the registry does without loading the aggregate (docs/design.md §8.4). ``domain.rendering``
+the registry does without loading the aggregate (docs/design.md §8.1). ``domain.rendering``
 maps the classes through this table, and a test holds the versions to the classes'.
 """
 

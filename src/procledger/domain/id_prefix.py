@@ -4,7 +4,7 @@ begins with the time and so every id of a real ledger shares its first digits. A
 matches only the attempts of one service names the service (its first attempt).
 
 Pure over two reads the caller supplies, so the registry and the CLI's fast path (which reads
-the ``records`` table without a model, §8.4) resolve an id by the same rules.
+the ``records`` table without a model, §8.1) resolve an id by the same rules.
 """
 
 from __future__ import annotations

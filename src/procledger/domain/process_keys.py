@@ -1,6 +1,6 @@
 """A process's key in the event store: the name-based UUID of its id. Pure hashing, with no
 model behind it, so the CLI's fast path finds a process's events as the registry does
-(docs/design.md §8.4).
+(docs/design.md §8.1).
 """
 
 from __future__ import annotations

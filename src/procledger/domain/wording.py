@@ -1,7 +1,7 @@
 """A process in a few words, for people: its outcome, how it ended, its command line on one
 line. Shared by the CLI's tables (docs/design.md §8) and the web view (§16), so both say the
 same thing; pure text, no I/O. Each takes the model or its JSON document: the CLI's hot commands
-read documents and never build a model (§8.4)."""
+read documents and never build a model (§8.1)."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ def where_clause(conditions: Sequence[Condition], prefix: str = "") -> tuple[str
 def document_row(document: Mapping[str, Any]) -> tuple[object, ...]:
     """A row from a record's JSON form: no model round trip. (The domain's helpers are
     imported here, by the writers that need them: the CLI's fast path reads these rows
-    without loading pydantic, docs/design.md §8.4.)"""
+    without loading pydantic, docs/design.md §8.1.)"""
     from procledger.domain.model import canonical_json  # noqa: PLC0415 -- writers only
     from procledger.domain.registration import originator_scope_id  # noqa: PLC0415
 

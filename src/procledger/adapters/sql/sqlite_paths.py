@@ -1,6 +1,6 @@
 """A SQLite ledger as a file: the checks before opening it (a folder, a missing file, a file
 other users can read) and creating it with private modes. Standard library only, so the CLI's
-fast path (a read-only ``sqlite3`` connection, docs/design.md §8.4) refuses and warns in the
+fast path (a read-only ``sqlite3`` connection, docs/design.md §8.1) refuses and warns in the
 very words the backend does.
 """
 

@@ -1,4 +1,4 @@
-"""`ps` and `feed`: lists of records, read as stored (docs/design.md §8, §8.4)."""
+"""`ps` and `feed`: lists of records, read as stored (docs/design.md §8, §8.1)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Opening the ledger for a hot command: on the fast path a SQLite file read-only with the
 standard library; otherwise -- PostgreSQL, ``memory://``, or whatever the fast path declines --
-the registry, read-only (docs/design.md §8.4).
+the registry, read-only (docs/design.md §8.1).
 """
 
 from __future__ import annotations

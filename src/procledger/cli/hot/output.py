@@ -1,5 +1,5 @@
 """`logs`: a process's captured output, read from the files on this host (docs/design.md
-§14, §8.4)."""
+§14, §8.1)."""
 
 from __future__ import annotations
 

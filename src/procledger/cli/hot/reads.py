@@ -1,6 +1,6 @@
 """What the hot commands read, as the ledger stores it: records as their JSON documents, events
 as the registry's ``ProcessEvent`` JSON, lease holders as their owner documents
-(docs/design.md §8.4).
+(docs/design.md §8.1).
 
 Every read is a function of a transaction (``Tx``) over the same SQL the registry uses
 (``record_rows``, ``event_rows``, ``lease_rows``); where the transaction comes from is the only

@@ -1,5 +1,5 @@
 """`show`: one process's record, its service's attempts and its whole event history
-(docs/design.md §8, §8.4)."""
+(docs/design.md §8, §8.1)."""
 
 from __future__ import annotations
 

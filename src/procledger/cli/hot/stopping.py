@@ -1,6 +1,6 @@
 """`stop`: what has ended is said from the records as stored; a stop to carry out is the full
 path's (``cli.control.stop_here``), which records it and tells the agent (docs/design.md §8,
-§8.4)."""
+§8.1)."""
 
 from __future__ import annotations
 
