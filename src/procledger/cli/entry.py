@@ -11,26 +11,15 @@ app with the words untouched. Either way a failure is one line on stderr and an 
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
 
-from procledger.cli.lines import (
-    EXIT_FAILURE,
-    EXIT_STOPPED,
-    EXIT_USAGE,
-    PROG,
-    URL_VARIABLE,
-    is_utf8,
-    quiet_broken_pipe,
-    say_error,
-)
-from procledger.cli.table import CommandSpec, find
-from procledger.cli.values import UsageError
+from procledger.cli.dispatch import run_hot
+from procledger.cli.lines import URL_VARIABLE, is_utf8
+from procledger.cli.table import find
 
-__all__ = ["FAST_VARIABLE", "main", "run_hot"]
+__all__ = ["FAST_VARIABLE", "main"]
 
 FAST_VARIABLE = "PROCLEDGER_FAST"
 """``0`` sends the hot commands down the full path (a check, or a way round a fast-path bug)."""
@@ -66,72 +55,3 @@ def _global_options(args: list[str]) -> tuple[str | None, list[str] | None]:
     if url is not None and not is_utf8(url):
         return None, None
     return (url or None), args[index:]
-
-
-def run_hot(spec: CommandSpec, words: list[str], url: str | None, *, fast: bool) -> NoReturn:
-    """Parse ``words`` as ``spec``'s options and run it; every way out is an exit code, every
-    failure one line on stderr naming the command (never a traceback)."""
-    try:
-        from procledger.cli.parsing import parse
-
-        options = parse(spec, words)
-        module, name = spec.run.split(":")
-        command = getattr(importlib.import_module(module), name)
-        code = _run(command, options, url, fast=fast)
-    except UsageError as error:
-        _usage(spec, error)
-    except KeyboardInterrupt:
-        code = EXIT_STOPPED
-    except BrokenPipeError:
-        quiet_broken_pipe()
-    except SystemExit:
-        raise
-    except ImportError as error:
-        _missing_module(spec, error)
-    except Exception as error:  # ProcledgerError, OSError -- and a bug: one line all the same
-        fail(spec.name, error)
-    raise SystemExit(code or 0)
-
-
-def _run(command: Any, options: Any, url: str | None, *, fast: bool) -> int | None:
-    """The command on the fast path, or again on the full path where the fast one declined
-    (before it printed anything: a body reads all it needs first)."""
-    from procledger.cli.hot.reads import NeedsFullPath
-
-    try:
-        return command(options, url, fast=fast)  # type: ignore[no-any-return]
-    except NeedsFullPath:
-        return command(options, url, fast=False)  # type: ignore[no-any-return]
-
-
-def error_text(error: BaseException) -> str:
-    """The error line's message."""
-    from procledger.cli.sentences import error_sentence
-
-    return error_sentence(error)
-
-
-def fail(command: str, error: BaseException, code: int = EXIT_FAILURE) -> NoReturn:
-    """``error`` as the one line naming ``command``, and exit ``code``."""
-    say_error(command, error_text(error))
-    raise SystemExit(code)
-
-
-def _usage(spec: CommandSpec, error: UsageError) -> NoReturn:
-    message = str(error)
-    if not message.startswith("--url goes before"):
-        message += f" (see '{PROG} {spec.name} --help')"
-    say_error(spec.name, message)
-    raise SystemExit(EXIT_USAGE)
-
-
-def _missing_module(spec: CommandSpec, error: ImportError) -> NoReturn:
-    """PostgreSQL support is an extra: name what to install when its driver is missing."""
-    name = error.name or ""
-    if name.split(".")[0] in ("psycopg", "psycopg_pool"):
-        message = (
-            f"PostgreSQL support is not installed ({name}): pip install 'procledger[postgres]'"
-        )
-        say_error(spec.name, message)
-        raise SystemExit(EXIT_FAILURE)
-    fail(spec.name, error)

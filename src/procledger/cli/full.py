@@ -54,7 +54,7 @@ def _hot(spec: CommandSpec) -> Callable[[typer.Context], None]:
     """The typer face of a hot command: its words, unparsed, to the table's parser and body."""
 
     def command(ctx: typer.Context) -> None:
-        from procledger.cli.entry import run_hot
+        from procledger.cli.dispatch import run_hot
 
         run_hot(spec, list(ctx.args), cli_state(ctx).url, fast=False)
 

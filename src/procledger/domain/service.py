@@ -25,7 +25,7 @@ from procledger.domain.durations import (
 )
 from procledger.domain.errors import OptionError
 from procledger.domain.model import Frozen
-from procledger.domain.wording import probe_names
+from procledger.domain.probe_names import probe_names
 
 __all__ = [
     "BACKOFF_FACTOR",

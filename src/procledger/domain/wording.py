@@ -114,11 +114,3 @@ def event_details(event: ProcessEvent | Document, *, with_payload: bool = False)
     if with_payload and replay_key is not None:
         parts.append(f"payload={payload}")
     return " ".join(" ".join(parts).split())
-
-
-def probe_names(readiness: Document) -> list[str]:
-    """A readiness's probes as the ``ready`` fact names them, e.g. ``port:8080``."""
-    named = [] if readiness.get("port") is None else [f"port:{readiness['port']}"]
-    named += [] if readiness.get("output") is None else [f"output:{readiness['output']}"]
-    named += [] if readiness.get("file") is None else [f"file:{readiness['file']}"]
-    return named + (["notify"] if readiness.get("notify") else [])

@@ -8,10 +8,10 @@ from argparse import Namespace
 from typing import Any
 
 from procledger.adapters.sql.record_rows import Condition
+from procledger.application.document_reads import Document, LedgerReads
 from procledger.cli._format import short_id, state_text, to_terminal, when, write_table
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading
-from procledger.cli.hot.reads import Document, LedgerReads
 from procledger.cli.lines import EXIT_STOPPED, warn, write_json
 from procledger.cli.values import UsageError
 from procledger.domain.wording import command_text, outcome

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from procledger.adapters.proc_facts import holder_dead, live_process_start, own_identity, runs_here
-from procledger.cli.hot.reads import Document, LedgerReads
+from procledger.application.document_reads import Document, LedgerReads
 
 SUPERVISOR_GONE = "supervisor gone"
 ORPHAN_RUNNING = "orphan running"

@@ -17,7 +17,7 @@ from procledger.adapters.sql.location import StoreLocation, locate, store_key
 from procledger.adapters.sql.schema import SCHEMA_VERSION, version_in
 from procledger.adapters.sql.sqlite_paths import check_ledger_file
 from procledger.adapters.sql.store import Tx
-from procledger.cli.hot.reads import LedgerReads, NeedsFullPath
+from procledger.application.document_reads import LedgerReads, NeedsFullPath
 
 __all__ = ["open_reads", "reading"]
 

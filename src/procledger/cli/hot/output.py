@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from procledger.adapters import output_reading as reading
 from procledger.adapters.output_files import Chunk, OutputReader
 from procledger.adapters.output_reading import chunk_document
+from procledger.application.document_reads import Document, LedgerReads
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading as ledger
-from procledger.cli.hot.reads import Document, LedgerReads
 from procledger.cli.hot.showing import resolve
 from procledger.cli.lines import EXIT_STOPPED, warn, write_json
 from procledger.domain.errors import OutputUnavailable

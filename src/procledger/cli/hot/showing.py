@@ -7,12 +7,13 @@ import sys
 from argparse import Namespace
 from typing import Any
 
+from procledger.application.document_reads import Document, LedgerReads
 from procledger.cli._format import command_text, local_time, outcome, write_table
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading
-from procledger.cli.hot.reads import Document, LedgerReads
 from procledger.cli.lines import write_json
-from procledger.domain.wording import event_details, probe_names
+from procledger.domain.probe_names import probe_names
+from procledger.domain.wording import event_details
 
 __all__ = ["resolve", "show"]
 

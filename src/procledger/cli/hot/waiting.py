@@ -12,9 +12,9 @@ from __future__ import annotations
 from argparse import Namespace
 from typing import Any, Final
 
+from procledger.application.document_reads import Document, NeedsFullPath
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading
-from procledger.cli.hot.reads import Document, NeedsFullPath
 from procledger.cli.hot.showing import resolve
 from procledger.cli.lines import warn, write_json, write_line
 from procledger.cli.values import UsageError

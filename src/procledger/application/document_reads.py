@@ -1,5 +1,5 @@
-"""What the hot commands read, as the ledger stores it: records as their JSON documents, events
-as the registry's ``ProcessEvent`` JSON, lease holders as their owner documents
+"""What the CLI's hot commands read, as the ledger stores it: records as their JSON documents,
+events as the registry's ``ProcessEvent`` JSON, lease holders as their owner documents
 (docs/design.md §8.1).
 
 Every read is a function of a transaction (``Tx``) over the same SQL the registry uses
