@@ -21,7 +21,7 @@ from procledger.cli.values import count, grace, text
 __all__ = ["HOT", "Argument", "CommandSpec", "Option", "find"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Option:
     """A flag: a switch when ``metavar`` is ``None``, else it takes a value, turned into the
     option's value by ``value(text, flag)`` (which raises ``UsageError``)."""
@@ -36,7 +36,7 @@ class Option:
     repeat: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Argument:
     """A positional word (a process id)."""
 
@@ -45,7 +45,7 @@ class Argument:
     help: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CommandSpec:
     """One hot command: ``words`` as typed (``("agent", "status")``), ``summary`` for the list
     of commands, ``help`` for its own ``--help``, and ``run``: ``module:function``, imported

@@ -6,10 +6,12 @@ fragments; nothing outside this module asks which database it is talking to.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-from uuid import UUID
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from procledger.adapters.sql.location import DialectName, StoreLocation
+
+if TYPE_CHECKING:  # a type only: importing uuid costs the CLI's fast path a millisecond
+    from uuid import UUID
 
 APPLICATION_NAME = "procledger"
 """eventsourcing's application name: the events table is ``<name>_events`` on PostgreSQL."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
-from uuid import UUID
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from procledger.adapters.sql.store import Tx
+
+if TYPE_CHECKING:
+    from uuid import UUID
 
 Row = tuple[Any, ...]
 STREAM_BATCH = 2_000

@@ -6,7 +6,6 @@ very words the backend does.
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 
@@ -21,7 +20,6 @@ LEDGER_MODE = 0o600
 """A ledger file procledger creates: its owner only (env values, argv and outputs are private)."""
 FOLDER_MODE = 0o700
 """A folder procledger creates for a ledger."""
-_logger = logging.getLogger("procledger.store")
 _warned: set[str] = set()
 
 
@@ -86,6 +84,8 @@ def _warn_if_readable_by_others(path: Path) -> None:
     key = str(path.absolute())
     if mode & 0o044 and key not in _warned:
         _warned.add(key)
-        _logger.warning(
+        import logging  # noqa: PLC0415 -- only to warn: the fast path never loads it otherwise
+
+        logging.getLogger("procledger.store").warning(
             "the ledger %s is readable by other users (mode %o); chmod 600 it", key, mode & 0o777
         )

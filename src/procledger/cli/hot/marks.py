@@ -5,7 +5,6 @@ record's child still runs here (docs/design.md §8). The JSON stays the stored r
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,7 +20,11 @@ CLI_ROLE = "procledger-cli"  # cli._owner's role
 def host_id() -> str:
     """This host's id as owners name it (``supervisor.control.host_id``)."""
     identity = own_identity()
-    return identity.host_id if identity and identity.host_id else socket.gethostname()
+    if identity and identity.host_id:
+        return identity.host_id
+    import socket
+
+    return socket.gethostname()
 
 
 def host_id_or_none() -> str | None:
