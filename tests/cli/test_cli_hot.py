@@ -206,3 +206,24 @@ def test_the_event_kinds_table_holds_the_classes_versions() -> None:
 
     for name, (_, version) in EVENT_CLASSES.items():
         assert getattr(getattr(Process, name), "class_version", 1) == version, name
+
+
+def test_on_postgresql_the_hot_commands_ask_the_agent(postgres_schema_url: str) -> None:
+    """With an agent serving the ledger, a hot command loads neither psycopg nor pydantic and
+    prints what the full path prints; without one, it takes the full path."""
+    url = postgres_schema_url
+    process_id = str(ran(url, "sh", "-c", "echo pg")["id"])
+    without = cli("ps", "--all", "--json", url=url)
+    assert cli("agent", "start", url=url).returncode == 0
+    try:
+        for args in (("ps", "--all", "--json"), ("show", process_id), ("show", "nosuch")):
+            fast, full = cli(*args, url=url), cli(*args, url=url, fast=False)
+            assert (fast.returncode, fast.stdout, fast.stderr) == (
+                full.returncode,
+                full.stdout,
+                full.stderr,
+            )
+        assert not imported(url, "show", process_id) & set(HEAVY)
+        assert cli("ps", "--all", "--json", url=url).stdout == without.stdout
+    finally:
+        cli("agent", "stop", url=url)

@@ -47,11 +47,12 @@ from procledger.agent.held import (
     unknown_status,
 )
 from procledger.agent.launch import ALREADY_SERVED, ledger_key
-from procledger.agent.orders import ShutdownOrder, StartOrder, StopOrder, checked
+from procledger.agent.orders import ReadOrder, ShutdownOrder, StartOrder, StopOrder, checked
 from procledger.agent.places import AgentPlaces
 from procledger.agent.takeover import Takeover, TakeoverReport
 from procledger.aio.supervisor import AsyncSupervisor
 from procledger.application.bootstrap import open_registry
+from procledger.application.document_reads import LedgerReads
 from procledger.application.outbox import store_key
 from procledger.domain.errors import (
     AgentSocketError,
@@ -118,6 +119,10 @@ class AgentHost:
         self._publisher = Publisher(registry, self._notifier)
         exits = ExitWatch(places.journal)
         self._holder = Holder(registry, self._writer, self._publisher, exits)
+        key = store_key(registry.location) or ""
+        self._reads = LedgerReads(
+            registry.run_read, store_key=key, close=_nothing, registry=registry
+        )
 
     # -- the whole life ---------------------------------------------------------------------
 
@@ -192,6 +197,7 @@ class AgentHost:
             "stop": self._stop,
             "status": self._status,
             "shutdown": self._shutdown,
+            "read": self._read,
         }
 
     async def _start(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -227,6 +233,15 @@ class AgentHost:
         await self._ready.wait()
         self._look_for_requests()
         return {"looking": True}
+
+    async def _read(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A hot command's read, from this agent's warm store (docs/design.md §8.1), in a
+        thread: a query must not hold up the children's events. A ``ProcledgerError`` is the
+        error reply, its class named, for the CLI to raise again."""
+        order = checked(ReadOrder, request)
+        await self._ready.wait()
+        method = getattr(self._reads, order.method)
+        return {"value": await asyncio.to_thread(method, *order.args)}
 
     async def _status(self, request: dict[str, Any]) -> dict[str, Any]:
         """Who it is and what it holds, once its takeover is done (so a client that asks
@@ -477,3 +492,7 @@ def serve_ledger(url: str | None) -> int:
     except AgentSocketError as error:
         log.error("not serving: %s", error)
         return ALREADY_SERVED
+
+
+def _nothing() -> None:
+    """What closing the agent's reads does: the registry is the agent's, closed with it."""

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import MAX_LEDGER_INT
 
-__all__ = ["OrderError", "ShutdownOrder", "StartOrder", "StopOrder", "checked"]
+__all__ = ["OrderError", "ReadOrder", "ShutdownOrder", "StartOrder", "StopOrder", "checked"]
 
 
 class _Order(BaseModel):
@@ -46,6 +46,25 @@ class StopOrder(_Order):
 
     op: Literal["stop"] = "stop"
     process_id: str = Field(min_length=1, max_length=200)
+
+
+class ReadOrder(_Order):
+    """A hot command's read (``application.document_reads.LedgerReads``, docs/design.md §8.1):
+    on a PostgreSQL ledger the CLI asks the agent, which holds the connections, rather than
+    loading psycopg for one query."""
+
+    op: Literal["read"] = "read"
+    method: Literal[
+        "record",
+        "resolve",
+        "newest_first",
+        "changes_since",
+        "events",
+        "attempts",
+        "newest_attempt",
+        "holders",
+    ]
+    args: list[object] = Field(max_length=4)
 
 
 class ShutdownOrder(_Order):

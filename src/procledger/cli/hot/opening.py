@@ -42,6 +42,10 @@ def open_reads(url: str | None, *, fast: bool) -> LedgerReads:
     location = locate(url)
     if fast and location.dialect == "sqlite" and not location.in_memory:
         return _sqlite_reads(location)
+    if fast and location.dialect == "postgresql":
+        from procledger.cli.hot.agent_reads import agent_reads
+
+        return agent_reads(store_key(location) or "")
     if fast:
         raise NeedsFullPath
     return _registry_reads(url, location)
