@@ -31,7 +31,9 @@ def cli(*args: str, url: str, fast: bool = True) -> subprocess.CompletedProcess[
 
 
 def ran(url: str, *command: str) -> dict[str, object]:
-    done = cli("run", "--json", "--", *command, url=url)
+    """``run --json [OPTIONS --] COMMAND``: its record."""
+    words = command if "--" in command else ("--", *command)
+    done = cli("run", "--json", *words, url=url)
     assert done.returncode in (0, 1, 3), done.stderr
     return orjson.loads(done.stdout)  # type: ignore[no-any-return]
 
@@ -227,3 +229,33 @@ def test_on_postgresql_the_hot_commands_ask_the_agent(postgres_schema_url: str) 
         assert cli("ps", "--all", "--json", url=url).stdout == without.stdout
     finally:
         cli("agent", "stop", url=url)
+
+
+def test_stop_wait_returns_once_the_process_has_ended_and_says_how(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    started = cli("run", "--background", "--", "sleep", "600", url=url)
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.decode().strip()
+    stopped = cli("stop", process_id, "--wait", url=url)
+    assert stopped.returncode == 0, stopped.stderr
+    asked, ended = stopped.stdout.decode().splitlines()
+    assert asked == f"stop requested (interrupted) for process {process_id}"
+    assert ended == f"process {process_id} ended: interrupted (signal 2)"
+    record = orjson.loads(cli("show", process_id, "--json", url=url).stdout)["record"]
+    assert record["state"] == "interrupted"  # ended when stop returned, not later
+
+
+def test_logs_says_when_the_output_limit_dropped_the_head(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    record = ran(url, "--output-limit", "64KiB", "--", "seq", "1", "200000")
+    shown = cli("logs", str(record["id"]), url=url)
+    assert shown.returncode == 0
+    assert shown.stdout.endswith(b"199999\n200000\n")
+    assert len(shown.stdout) <= 64 * 1024
+    dropped = record["output"]["stdout"]["dropped"]  # type: ignore[index]
+    assert dropped > 0
+    assert shown.stderr.decode() == (
+        f"procledger: the first {dropped} bytes of stdout of process {record['id']} were "
+        "dropped by its output limit of 65536 bytes (across both streams)\n"
+    )
+    assert cli("logs", str(record["id"]), "--since-offset", str(dropped), url=url).stderr == b""

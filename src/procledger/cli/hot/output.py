@@ -83,7 +83,7 @@ def _say_dropped(record: Document, stream: str | None, since: int) -> None:
         if dropped and stream in (None, name):
             warn(
                 f"the first {dropped} bytes of {name} of process {record['id']} were dropped "
-                f"by its output limit ({summary['limit']} bytes kept across both streams)"
+                f"by its output limit of {summary['limit']} bytes (across both streams)"
             )
 
 
