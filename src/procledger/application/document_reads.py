@@ -18,27 +18,21 @@ from typing import Any, TypeVar
 import orjson
 
 from procledger.adapters.sql import event_rows, lease_rows, record_rows
+from procledger.adapters.sql.location import locate, store_key
+from procledger.adapters.sql.plain_sqlite import NeedsFullPath, Runner, is_shared, plain_reads
 from procledger.adapters.sql.record_rows import Condition
-from procledger.adapters.sql.store import Tx
 from procledger.domain import id_prefix
 from procledger.domain.errors import NotFound
 from procledger.domain.event_kinds import EVENT_CLASSES, PRODUCER_EVENT, TOPIC_PREFIX
 from procledger.domain.process_keys import process_uuid
 
-__all__ = ["Document", "LedgerReads", "NeedsFullPath"]
+__all__ = ["Condition", "Document", "LedgerReads", "NeedsFullPath", "open_reads"]
 
 T = TypeVar("T")
 Document = dict[str, Any]
-Runner = Callable[[Callable[[Tx], Any]], Any]
-"""Runs one read function in a read transaction and returns what it returned."""
 
 _DROPPED = frozenset({"timestamp", "originator_topic", "class_version", "prev_digest"})
 """An event's stored bookkeeping, which the registry's ``ProcessEvent`` leaves out."""
-
-
-class NeedsFullPath(Exception):
-    """The fast path met what only the full stack reads faithfully (an event of an older shape,
-    a damaged row): the command runs again on the full path, before printing anything."""
 
 
 class LedgerReads:
@@ -223,3 +217,24 @@ def event_document(process_id: str, version: Any, topic: Any, state: Any) -> Doc
         "occurred_at_ms": payload.pop("at_ms"),
         "replay_key": None,
     }
+
+
+def open_reads(
+    url: str | None, *, fast: bool, agent: Callable[[str], LedgerReads] | None = None
+) -> LedgerReads:
+    """The ledger ``url`` names (``$PROCLEDGER_URL``, else the default), opened to read: on
+    the fast path a SQLite file with the standard library, a server's ledger through ``agent``
+    (this host's agent for it); else -- and whenever the fast path declines
+    (``NeedsFullPath``) -- through the registry, read-only. Raises what opening the registry
+    raises (a missing ledger is a ``StoreURLError``)."""
+    location = locate(url)
+    key = store_key(location) or ""
+    if fast and agent is not None and is_shared(location):
+        return agent(key)
+    if fast:
+        run, close = plain_reads(location)
+        return LedgerReads(run, store_key=key, close=close)
+    from procledger.application.bootstrap import open_registry  # noqa: PLC0415 -- the full stack
+
+    registry = open_registry(url, create=False, read_only=True)
+    return LedgerReads(registry.run_read, store_key=key, close=registry.close, registry=registry)

@@ -7,8 +7,7 @@ import time
 from argparse import Namespace
 from typing import Any
 
-from procledger.adapters.sql.record_rows import Condition
-from procledger.application.document_reads import Document, LedgerReads
+from procledger.application.document_reads import Condition, Document, LedgerReads
 from procledger.cli._format import short_id, state_text, to_terminal, when, write_table
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading
