@@ -21,6 +21,7 @@ import typer
 import typer.main
 from typer.core import TyperCommand
 
+from procledger.cli.sentences import error_sentence, plain
 from procledger.domain.vocabulary import MAX_LEDGER_INT
 
 if TYPE_CHECKING:
@@ -234,7 +235,7 @@ def one_line(text: str) -> str:
 
 def _say(state: CliState, text: str) -> None:
     where = f"{PROG} {state.command}" if state.command else PROG
-    message = one_line(text) or "(no message)"
+    message = plain(text) or "(no message)"  # plain: pydantic's words in a usage line too
     # A message may carry undecodable bytes (surrogate escapes of a non-UTF-8 argument): they
     # are shown escaped, so writing the error line can never itself fail.
     line = f"{where}: {message}\n".encode(errors="backslashreplace").decode()
@@ -243,9 +244,10 @@ def _say(state: CliState, text: str) -> None:
 
 
 def fail(state: CliState, exc: BaseException, code: int = EXIT_FAILURE) -> NoReturn:
-    """Report ``exc`` as the one error line (naming the command and the error class) and
-    exit with ``code`` -- for a command that exits with something other than 1 on an error."""
-    _say(state, f"{type(exc).__name__}: {exc}")
+    """Report ``exc`` as the one error line (naming the command, then ``error_sentence``'s
+    sentence) and exit with ``code`` -- for a command that exits with something other than 1
+    on an error."""
+    _say(state, error_sentence(exc))
     raise SystemExit(code)
 
 

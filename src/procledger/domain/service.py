@@ -20,6 +20,7 @@ from pydantic import Field, model_validator
 
 from procledger.domain.errors import OptionError
 from procledger.domain.model import Frozen
+from procledger.domain.vocabulary import MAX_LEDGER_INT
 
 __all__ = [
     "BACKOFF_FACTOR",
@@ -87,21 +88,23 @@ def parse_duration(
 
 def age_ms(text: str, *, option: str) -> int:
     """How long ago, in milliseconds, for a filter such as ``--since 2h`` or ``--older-than
-    30d``: the duration grammar with no upper bound (a ledger may be years old)."""
-    return int(parse_duration(text, option=option, longest=math.inf) * 1000)
+    30d``: the duration grammar with no upper bound (a ledger may be years old) -- but the
+    milliseconds must be a number the ledger can compare with (2⁶³ − 1: some 292 million
+    years), else ``OptionError``, not an ``OverflowError`` from the database."""
+    milliseconds = parse_duration(text, option=option, longest=math.inf) * 1000
+    if milliseconds > MAX_LEDGER_INT:
+        raise OptionError(option, f"{text!r} is longer than the ledger can count back")
+    return int(milliseconds)
 
 
 def check_port(value: str | int, *, option: str = "port") -> int:
     """A TCP port, 1 to 65535 (a string of digits too); else ``OptionError``."""
     if isinstance(value, bool):
         raise OptionError(option, f"{value!r} is not a port")
-    if isinstance(value, str):
-        if not value.strip().isdigit():
-            raise OptionError(option, f"{value!r} is not a port number (1 to 65535)")
-        value = int(value.strip())
-    if not 1 <= value <= 65535:
+    port = _digits(value, option, "a port number (1 to 65535)") if isinstance(value, str) else value
+    if not 1 <= port <= 65535:
         raise OptionError(option, f"{value} is out of range (1 to 65535)")
-    return value
+    return port
 
 
 def check_regex(pattern: str, *, option: str = "output regex") -> str:
@@ -160,7 +163,7 @@ class RestartPolicy(Frozen):
     for ``reset_after_s`` clears the count."""
 
     mode: RestartMode = RestartMode.on_failure
-    max_restarts: int = Field(default=5, ge=0)
+    max_restarts: int = Field(default=5, ge=0, le=MAX_LEDGER_INT)
     window_s: float = Field(default=60.0, gt=0, le=MAX_DURATION_S)
     backoff_initial_s: float = Field(default=0.2, ge=0, le=MAX_DURATION_S)
     backoff_max_s: float = Field(default=30.0, ge=0, le=MAX_DURATION_S)
@@ -232,15 +235,31 @@ def plan_restart(
     return RestartPlan("restart", number=len(restarts) + 1, restarts=(*restarts, now))
 
 
+def _digits(text: str, option: str, what: str) -> int:
+    """The number ``text`` spells in ASCII digits (``str.isdigit`` also passes ``²``, which
+    ``int`` refuses); ``OptionError`` saying it is not ``what``. Digits past any number the
+    ledger keeps are not converted (``int`` refuses thousands of them with a ``ValueError``)."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise OptionError(option, f"{text!r} is not {what}")
+    if len(digits.lstrip("0")) > len(str(MAX_LEDGER_INT)):
+        return MAX_LEDGER_INT + 1
+    return int(digits)
+
+
 def _flag_int(text: str | int, option: str) -> int:
+    """A count a flag gives: a whole number from 0 to the largest the ledger keeps (the policy
+    is stored: a larger one would fail only when written, as a ``TypeError``)."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
-    elif isinstance(text, str) and text.strip().isdigit():
-        value = int(text.strip())
+    elif isinstance(text, str):
+        value = _digits(text, option, "a whole number of 0 or more")
     else:
         raise OptionError(option, f"{text!r} is not a whole number of 0 or more")
     if value < 0:
         raise OptionError(option, f"{value} is negative")
+    if value > MAX_LEDGER_INT:
+        raise OptionError(option, f"{text!r} is more than the ledger can count ({MAX_LEDGER_INT})")
     return value
 
 
