@@ -137,17 +137,17 @@ def test_an_unknown_format_is_named() -> None:
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
-        (NotFound("no process 'p-7'"), "procledger table: NotFound: no process 'p-7'"),
+        (NotFound("no process 'p-7'"), "procledger table: no process 'p-7'"),
         (
             InvalidTransition("exited", "completed", "failed", process_id="p-7"),
-            "procledger table: InvalidTransition: process 'p-7': no 'completed' transition",
+            "procledger table: process 'p-7': no 'completed' transition",
         ),
         (
             FileNotFoundError(2, "No such file or directory", "/nowhere/ledger.db"),
-            "procledger table: FileNotFoundError: [Errno 2] No such file or directory: "
-            "'/nowhere/ledger.db'",
+            "procledger table: '/nowhere/ledger.db': no such file or directory",
         ),
-        (NotFound("first line\nsecond line"), "procledger table: NotFound: first line second"),
+        (NotFound("first line\nsecond line"), "procledger table: first line second"),
+        (TypeError("boom"), "procledger table: internal error (TypeError): boom"),
     ],
 )
 def test_errors_become_one_line_and_exit_1(

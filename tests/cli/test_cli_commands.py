@@ -3,6 +3,7 @@ input giving exactly one line on stderr (no traceback) and exit code 1."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from collections.abc import Callable
@@ -32,11 +33,17 @@ def records(*args: str, url: str) -> list[dict]:
     return listed["records"]
 
 
+CLASS_NAME = re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]*)+:")
+"""``NotFound:``, ``StoreURLError:``: what an error line said before it was a sentence."""
+
+
 def one_line_error(ran: subprocess.CompletedProcess[str], *names: str) -> None:
+    """One line on stderr, exit 1: a sentence naming the culprit, no Python class name."""
     assert ran.returncode == 1
     assert ran.stderr.endswith("\n")
     assert ran.stderr.count("\n") == 1, ran.stderr
     assert "Traceback" not in ran.stderr
+    assert CLASS_NAME.search(ran.stderr) is None, ran.stderr
     for name in names:
         assert name in ran.stderr
 
@@ -211,16 +218,20 @@ def test_restore_leaves_a_live_run_alone(
 
 def test_unknown_ids_are_one_line_errors(ledger: str) -> None:
     ok("run", "--", "true", url=ledger)
-    one_line_error(run_cli("show", "no-such-id", url=ledger), "NotFound", "no-such-id")
-    one_line_error(run_cli("stop", "no-such-id", url=ledger), "NotFound", "no-such-id")
+    shown = run_cli("show", "no-such-id", url=ledger)
+    one_line_error(shown, "procledger show: process 'no-such-id' not found")
+    stopped = run_cli("stop", "no-such-id", url=ledger)
+    one_line_error(stopped, "procledger stop: process 'no-such-id' not found")
 
 
 def test_a_bad_url_is_a_one_line_error() -> None:
     # A server nobody answers at: ridden through for ``retry_s`` (30 s by default, which
     # tests/faults covers), here a short window -- what is checked is the one masked line.
     nobody = "postgresql://u:hunter2@127.0.0.1:1/db?retry_s=0.5"
-    one_line_error(run_cli("ps", url="nosuchscheme://x"), "StoreURLError", "nosuchscheme")
-    one_line_error(run_cli("run", "--", "true", url=nobody), "StoreUnavailable")
+    ran = run_cli("ps", url="nosuchscheme://x")
+    one_line_error(ran, "procledger ps: store URL 'nosuchscheme://x': unknown scheme")
+    ran = run_cli("run", "--", "true", url=nobody)
+    one_line_error(ran, "procledger run: store URL 'postgresql://u:***@127.0.0.1:1/db", "refused")
     assert "hunter2" not in run_cli("ps", url=nobody).stderr
 
 
@@ -228,9 +239,11 @@ def test_an_unreadable_store_is_a_one_line_error(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not a database" * 100)
     garbage.chmod(0o600)
-    one_line_error(run_cli("ps", url=f"sqlite:///{garbage}"), "StoreCorrupt", "garbage.db")
+    ran = run_cli("ps", url=f"sqlite:///{garbage}")
+    one_line_error(ran, f"procledger ps: store 'sqlite:///{garbage}': file is not a database")
     missing = tmp_path / "no" / "such" / "folder" / "ledger.db"
-    one_line_error(run_cli("show", "x", url=f"sqlite:///{missing}"), "StoreURLError")
+    ran = run_cli("show", "x", url=f"sqlite:///{missing}")
+    one_line_error(ran, f"procledger show: store URL 'sqlite:///{missing}': no ledger at {missing}")
 
 
 def test_the_environment_names_the_store(ledger: str) -> None:

@@ -121,10 +121,11 @@ def test_any_unique_prefix_names_a_process(ledger: str) -> None:
         common += 1
     unique = first["id"][: common + 1]
     assert orjson.loads(ok("show", unique, "--json", url=ledger))["record"]["id"] == first["id"]
-    ambiguous = run_cli("show", first["id"][:common], url=ledger)
+    prefix = first["id"][:common]
+    ambiguous = run_cli("show", prefix, url=ledger)
     assert ambiguous.returncode == 1
     assert ambiguous.stderr.count("\n") == 1
-    assert "AmbiguousProcessId" in ambiguous.stderr
+    assert ambiguous.stderr.startswith(f"procledger show: process id prefix {prefix!r} is ambig")
     assert first["id"] in ambiguous.stderr
     assert second["id"] in ambiguous.stderr
 
@@ -163,5 +164,6 @@ def test_a_damaged_record_is_named_and_hides_no_other(
     shown = run_cli("show", damaged["id"], url=ledger)
     assert shown.returncode == 1
     assert shown.stderr.count("\n") == 1
-    assert "StoreCorrupt" in shown.stderr
+    assert shown.stderr.startswith("procledger show: ")
     assert damaged["id"] in shown.stderr
+    assert "StoreCorrupt" not in shown.stderr

@@ -40,6 +40,7 @@ from procledger.application.retry import retry_on_conflict
 from procledger.application.unit_of_work import Ledger
 from procledger.domain.errors import WriteConflict
 from procledger.domain.process import process_uuid, timestamp_of
+from procledger.domain.records import ProcessRecord
 from procledger.domain.session import Session
 from procledger.projections.filters import ProcessListFilter
 from procledger.projections.grants import apply_session_event
@@ -72,6 +73,12 @@ def prune_filter(filter: ProcessListFilter | Any | None) -> ProcessListFilter:
     if "status" not in decoded.model_fields_set:
         return decoded.model_copy(update={"status": "any"})
     return decoded
+
+
+def prunable(record: ProcessRecord, cutoff_ms: int) -> bool:
+    """Whether a prune with ``cutoff_ms`` deletes ``record``, one its filter selects: the test
+    ``record_rows.prunable`` makes in SQL, for a preview (``procledger prune --dry-run``)."""
+    return record.is_terminal and record.updated_at_ms < cutoff_ms
 
 
 def prune_terminal(

@@ -8,7 +8,6 @@ knows none of them, so it stays cheap to import.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -16,24 +15,26 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import orjson
 import typer
 import typer.main
 from typer.core import TyperCommand
 
-from procledger.domain.vocabulary import MAX_LEDGER_INT
+from procledger.cli.lines import (
+    EXIT_FAILURE,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    PROG,
+    URL_VARIABLE,
+    is_utf8,
+    quiet_broken_pipe,
+    say_error,
+    warn,
+)
+from procledger.cli.sentences import error_sentence, plain
+from procledger.cli.values import UsageError, grace
 
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
-
-PROG = "procledger"
-URL_VARIABLE = "PROCLEDGER_URL"
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-MAX_GRACE_S = 86_400.0
-"""``--grace`` is at most a day: a stop that waits longer is a mistake, not a policy."""
-EXIT_STOPPED = 130
-"""128 + SIGINT: what a command stopped on request (Ctrl-C, ``procledger stop``) exits with."""
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 IdArgument = Annotated[
@@ -96,23 +97,6 @@ def utf8_option(value: object, option: str) -> None:
         if isinstance(text, str) and not is_utf8(text):
             message = f"{os.fsencode(text)!r} is not valid UTF-8"
             raise typer.BadParameter(message, param_hint=option)
-
-
-def count_option(name: str, metavar: str, help: str) -> Any:
-    """An option that counts (a limit, a cursor, an offset): from 0 to the largest integer
-    the ledger keeps, so a larger one is a usage error, not an ``OverflowError`` later. Checked
-    by its parser rather than as a range, which ``--help`` would spell out to 19 digits."""
-    return typer.Option(name, parser=_count, metavar=metavar, help=help)
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a whole number") from None
-    if not 0 <= value <= MAX_LEDGER_INT:
-        raise typer.BadParameter(f"{value} is not from 0 to {MAX_LEDGER_INT}")
-    return value
 
 
 def cli_state(ctx: typer.Context) -> CliState:
@@ -193,59 +177,15 @@ def resolve_id(registry: ProcessRegistry, text: str) -> str:
     return registry.resolve_process_id(text)
 
 
-def is_utf8(text: str) -> bool:
-    """Whether ``text`` can be kept as UTF-8 (an argument or path decoded from other bytes holds
-    surrogate escapes, which cannot)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def warn(text: str) -> None:
-    """A note for the person on stderr (stdout stays the command's data), on one line."""
-    line = f"{PROG}: {one_line(text)}\n"
-    sys.stderr.write(line.encode(errors="backslashreplace").decode())
-
-
-def warn_if_unowned(registry: ProcessRegistry, process_id: str) -> None:
-    """Before waiting on a process: if it was started but nobody live holds it now (its
-    supervisor was killed, say), say that nothing will record its end by itself -- a wait
-    would otherwise hang without a word. The wait goes on (``restore`` or a recovery worker
-    may still record it)."""
-    from procledger.supervisor.control import host_owner, live_owner
-
-    record = registry.get(process_id)
-    if record.is_terminal or record.first_started is None:
-        return
-    if live_owner(registry, process_id, host_owner("procledger-cli")) is None:
-        warn(
-            f"process {process_id} has no live supervisor, so nothing will record how it ends "
-            f"until 'procledger restore' runs on its host (or: procledger abandon "
-            f"{process_id}); waiting anyway"
-        )
-
-
-def one_line(text: str) -> str:
-    """Collapse whitespace: an error is reported on exactly one line, whatever its message."""
-    return " ".join(text.split())
-
-
 def _say(state: CliState, text: str) -> None:
-    where = f"{PROG} {state.command}" if state.command else PROG
-    message = one_line(text) or "(no message)"
-    # A message may carry undecodable bytes (surrogate escapes of a non-UTF-8 argument): they
-    # are shown escaped, so writing the error line can never itself fail.
-    line = f"{where}: {message}\n".encode(errors="backslashreplace").decode()
-    sys.stderr.write(line)
-    sys.stderr.flush()
+    say_error(state.command, plain(text))  # plain: pydantic's words in a usage line too
 
 
 def fail(state: CliState, exc: BaseException, code: int = EXIT_FAILURE) -> NoReturn:
-    """Report ``exc`` as the one error line (naming the command and the error class) and
-    exit with ``code`` -- for a command that exits with something other than 1 on an error."""
-    _say(state, f"{type(exc).__name__}: {exc}")
+    """Report ``exc`` as the one error line (naming the command, then ``error_sentence``'s
+    sentence) and exit with ``code`` -- for a command that exits with something other than 1
+    on an error."""
+    _say(state, error_sentence(exc))
     raise SystemExit(code)
 
 
@@ -255,15 +195,6 @@ def _missing_driver(exc: ImportError) -> str | None:
     if name.split(".")[0] in ("psycopg", "psycopg_pool"):
         return f"PostgreSQL support is not installed ({name}): pip install 'procledger[postgres]'"
     return None
-
-
-def _quiet_broken_pipe() -> NoReturn:
-    """The reader went away (``| head``): that is not a failure. Point stdout at /dev/null so
-    the interpreter's final flush cannot raise again, and exit 0."""
-    with suppress(OSError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-    raise SystemExit(0)
 
 
 def _usage(state: CliState, exc: Exception) -> NoReturn:
@@ -325,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (KeyboardInterrupt, typer.Abort):
         code = EXIT_STOPPED
     except BrokenPipeError:
-        _quiet_broken_pipe()
+        quiet_broken_pipe()
     except _USAGE_ERROR as exc:
         _usage(state, exc)
     except ImportError as exc:
@@ -340,16 +271,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def parse_grace(value: str) -> float:
-    """``--grace``: a finite number of seconds from 0 to a day; anything else (``inf``,
-    ``nan``, ``1e308``) is a usage error, found before anything is recorded."""
+    """``--grace``: ``values.grace`` as typer's usage error."""
     try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and 0.0 <= seconds <= MAX_GRACE_S):
-        message = f"{value!r} is not a number of seconds from 0 to {MAX_GRACE_S:.0f}"
-        raise typer.BadParameter(message, param_hint="--grace")
-    return seconds
+        return grace(value)
+    except UsageError as error:
+        raise typer.BadParameter(str(error).split(": ", 1)[-1], param_hint="--grace") from None
 
 
 @contextmanager
@@ -368,9 +294,3 @@ def option_errors() -> Iterator[None]:
 def dump(model: Any) -> Any:
     """A pydantic model as JSON-ready data: ids, enums and timestamps as the ledger stores them."""
     return model.model_dump(mode="json")
-
-
-def write_json(value: Any) -> None:
-    """One JSON document per line, flushed: a pipe reader sees each line as soon as it is done."""
-    sys.stdout.write(orjson.dumps(value).decode() + "\n")
-    sys.stdout.flush()

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
-from procledger.cli._app import JsonOption, cli_state, write_json
+from procledger.cli._app import JsonOption, cli_state
+from procledger.cli.lines import write_json
 
 agent_app = typer.Typer(
     name="agent",

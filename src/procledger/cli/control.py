@@ -17,17 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from procledger.cli._app import (
-    IdArgument,
-    JsonOption,
-    cli_state,
-    dump,
-    open_ledger,
-    resolve_id,
-    write_json,
-)
+from procledger.cli._app import IdArgument, JsonOption, cli_state, dump, open_ledger, resolve_id
 from procledger.cli._format import command_text, ending
 from procledger.cli._owner import cli_notifier, cli_owner
+from procledger.cli.lines import write_json
 from procledger.supervisor.control import (
     NobodyToStop,
     StillOwned,

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from procledger.cli._app import MAX_GRACE_S, cli_state, open_ledger
+from procledger.cli._app import cli_state, open_ledger
+from procledger.cli.values import MAX_GRACE_S
 from procledger.supervisor.control import host_id
 
 if TYPE_CHECKING:

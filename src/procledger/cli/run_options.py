@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from procledger import ProcledgerError
-from procledger.cli._app import is_utf8, option_errors, parse_grace
+from procledger.cli._app import option_errors, parse_grace
+from procledger.cli.lines import is_utf8
 from procledger.domain.vocabulary import MAX_LEDGER_INT
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ def _switch(name: str, flag: str, help: str) -> inspect.Parameter:
     return _flag(name, Annotated[bool, typer.Option(flag, help=help)], False)
 
 
-_SIZE = re.compile(r"(\d+)\s*(B|KiB|MiB|GiB|K|M|G)?", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]{1,30})\s*(B|KiB|MiB|GiB|K|M|G)?", re.IGNORECASE)
+"""ASCII digits (``\\d`` would take any script's), and not thousands of them (``int`` refuses
+those with a ``ValueError``): 30 already say more than the ledger can count."""
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
 _SIZE_UNITS |= {"g": 1024**3, "gib": 1024**3}
 
@@ -254,7 +257,10 @@ _READY = (
     ),
 )
 _WAIT_READY = _switch(
-    "wait_ready", "--wait-ready", "With --background: return once it is ready (exit 1 if it ends)."
+    "wait_ready",
+    "--wait-ready",
+    "With --background: return once it is ready (exit 1, saying why, if it ends first). "
+    "Ctrl-C leaves it starting under the agent: its id is printed, exit 130.",
 )
 _RESTART = (
     _text(

@@ -21,20 +21,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 
 from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
-from procledger.cli._app import (
-    EXIT_FAILURE,
-    EXIT_STOPPED,
-    PROG,
-    Command,
-    cli_state,
-    dump,
-    fail,
-    one_line,
-    open_ledger,
-    write_json,
-)
+from procledger.cli._app import Command, cli_state, dump, fail, open_ledger
 from procledger.cli._format import ending
 from procledger.cli._owner import cli_notifier, cli_owner
+from procledger.cli.lines import EXIT_FAILURE, EXIT_STOPPED, PROG, one_line, warn, write_json
 from procledger.cli.run_options import RunOptions, StdinSource
 
 if TYPE_CHECKING:
@@ -102,10 +92,39 @@ def _run_foreground(ctx: typer.Context, options: RunOptions) -> NoReturn:
             fail(cli_state(ctx), exc, _spawn_exit_code(exc))
     if options.as_json:
         write_json(dump(record))
-    elif exit_code and sys.stderr.isatty() and record.signal != signal.SIGPIPE:
-        # (SIGPIPE is a pipeline's quiet end -- `| head` -- which no shell reports either.)
-        sys.stderr.write(f"{PROG}: process {record.id} {ending(record)}\n")
+    if exit_code and _tell_how_it_ended(record, as_json=options.as_json):
+        warn(f"process {record.id} {how_it_ended(record)}")
     raise typer.Exit(exit_code)
+
+
+def _tell_how_it_ended(record: ProcessRecord, *, as_json: bool) -> bool:
+    """Whether a run that did not succeed says how it ended on stderr: always when procledger
+    itself ended it ``failed`` (a readiness deadline: the exit code, 1, says nothing of why),
+    otherwise only to a person at a terminal, as a shell reports a job -- and never for SIGPIPE,
+    a pipeline's quiet end (``| head``), which no shell reports either."""
+    if record.state is ProcessState.failed:
+        return True
+    return not as_json and sys.stderr.isatty() and record.signal != signal.SIGPIPE
+
+
+def how_it_ended(record: ProcessRecord) -> str:
+    """The state and why, as the ledger says them: ``exited (exit 3)``,
+    ``failed/ready_timeout: not ready within 1 s: ...``, ``killed (signal 9)``,
+    ``terminated/runner_shutdown (signal 15)``. A ``failed`` record names no signal (the one
+    that then stopped the tree is not how it ended) but its diagnostic."""
+    gave_up = f"; the service gave up ({record.gave_up})" if record.gave_up else ""
+    return _state_and_why(record) + gave_up
+
+
+def _state_and_why(record: ProcessRecord) -> str:
+    if record.state is ProcessState.exited:
+        return ending(record)
+    text = record.state.value
+    if record.reason is not None and record.reason.value != record.state.value:
+        text += f"/{record.reason.value}"
+    if record.state is ProcessState.failed:
+        return text + (f": {record.diagnostic}" if record.diagnostic else "")
+    return text + (f" (signal {record.signal})" if record.signal else "")
 
 
 @contextmanager
@@ -298,13 +317,21 @@ def _run_in_agent(ctx: typer.Context, options: RunOptions) -> str:
     places, _ = ensure_agent(state.url)
     try:
         answer = ask(places, start_order(options, process_id), timeout=START_WAIT_S)
+    except KeyboardInterrupt:  # the order may have reached the agent: say which id it has
+        if not options.as_json:
+            sys.stdout.write(f"{process_id}\n")
+        message = (
+            f"interrupted before the host agent answered: process {process_id} may be starting "
+            f"under it (procledger show {process_id} says; procledger stop {process_id} stops it)"
+        )
+        fail(state, StartInterrupted(message), EXIT_STOPPED)
     except AgentError as error:
         if error.type != "ConnectionClosed":
             fail(state, BackgroundStartError(error.message))
         return _after_agent_died(ctx, process_id)
     spawn_error = answer.get("spawn_error")
-    if spawn_error is not None:
-        exc = BackgroundStartError(f"SpawnError: {one_line(spawn_error['message'])}")
+    if spawn_error is not None:  # said as a foreground run says it (sentences.spawn_sentence)
+        exc = SpawnError(spawn_error["errno"], one_line(spawn_error["message"]))
         fail(state, exc, _errno_exit_code(spawn_error["errno"]))
     return process_id
 
@@ -365,14 +392,29 @@ def _print_started(ctx: typer.Context, options: RunOptions, process_id: str) -> 
 
 def _wait_ready(ctx: typer.Context, options: RunOptions, process_id: str) -> None:
     """`run --background --wait-ready`: return once it is ready (printing its id, or with
-    --json the record); if it ended first, say how and exit 1 (docs/design.md §15)."""
-    with open_ledger(cli_state(ctx).url) as registry:
-        record = registry.await_ready(process_id)
+    --json the record); if it ended first, say how and why and exit 1 (docs/design.md §15).
+    Ctrl-C while it starts leaves it starting under the agent: its id is printed all the same,
+    with a line on stderr saying so and how to stop it, and `run` exits 130."""
+    try:
+        with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
+            record = registry.await_ready(process_id)
+    except KeyboardInterrupt:
+        _print_started(ctx, options, process_id)
+        message = (
+            f"interrupted while waiting for process {process_id} to be ready: it keeps "
+            f"starting under the host agent (procledger stop {process_id} stops it)"
+        )
+        fail(cli_state(ctx), StartInterrupted(message), EXIT_STOPPED)
     if record.is_terminal and record.ready_at_ms is None:
-        error = NotReady(f"process {record.id} ended before it was ready: {ending(record)}")
-        fail(cli_state(ctx), error)
+        how = how_it_ended(record)
+        fail(cli_state(ctx), NotReady(f"process {record.id} ended before it was ready: {how}"))
     _print_started(ctx, options, process_id)
 
 
 class NotReady(ProcledgerError):
     """A process (or every attempt of a service) ended before it was ready."""
+
+
+class StartInterrupted(ProcledgerError):
+    """Ctrl-C while `run --background` waited for the agent's answer or for readiness: the
+    process is left to the agent, which owns it (docs/design.md §8)."""

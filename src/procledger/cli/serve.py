@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from procledger.cli._app import EXIT_STOPPED, cli_state
+from procledger.cli._app import cli_state
+from procledger.cli.lines import EXIT_STOPPED
 
 
 def serve(

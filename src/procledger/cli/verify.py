@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from procledger.cli._app import EXIT_FAILURE, JsonOption, cli_state, open_ledger, write_json
+from procledger.cli._app import JsonOption, cli_state, open_ledger
+from procledger.cli.lines import EXIT_FAILURE, write_json
 
 if TYPE_CHECKING:
     from procledger.application.verify import VerifyReport

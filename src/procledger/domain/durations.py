@@ -11,8 +11,16 @@ import re
 from typing import Final
 
 from procledger.domain.errors import OptionError
+from procledger.domain.vocabulary import MAX_LEDGER_INT
 
-__all__ = ["MAX_DURATION_S", "age_ms", "check_port", "check_regex", "parse_duration"]
+__all__ = [
+    "MAX_DURATION_S",
+    "age_ms",
+    "ascii_digits",
+    "check_port",
+    "check_regex",
+    "parse_duration",
+]
 
 MAX_DURATION_S: Final = 366 * 86400.0
 """The longest duration any option takes (a year): anything longer is a typo."""
@@ -58,21 +66,27 @@ def parse_duration(
 
 def age_ms(text: str, *, option: str) -> int:
     """How long ago, in milliseconds, for a filter such as ``--since 2h`` or ``--older-than
-    30d``: the duration grammar with no upper bound (a ledger may be years old)."""
-    return int(parse_duration(text, option=option, longest=math.inf) * 1000)
+    30d``: the duration grammar with no upper bound (a ledger may be years old) -- but the
+    milliseconds must be a number the ledger can compare with (2⁶³ − 1: some 292 million
+    years), else ``OptionError``, not an ``OverflowError`` from the database."""
+    milliseconds = parse_duration(text, option=option, longest=math.inf) * 1000
+    if milliseconds > MAX_LEDGER_INT:
+        raise OptionError(option, f"{text!r} is longer than the ledger can count back")
+    return int(milliseconds)
 
 
 def check_port(value: str | int, *, option: str = "port") -> int:
     """A TCP port, 1 to 65535 (a string of digits too); else ``OptionError``."""
     if isinstance(value, bool):
         raise OptionError(option, f"{value!r} is not a port")
-    if isinstance(value, str):
-        if not value.strip().isdigit():
-            raise OptionError(option, f"{value!r} is not a port number (1 to 65535)")
-        value = int(value.strip())
-    if not 1 <= value <= 65535:
+    port = (
+        ascii_digits(value, option, "a port number (1 to 65535)")
+        if isinstance(value, str)
+        else value
+    )
+    if not 1 <= port <= 65535:
         raise OptionError(option, f"{value} is out of range (1 to 65535)")
-    return value
+    return port
 
 
 def check_regex(pattern: str, *, option: str = "output regex") -> str:
@@ -82,3 +96,15 @@ def check_regex(pattern: str, *, option: str = "output regex") -> str:
     except re.error as error:
         raise OptionError(option, f"{pattern!r} does not compile: {error}") from None
     return pattern
+
+
+def ascii_digits(text: str, option: str, what: str) -> int:
+    """The number ``text`` spells in ASCII digits (``str.isdigit`` also passes ``²``, which
+    ``int`` refuses); ``OptionError`` saying it is not ``what``. Digits past any number the
+    ledger keeps are not converted (``int`` refuses thousands of them with a ``ValueError``)."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        raise OptionError(option, f"{text!r} is not {what}")
+    if len(digits.lstrip("0")) > len(str(MAX_LEDGER_INT)):
+        return MAX_LEDGER_INT + 1
+    return int(digits)

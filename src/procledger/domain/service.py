@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 from procledger.domain.durations import (
     MAX_DURATION_S,
     age_ms,
+    ascii_digits,
     check_port,
     check_regex,
     parse_duration,
@@ -26,6 +27,7 @@ from procledger.domain.durations import (
 from procledger.domain.errors import OptionError
 from procledger.domain.model import Frozen
 from procledger.domain.probe_names import probe_names
+from procledger.domain.vocabulary import MAX_LEDGER_INT
 
 __all__ = [
     "BACKOFF_FACTOR",
@@ -96,7 +98,7 @@ class RestartPolicy(Frozen):
     for ``reset_after_s`` clears the count."""
 
     mode: RestartMode = RestartMode.on_failure
-    max_restarts: int = Field(default=5, ge=0)
+    max_restarts: int = Field(default=5, ge=0, le=MAX_LEDGER_INT)
     window_s: float = Field(default=60.0, gt=0, le=MAX_DURATION_S)
     backoff_initial_s: float = Field(default=0.2, ge=0, le=MAX_DURATION_S)
     backoff_max_s: float = Field(default=30.0, ge=0, le=MAX_DURATION_S)
@@ -169,14 +171,18 @@ def plan_restart(
 
 
 def _flag_int(text: str | int, option: str) -> int:
+    """A count a flag gives: a whole number from 0 to the largest the ledger keeps (the policy
+    is stored: a larger one would fail only when written, as a ``TypeError``)."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
-    elif isinstance(text, str) and text.strip().isdigit():
-        value = int(text.strip())
+    elif isinstance(text, str):
+        value = ascii_digits(text, option, "a whole number of 0 or more")
     else:
         raise OptionError(option, f"{text!r} is not a whole number of 0 or more")
     if value < 0:
         raise OptionError(option, f"{value} is negative")
+    if value > MAX_LEDGER_INT:
+        raise OptionError(option, f"{text!r} is more than the ledger can count ({MAX_LEDGER_INT})")
     return value
 
 

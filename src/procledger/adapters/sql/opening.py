@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +55,19 @@ def open_store(
     """
     backend = backend_class(location)
     try:
-        backend.prepare(location, create=create and not read_only)
+        backend.prepare(_first_reach(location, read_only), create=create and not read_only)
         return _open(backend, location, read_only=read_only)
     except StoreUnavailable as error:
         raise _said_why(location, error) from error.__cause__
+
+
+def _first_reach(location: StoreLocation, read_only: bool) -> StoreLocation:
+    """Where ``prepare`` first reaches the server: a writer rides through a server that is
+    restarting for the URL's ``retry_s``, so that what it has to record is not lost; a reader
+    (``ps``, ``show``, ``wait``...) has nothing to lose and a person waiting, so one attempt
+    says at once that the server is not there -- a mistyped host or port fails in a moment, not
+    after 30 s. Once the server answered, the reader's calls ride through like anyone's."""
+    return replace(location, retry_s=0.0) if read_only else location
 
 
 def backend_class(location: StoreLocation) -> type[Backend]:
