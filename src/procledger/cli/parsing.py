@@ -42,7 +42,7 @@ class _Value(argparse.Action):
     ) -> None:
         flag = self.spec.flags[0]
         if self.spec.choices and values not in self.spec.choices:
-            allowed = ", ".join(self.spec.choices)
+            allowed = ", ".join(repr(choice) for choice in self.spec.choices)
             raise UsageError(f"{values!r} is not one of {allowed}", flag)
         value = self.spec.value(values, flag)
         if self.spec.repeat:
