@@ -191,7 +191,8 @@ def test_an_age_beyond_what_the_ledger_counts_is_a_usage_error(
 ) -> None:
     assert run_cli("run", "--", "true", url=ledger).returncode == 0
     said = one_line(run_cli(*args, url=ledger), 2)
-    assert f"{args[1]}: '99999999999w' is longer than the ledger can count back" in said
+    assert args[1] in said
+    assert "'99999999999w' is longer than the ledger can count back" in said
 
 
 def test_the_largest_max_restarts_the_ledger_keeps_is_taken(ledger: str) -> None:
