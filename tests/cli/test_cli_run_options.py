@@ -1,10 +1,9 @@
 """`run`'s options are one typed object (docs/design.md §8): each ``RunOptions`` field names its
-flags, so ``run``'s signature, its parsing and what the host agent receives (its ``start``
-order) come from one place."""
+flags, so ``run``'s parser (the table's, §8.1), its parsing and what the host agent receives
+(its ``start`` order) come from one place."""
 
 from __future__ import annotations
 
-import inspect
 import signal
 from dataclasses import fields
 from pathlib import Path
@@ -12,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from procledger.agent.orders import OrderError, StartOrder, checked
-from procledger.cli import running
+from procledger.cli.hot import starting
+from procledger.cli.parsing import parse
 from procledger.cli.run_options import RunOptions
+from procledger.cli.table import RUN
 
 RAW = {
     "command": ["sleep", "1"], "background": True, "grace": "2.5", "stop_signal": "HUP",
@@ -24,11 +25,17 @@ RAW = {
 }  # fmt: skip
 
 
-def test_run_s_parameters_are_the_fields_flags() -> None:
-    parameters = list(inspect.signature(running.run).parameters)
-    flags = [flag.name for spec in fields(RunOptions) for flag in spec.metadata["flags"]]
-    assert parameters == ["ctx", *flags]
-    assert set(flags) == set(RAW)
+def test_run_s_parser_reads_the_fields_flags() -> None:
+    flags = [flag.dest for spec in fields(RunOptions) for flag in spec.metadata["flags"]]
+    assert [param.dest for param in RUN.params] == [*flags, "command"]
+    assert set(flags) | {"command"} == set(RAW)
+    parsed = vars(parse(RUN, ["--background", "--grace", "2.5", "--", "sleep", "1"]))
+    assert set(parsed) == set(RAW)
+    assert (parsed["command"], parsed["grace"], parsed["background"]) == (
+        ["sleep", "1"],
+        "2.5",
+        True,
+    )
 
 
 def test_the_flags_parse_once_into_typed_values() -> None:
@@ -46,7 +53,7 @@ def test_the_agent_receives_the_same_options_as_its_start_order(tmp_path: Path) 
     source = tmp_path / "input"
     source.write_text("x")
     for options in (RunOptions.parse(RAW), RunOptions.parse(RAW | {"stdin": str(source)})):
-        order = checked(StartOrder, running.start_order(options, "1a2b-3c"))
+        order = checked(StartOrder, starting.start_order(options, "1a2b-3c"))
         assert (tuple(order.argv), order.process_id) == (options.command, "1a2b-3c")
         assert (order.ready, order.restart) == (options.ready, options.restart)
         assert (order.stop_signal, order.grace_s) == (options.stop_signal, options.grace_s)

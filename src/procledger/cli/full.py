@@ -19,8 +19,8 @@ reads every command's annotations on each invocation, so those name only cheap t
 - ``_owner``: the host's CLI owner and its notification session.
 - ``maintenance``: ``table``, ``rebuild``.
 - ``recovery``: ``sweep``, ``worker``.
-- ``running``: ``run``, in the foreground or through the host agent; ``run_options``: its
-  options, each defined once (flags, help, parsing) on a field of ``RunOptions``.
+- ``running``: ``run`` in the foreground, and ``--wait-ready``; ``run_options``: its options,
+  each defined once (flags, help, parsing) on a field of ``RunOptions``.
 - ``inspection``: the list filters of ``prune``.
 - ``logs``: ``prune`` (retention).
 - ``control``: ``abandon``, ``restore``, and ``stop``'s full path.
@@ -41,7 +41,6 @@ from procledger.cli import (
     logs,
     maintenance,
     recovery,
-    running,
     serve,
     table,
     verify,
@@ -72,8 +71,7 @@ def _add_hot(typer_app: typer.Typer, spec: CommandSpec) -> None:
 
 # The order of registration is the order of `procledger --help`: the order a person uses them.
 command = partial(app.command, cls=Command)
-command(context_settings=running.RUN_CONTEXT_SETTINGS, cls=running.RunCommand)(running.run)
-for spec in (table.WAIT, table.PS, table.SHOW, table.LOGS, table.STOP):
+for spec in (table.RUN, table.WAIT, table.PS, table.SHOW, table.LOGS, table.STOP):
     _add_hot(app, spec)
 command()(control.abandon)
 _add_hot(app, table.FEED)

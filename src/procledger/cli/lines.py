@@ -6,6 +6,7 @@ their bytes agree.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from contextlib import suppress
@@ -19,6 +20,15 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_STOPPED = 130
 """128 + SIGINT: what a command stopped on request (Ctrl-C, ``procledger stop``) exits with."""
+EXIT_CANNOT_EXECUTE = 126
+EXIT_NOT_FOUND = 127
+"""What shells exit with when a command cannot be executed (126) or found (127)."""
+
+
+def spawn_exit_code(number: int | None) -> int:
+    """A command that could not be started exits as a shell would: 127 when the program is not
+    there (``ENOENT``), 126 when it is but cannot be executed."""
+    return EXIT_NOT_FOUND if number == errno.ENOENT else EXIT_CANNOT_EXECUTE
 
 
 def one_line(text: str) -> str:

@@ -22,8 +22,13 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message.removeprefix("argument ").replace("argument ", ""))
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
-    """``Usage: procledger ps [OPTIONS]...`` as the full CLI's help begins."""
+class _Help(argparse.HelpFormatter):
+    """``Usage: procledger ps [OPTIONS]...`` as the full CLI's help begins; the description's
+    paragraphs each wrapped to the terminal."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = text.split("\n\n")
+        return "\n\n".join(super(_Help, self)._fill_text(p, width, indent) for p in paragraphs)
 
     def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any = None) -> None:
         super().add_usage(usage, actions, groups, "Usage: " if prefix is None else prefix)
@@ -53,12 +58,17 @@ class _Value(argparse.Action):
 def _parser(spec: CommandSpec) -> _Parser:
     parser = _Parser(
         prog=f"{PROG} {spec.name}",
+        usage=spec.usage,
         description=spec.help,
         allow_abbrev=False,
         formatter_class=_Help,
     )
     for param in spec.params:
-        if isinstance(param, Argument):
+        if isinstance(param, Argument) and param.rest:
+            parser.add_argument(
+                param.dest, metavar=param.metavar, nargs=argparse.REMAINDER, help=param.help
+            )
+        elif isinstance(param, Argument):
             parser.add_argument(param.dest, metavar=param.metavar, help=param.help)
         elif param.metavar is None:
             parser.add_argument(*param.flags, dest=param.dest, action="store_true", help=param.help)
@@ -78,7 +88,33 @@ def _parser(spec: CommandSpec) -> _Parser:
 def parse(spec: CommandSpec, words: list[str]) -> argparse.Namespace:
     """``words`` (what follows the command's name) as the command's options; ``--help`` prints
     the command's help and exits 0. Raises ``UsageError``."""
-    if "--url" in words or any(word.startswith("--url=") for word in words):
-        # The app's option, where the command's go: say where it belongs.
-        raise UsageError(f"--url goes before the command: {PROG} --url URL {spec.name} ...")
-    return _parser(spec).parse_args(words)
+    try:
+        options = _parser(spec).parse_args(words)
+    except UsageError as error:
+        if str(error).startswith("unrecognized arguments: --url"):
+            # The app's option, where the command's go: say where it belongs.
+            where = f"{PROG} --url URL {spec.name} ..."
+            raise UsageError(f"--url goes before the command: {where}") from None
+        raise _with_suggestion(spec, error) from None
+    for param in spec.params:
+        if isinstance(param, Argument) and param.rest:
+            rest = getattr(options, param.dest)
+            setattr(options, param.dest, rest[1:] if rest[:1] == ["--"] else rest)
+            if not getattr(options, param.dest):
+                raise UsageError(f"the command is missing: {spec.usage or spec.name}")
+    return options
+
+
+def _with_suggestion(spec: CommandSpec, error: UsageError) -> UsageError:
+    """An unknown option, with the command's options it may have meant (as click says)."""
+    message = str(error)
+    if not message.startswith("unrecognized arguments: -"):
+        return error
+    import difflib
+
+    typed = message.removeprefix("unrecognized arguments: ").split()[0].split("=")[0]
+    flags = [flag for param in spec.params if isinstance(param, Option) for flag in param.flags]
+    close = difflib.get_close_matches(typed, flags, n=3)
+    if not close:
+        return error
+    return UsageError(f"no such option: {typed} (possible options: {', '.join(close)})")

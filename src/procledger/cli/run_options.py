@@ -4,27 +4,25 @@ parse and what they must agree with, all on one field of ``RunOptions``.
 A field of ``RunOptions`` owns its flags (``run``'s signature, and so its ``--help``, is made
 from them in field order) and the parser that turns their text into the field's value. The
 flags are parsed once, in the foreground; the host agent (``run --background``) receives the
-parsed options as its ``start`` order (``running.start_order``) and parses no flag again. A
+parsed options as its ``start`` order (``cli.hot.starting.start_order``) and parses no flag again. A
 refused value is a usage error naming the flag (exit 2), found before anything is recorded;
 with several, the first in ``--help`` order is named (the command's words last).
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import typer
-
-from procledger import ProcledgerError
-from procledger.cli._app import option_errors, parse_grace
 from procledger.cli.lines import is_utf8
+from procledger.cli.specs import Argument, Option
+from procledger.cli.values import UsageError, grace, usage_errors
+from procledger.domain.errors import ProcledgerError
 from procledger.domain.vocabulary import MAX_LEDGER_INT
 
 if TYPE_CHECKING:
@@ -34,29 +32,29 @@ StdinSource = Literal["inherit", "null"] | Path
 """What the child reads: ``Supervisor.start``'s ``stdin`` (docs/design.md §6.2)."""
 
 Raw = Mapping[str, Any]
-"""``run``'s parameters as click parsed them: text as typed (``ctx.params``)."""
-
-_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+"""``run``'s words as the parser read them: each option's text as typed (``vars(namespace)``)."""
 
 
-def _flag(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
-    """One parameter of ``run``'s signature: ``annotation`` is ``Annotated[type, typer...]``."""
-    return inspect.Parameter(name, _KEYWORD, annotation=annotation, default=default)
-
-
-def _cli(*flags: inspect.Parameter, parse: Callable[[Raw], Any]) -> dict[str, Any]:
+def _cli(*flags: Option, parse: Callable[[Raw], Any]) -> dict[str, Any]:
     """A ``RunOptions`` field's metadata: typed on the command line as ``flags`` (one or more
-    parameters of ``run``), valued by ``parse`` from what click parsed of them."""
+    options of ``run``), valued by ``parse`` from their text."""
     return {"flags": flags, "parse": parse}
 
 
-def _text(name: str, flag: str, metavar: str, help: str) -> inspect.Parameter:
-    """An option whose value is text, absent unless given (a default is said in ``help``)."""
-    return _flag(name, Annotated[str | None, typer.Option(flag, metavar=metavar, help=help)])
+def _as_typed(value: str, option: str) -> str:
+    """A path only read here (``--stdin``): any bytes will do."""
+    return value
 
 
-def _switch(name: str, flag: str, help: str) -> inspect.Parameter:
-    return _flag(name, Annotated[bool, typer.Option(flag, help=help)], False)
+def _text(dest: str, flag: str, metavar: str, help: str, default: str | None = None) -> Option:
+    """An option whose value is text, parsed with the others by its field."""
+    if dest == "stdin":
+        return Option((flag,), dest, help, metavar, default, _as_typed)
+    return Option((flag,), dest, help, metavar, default)
+
+
+def _switch(dest: str, flag: str, help: str) -> Option:
+    return Option((flag,), dest, help)
 
 
 _SIZE = re.compile(r"([0-9]{1,30})\s*(B|KiB|MiB|GiB|K|M|G)?", re.IGNORECASE)
@@ -71,11 +69,11 @@ def parse_size(text: str) -> int:
     found = _SIZE.fullmatch(text.strip())
     if found is None:
         message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
-        raise typer.BadParameter(message, param_hint="--output-limit")
+        raise UsageError(message, "--output-limit")
     size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
     if size > MAX_LEDGER_INT:
         message = f"{text!r} is more than the ledger can count ({MAX_LEDGER_INT} bytes)"
-        raise typer.BadParameter(message, param_hint="--output-limit")
+        raise UsageError(message, "--output-limit")
     return size
 
 
@@ -88,7 +86,7 @@ def parse_signal(value: str) -> signal.Signals:
         return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
     except (KeyError, ValueError):
         message = f"{value!r} is not a signal name or number"
-        raise typer.BadParameter(message, param_hint="--stop-signal") from None
+        raise UsageError(message, "--stop-signal") from None
 
 
 def parse_stdin(value: str | None, background: bool) -> StdinSource:
@@ -101,12 +99,12 @@ def parse_stdin(value: str | None, background: bool) -> StdinSource:
     if value == "inherit":
         if background:
             message = "a background run has no stdin to inherit (use null or a file)"
-            raise typer.BadParameter(message, param_hint="--stdin")
+            raise UsageError(message, "--stdin")
         return "inherit"
     path = Path(value).absolute()
     if not path.is_file() or not os.access(path, os.R_OK):
         message = f"{value!r} is neither inherit, null nor a readable file"
-        raise typer.BadParameter(message, param_hint="--stdin")
+        raise UsageError(message, "--stdin")
     return path
 
 
@@ -119,12 +117,12 @@ def checked_command(command: list[str]) -> tuple[str, ...]:
     or a working directory that is not valid UTF-8 (docs/design.md §8) -- and an empty
     command word, which names no program."""
     if not command[0]:
-        raise typer.BadParameter("the command is empty; nothing was recorded", param_hint="CMD")
+        raise UsageError("the command is empty; nothing was recorded", "CMD")
     for index, word in enumerate(command):
         if not is_utf8(word):
             shown = os.fsencode(word)
             message = f"argument {index} ({shown!r}) is not valid UTF-8; nothing was recorded"
-            raise typer.BadParameter(message, param_hint="CMD")
+            raise UsageError(message, "CMD")
     try:
         workdir = os.getcwd()
     except FileNotFoundError:
@@ -142,7 +140,7 @@ def _readiness(raw: Raw) -> Readiness | None:
     """The ``--ready-*`` probes (docs/design.md §15.1); matching output needs it captured."""
     from procledger.domain.service import readiness_options
 
-    with option_errors():
+    with usage_errors():
         ready = readiness_options(
             port=raw["ready_port"],
             output=raw["ready_output"],
@@ -152,7 +150,7 @@ def _readiness(raw: Raw) -> Readiness | None:
         )
     if ready is not None and ready.output is not None and raw["no_capture"]:
         message = "needs the output captured (drop --no-capture)"
-        raise typer.BadParameter(message, param_hint="--ready-output")
+        raise UsageError(message, "--ready-output")
     return ready
 
 
@@ -160,7 +158,7 @@ def _restart(raw: Raw) -> RestartPolicy | None:
     """``--restart`` and its companions (docs/design.md §15.4)."""
     from procledger.domain.service import restart_options
 
-    with option_errors():
+    with usage_errors():
         return restart_options(
             restart=raw["restart"],
             max_restarts=raw["max_restarts"],
@@ -173,19 +171,10 @@ def _restart(raw: Raw) -> RestartPolicy | None:
 
 def _wait_ready(raw: Raw) -> bool:
     if raw["wait_ready"] and not raw["background"]:
-        raise typer.BadParameter("only with --background", param_hint="--wait-ready")
+        raise UsageError("only with --background", "--wait-ready")
     return bool(raw["wait_ready"])
 
 
-def _text_option(flag: str, metavar: str, help: str) -> Any:
-    return typer.Option(flag, metavar=metavar, help=help, show_default=False)
-
-
-_COMMAND = inspect.Parameter(
-    "command",
-    inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    annotation=Annotated[list[str], typer.Argument(metavar="CMD", show_default=False, hidden=True)],
-)
 _BACKGROUND = _switch(
     "background",
     "--background",
@@ -193,24 +182,18 @@ _BACKGROUND = _switch(
     "and its terminal, its output is kept (see logs), its stdin is /dev/null; print the "
     "process id once it runs and return 0.",
 )
-_GRACE = _flag(
+_GRACE = _text(
     "grace",
-    Annotated[
-        str, _text_option("--grace", "S", "Seconds between stop signals (finite, 0 to 86400).  "
-                          "[default: 10]")
-    ],
+    "--grace",
+    "S",
+    "Seconds between stop signals (finite, 0 to 86400).  [default: 10]",
     "10",
-)  # fmt: skip
-_STOP_SIGNAL = _flag(
+)
+_STOP_SIGNAL = _text(
     "stop_signal",
-    Annotated[
-        str,
-        typer.Option(
-            "--stop-signal",
-            metavar="SIG",
-            help="Sent after SIGINT's grace on Ctrl-C (then SIGKILL after another grace).",
-        ),
-    ],
+    "--stop-signal",
+    "SIG",
+    "Sent after SIGINT's grace on Ctrl-C (then SIGKILL after another grace).  [default: TERM]",
     "TERM",
 )
 _STDIN = _text(
@@ -226,16 +209,12 @@ _JSON = _switch(
 _NO_CAPTURE = _switch(
     "no_capture", "--no-capture", "Keep none of the output (it still streams through)."
 )
-_OUTPUT_LIMIT = _flag(
+_OUTPUT_LIMIT = _text(
     "output_limit",
-    Annotated[
-        str,
-        typer.Option(
-            "--output-limit",
-            metavar="SIZE",
-            help="Output kept across both streams (512KiB, 1MiB, 64MiB or bytes; 0 keeps nothing).",
-        ),
-    ],
+    "--output-limit",
+    "SIZE",
+    "Output kept across both streams (512KiB, 1MiB, 64MiB or bytes; 0 keeps nothing).  "
+    "[default: 64MiB]",
     "64MiB",
 )
 _READY = (
@@ -308,10 +287,10 @@ class RunOptions:
     Each field names the flags that set it and how their text becomes its value."""
 
     command: tuple[str, ...] = field(
-        metadata=_cli(_COMMAND, parse=lambda raw: checked_command(raw["command"]))
+        metadata=_cli(parse=lambda raw: checked_command(raw["command"]))
     )
     background: bool = field(metadata=_cli(_BACKGROUND, parse=lambda raw: bool(raw["background"])))
-    grace_s: float = field(metadata=_cli(_GRACE, parse=lambda raw: parse_grace(raw["grace"])))
+    grace_s: float = field(metadata=_cli(_GRACE, parse=lambda raw: grace(raw["grace"])))
     stop_signal: signal.Signals = field(
         metadata=_cli(_STOP_SIGNAL, parse=lambda raw: parse_signal(raw["stop_signal"]))
     )
@@ -329,14 +308,15 @@ class RunOptions:
 
     @classmethod
     def parse(cls, raw: Raw) -> RunOptions:
-        """The options ``raw`` (``ctx.params``) names, each field parsed and checked once, in
+        """The options ``raw`` names, each field parsed and checked once, in
         ``--help`` order with the command last; the first refusal is a usage error."""
         ordered = [*fields(cls)[1:], fields(cls)[0]]
         values = {spec.name: spec.metadata["parse"](raw) for spec in ordered}
         return cls(**values)
 
-    @staticmethod
-    def signature(context: inspect.Parameter) -> inspect.Signature:
-        """``run``'s signature for typer: ``context``, then every field's flags in order."""
-        flags = [flag for spec in fields(RunOptions) for flag in spec.metadata["flags"]]
-        return inspect.Signature([context, *flags])
+
+RUN_PARAMS: tuple[Option | Argument, ...] = (
+    *(flag for spec in fields(RunOptions)[1:] for flag in spec.metadata["flags"]),
+    Argument("command", "CMD", "The command and its arguments.", rest=True),
+)
+"""``run``'s options in ``--help`` order, then the command's words (``cli.table.RUN``)."""

@@ -7,73 +7,35 @@ too, for runs whose `procledger` died.
 
 from __future__ import annotations
 
-import errno
-import inspect
 import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
-from procledger.cli._app import Command, cli_state, dump, fail, open_ledger
+from procledger.cli._app import dump, open_ledger
 from procledger.cli._format import ending
 from procledger.cli._owner import cli_notifier, cli_owner
-from procledger.cli.lines import EXIT_FAILURE, EXIT_STOPPED, PROG, one_line, warn, write_json
+from procledger.cli.dispatch import fail
+from procledger.cli.lines import (
+    EXIT_FAILURE,
+    EXIT_STOPPED,
+    PROG,
+    one_line,
+    spawn_exit_code,
+    warn,
+    write_json,
+)
 from procledger.cli.run_options import RunOptions, StdinSource
 
 if TYPE_CHECKING:
     from procledger import ProcessHandle, ProcessRecord, ProcessRegistry, StopPolicy, Supervisor
 
-RUN_CONTEXT_SETTINGS = {"allow_interspersed_args": False}
-"""Options before ``--`` or the command's first word are ``run``'s own and parsed strictly (an
-unknown one is a usage error: exit 2, nothing recorded); everything after is the command's."""
-
-EXIT_CANNOT_EXECUTE = 126
-EXIT_NOT_FOUND = 127
-"""What shells exit with when a command cannot be executed (126) or found (127)."""
 _HINT_AFTER_S = 0.5
 """How long the first Ctrl-C's stop may take before the hint about the second one is shown."""
-
-
-class RunCommand(Command):
-    """``run``'s usage line says what to type -- ``[--] CMD [ARG]...`` -- instead of typer's
-    rendering of a variadic argument (``{-- CMD...}...``, ``<list[str]>``)."""
-
-    bytes_options = frozenset({"stdin"})
-
-    def collect_usage_pieces(self, ctx: Any) -> list[str]:
-        return ["[OPTIONS]", "[--] CMD [ARG]..."]
-
-
-def run(ctx: typer.Context, **params: Any) -> None:
-    """Run a command under supervision and record its whole lifecycle.
-
-    Its output streams through and is kept (see `logs`); its stdin is this one's (a pipe or
-    the terminal). The first Ctrl-C stops its whole tree (SIGINT, then --stop-signal, then
-    SIGKILL, --grace apart); a second kills it at once. Exits with the command's code; 130
-    if it was stopped on request; 128+N if signal N ended it; 127 if the command was not
-    found, 126 if it could not be executed.
-
-    --ready-* probes (all must hold) record when it is ready; --restart starts it again as new
-    attempts of one service, with backoff, until --max-restarts per --restart-window."""
-    options = RunOptions.parse(params)
-    if not options.background:
-        _run_foreground(ctx, options)
-    process_id = _run_in_agent(ctx, options)
-    (_wait_ready if options.wait_ready else _print_started)(ctx, options, process_id)
-
-
-# typer reads `run`'s parameters from this signature: each flag is declared once, on the
-# `RunOptions` field it sets (cli/run_options.py; docs/design.md §8).
-run.__signature__ = RunOptions.signature(  # type: ignore[attr-defined]
-    inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
-)
 
 
 def _stop_policy(options: RunOptions) -> StopPolicy:
@@ -83,18 +45,19 @@ def _stop_policy(options: RunOptions) -> StopPolicy:
     return StopPolicy((signal.SIGINT, options.stop_signal), options.grace_s)
 
 
-def _run_foreground(ctx: typer.Context, options: RunOptions) -> NoReturn:
-    """Supervise in this process until the terminal is recorded; exit as the command did."""
-    with open_ledger(cli_state(ctx).url) as registry, _child_stdin(options.stdin) as stdin:
+def run_foreground(url: str | None, options: RunOptions) -> int:
+    """Supervise in this process until the terminal is recorded; the exit code is the
+    command's (docs/design.md §8)."""
+    with open_ledger(url) as registry, _child_stdin(options.stdin) as stdin:
         try:
             record, exit_code = _supervise(registry, options, stdin=stdin)
         except SpawnError as exc:  # recorded `failed`; exit as a shell would
-            fail(cli_state(ctx), exc, _spawn_exit_code(exc))
+            fail("run", exc, spawn_exit_code(exc.errno))
     if options.as_json:
         write_json(dump(record))
     if exit_code and _tell_how_it_ended(record, as_json=options.as_json):
         warn(f"process {record.id} {how_it_ended(record)}")
-    raise typer.Exit(exit_code)
+    return exit_code
 
 
 def _tell_how_it_ended(record: ProcessRecord, *, as_json: bool) -> bool:
@@ -138,15 +101,6 @@ def _child_stdin(stdin: StdinSource) -> Iterator[StdinSource | int]:
 
     with terminal_stdin() as fed:
         yield stdin if fed is None else fed
-
-
-def _spawn_exit_code(exc: SpawnError) -> int:
-    """127 when the program is not there, 126 when it is but cannot be executed."""
-    return _errno_exit_code(exc.errno)
-
-
-def _errno_exit_code(number: int | None) -> int:
-    return EXIT_NOT_FOUND if number == errno.ENOENT else EXIT_CANNOT_EXECUTE
 
 
 class _RunSignals:
@@ -301,120 +255,29 @@ def _to_stderr(chunk: bytes) -> None:
         raise ReaderGone from exc
 
 
-class BackgroundStartError(ProcledgerError):
-    """`run --background` could not start its command through the host agent."""
-
-
-def _run_in_agent(ctx: typer.Context, options: RunOptions) -> str:
-    """`run --background`: the host agent of this ledger (started if need be) supervises the
-    command; returns its id once it runs and that is recorded (docs/design.md §8, §18)."""
-    from procledger.agent.launch import ask, ensure_agent
-    from procledger.domain.errors import AgentError
-    from procledger.supervisor.minting import new_process_id
-
-    state = cli_state(ctx)
-    process_id = new_process_id(int(time.time() * 1000))
-    places, _ = ensure_agent(state.url)
-    try:
-        answer = ask(places, start_order(options, process_id), timeout=START_WAIT_S)
-    except KeyboardInterrupt:  # the order may have reached the agent: say which id it has
-        if not options.as_json:
-            sys.stdout.write(f"{process_id}\n")
-        message = (
-            f"interrupted before the host agent answered: process {process_id} may be starting "
-            f"under it (procledger show {process_id} says; procledger stop {process_id} stops it)"
-        )
-        fail(state, StartInterrupted(message), EXIT_STOPPED)
-    except AgentError as error:
-        if error.type != "ConnectionClosed":
-            fail(state, BackgroundStartError(error.message))
-        return _after_agent_died(ctx, process_id)
-    spawn_error = answer.get("spawn_error")
-    if spawn_error is not None:  # said as a foreground run says it (sentences.spawn_sentence)
-        exc = SpawnError(spawn_error["errno"], one_line(spawn_error["message"]))
-        fail(state, exc, _errno_exit_code(spawn_error["errno"]))
-    return process_id
-
-
-START_WAIT_S = 120.0
-"""How long `run --background` waits for the agent's answer: a start writes twice to the
-ledger, which may ride through a database restart first."""
-
-
-def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
-    """The agent's ``start`` order for ``options`` (``agent.orders.StartOrder``): the command
-    runs where and with what it would have run had this process spawned it."""
-    return {
-        "op": "start",
-        "argv": list(options.command),
-        "process_id": process_id,
-        "cwd": os.getcwd(),
-        "env": dict(os.environ),
-        "stdin": str(options.stdin),
-        "capture": options.capture,
-        "output_limit": options.output_limit,
-        "ready": None if options.ready is None else options.ready.model_dump(mode="json"),
-        "restart": None if options.restart is None else options.restart.model_dump(mode="json"),
-        "stop_signal": int(options.stop_signal),
-        "grace_s": options.grace_s,
-    }
-
-
-def _after_agent_died(ctx: typer.Context, process_id: str) -> str:
+def start_after_agent_died(url: str | None, process_id: str, wait_s: float) -> str | None:
     """The agent died while starting the command: the anchor starts it again, and the new
     agent records what became of the start (running, if the child was spawned; else lost).
-    What the ledger says is the answer."""
+    What the ledger says is the answer: ``None`` when it runs, else how it ended."""
     from procledger.agent.launch import ask, ensure_agent
 
-    state = cli_state(ctx)
-    places, _ = ensure_agent(state.url)
-    ask(places, {"op": "status"}, timeout=START_WAIT_S)  # answered once its takeover is done
-    with open_ledger(state.url) as registry:
+    places, _ = ensure_agent(url)
+    ask(places, {"op": "status"}, timeout=wait_s)  # answered once its takeover is done
+    with open_ledger(url) as registry:
         try:
             record = registry.get(process_id)
         except ProcledgerError:
             record = None
     if record is None or record.is_terminal:
-        how = "it was not recorded" if record is None else ending(record)
-        message = f"the agent died while starting process {process_id}: {how}"
-        fail(state, BackgroundStartError(message))
-    return process_id
+        return "it was not recorded" if record is None else ending(record)
+    return None
 
 
-def _print_started(ctx: typer.Context, options: RunOptions, process_id: str) -> None:
-    """The id of the process the agent runs (--json: its record)."""
-    if options.as_json:
-        with open_ledger(cli_state(ctx).url) as registry:
-            write_json(dump(registry.get(process_id)))
-    else:
-        sys.stdout.write(f"{process_id}\n")
-
-
-def _wait_ready(ctx: typer.Context, options: RunOptions, process_id: str) -> None:
-    """`run --background --wait-ready`: return once it is ready (printing its id, or with
-    --json the record); if it ended first, say how and why and exit 1 (docs/design.md §15).
-    Ctrl-C while it starts leaves it starting under the agent: its id is printed all the same,
-    with a line on stderr saying so and how to stop it, and `run` exits 130."""
-    try:
-        with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
-            record = registry.await_ready(process_id)
-    except KeyboardInterrupt:
-        _print_started(ctx, options, process_id)
-        message = (
-            f"interrupted while waiting for process {process_id} to be ready: it keeps "
-            f"starting under the host agent (procledger stop {process_id} stops it)"
-        )
-        fail(cli_state(ctx), StartInterrupted(message), EXIT_STOPPED)
+def await_ready(url: str | None, process_id: str) -> str | None:
+    """`run --background --wait-ready`: wait until it is ready (``None``), or say how it ended
+    first -- the state and why (docs/design.md §15)."""
+    with open_ledger(url, create=False, read_only=True) as registry:
+        record = registry.await_ready(process_id)
     if record.is_terminal and record.ready_at_ms is None:
-        how = how_it_ended(record)
-        fail(cli_state(ctx), NotReady(f"process {record.id} ended before it was ready: {how}"))
-    _print_started(ctx, options, process_id)
-
-
-class NotReady(ProcledgerError):
-    """A process (or every attempt of a service) ended before it was ready."""
-
-
-class StartInterrupted(ProcledgerError):
-    """Ctrl-C while `run --background` waited for the agent's answer or for readiness: the
-    process is left to the agent, which owns it (docs/design.md §8)."""
+        return how_it_ended(record)
+    return None

@@ -12,54 +12,11 @@ only: importing this module costs nothing the fast path does not already pay.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
-from procledger.cli.values import count, grace, text
+from procledger.cli.run_options import RUN_PARAMS
+from procledger.cli.specs import Argument, CommandSpec, Option
+from procledger.cli.values import count, grace
 
 __all__ = ["HOT", "Argument", "CommandSpec", "Option", "find"]
-
-
-@dataclass(frozen=True)
-class Option:
-    """A flag: a switch when ``metavar`` is ``None``, else it takes a value, turned into the
-    option's value by ``value(text, flag)`` (which raises ``UsageError``)."""
-
-    flags: tuple[str, ...]
-    dest: str
-    help: str
-    metavar: str | None = None
-    default: Any = None
-    value: Callable[[str, str], Any] = text
-    choices: tuple[str, ...] = ()
-    repeat: bool = False
-
-
-@dataclass(frozen=True)
-class Argument:
-    """A positional word (a process id)."""
-
-    dest: str
-    metavar: str
-    help: str
-
-
-@dataclass(frozen=True)
-class CommandSpec:
-    """One hot command: ``words`` as typed (``("agent", "status")``), ``summary`` for the list
-    of commands, ``help`` for its own ``--help``, and ``run``: ``module:function``, imported
-    only when the command runs."""
-
-    words: tuple[str, ...]
-    summary: str
-    help: str
-    params: tuple[Option | Argument, ...]
-    run: str
-
-    @property
-    def name(self) -> str:
-        return " ".join(self.words)
 
 
 _ID = Argument("process_id", "ID", "A process id, or a unique prefix of one or of its random part.")
@@ -214,8 +171,24 @@ AGENT_STATUS = CommandSpec(
     "procledger.cli.hot.agent_status:status",
 )
 
-HOT: tuple[CommandSpec, ...] = (WAIT, PS, SHOW, LOGS, STOP, FEED, AGENT_STATUS)
-"""In the order of ``procledger --help``, after ``run``."""
+RUN = CommandSpec(
+    ("run",),
+    "Run a command under supervision and record its whole lifecycle.",
+    "Run a command under supervision and record its whole lifecycle.\n\nIts output streams "
+    "through and is kept (see `logs`); its stdin is this one's (a pipe or the terminal). The "
+    "first Ctrl-C stops its whole tree (SIGINT, then --stop-signal, then SIGKILL, --grace "
+    "apart); a second kills it at once. Exits with the command's code; 130 if it was stopped "
+    "on request; 128+N if signal N ended it; 127 if the command was not found, 126 if it could "
+    "not be executed.\n\n--ready-* probes (all must hold) record when it is ready; --restart "
+    "starts it again as new attempts of one service, with backoff, until --max-restarts per "
+    "--restart-window. Options go before -- or the command's first word.",
+    RUN_PARAMS,
+    "procledger.cli.hot.starting:run",
+    usage="procledger run [OPTIONS] [--] CMD [ARG]...",
+)
+
+HOT: tuple[CommandSpec, ...] = (RUN, WAIT, PS, SHOW, LOGS, STOP, FEED, AGENT_STATUS)
+"""In the order of ``procledger --help``."""
 
 
 def find(words: list[str]) -> tuple[CommandSpec, list[str]] | None:

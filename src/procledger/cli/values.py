@@ -5,6 +5,8 @@ one raises (docs/design.md §8.1): standard library only, for the fast path.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from procledger.domain.vocabulary import MAX_LEDGER_INT
 
@@ -55,3 +57,16 @@ def grace(value: str, option: str = "--grace") -> float:
         message = f"{value!r} is not a number of seconds from 0 to {MAX_GRACE_S:.0f}"
         raise UsageError(message, option)
     return seconds
+
+
+@contextmanager
+def usage_errors() -> Iterator[None]:
+    """An ``OptionError`` (a bad duration, port, regex or policy) as a usage error: one line
+    naming the flag, exit 2, nothing recorded."""
+    from procledger.domain.errors import OptionError
+
+    try:
+        yield
+    except OptionError as error:
+        message = str(error).removeprefix(f"{error.option}: ")
+        raise UsageError(message, error.option) from None

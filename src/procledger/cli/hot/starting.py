@@ -1,0 +1,137 @@
+"""`procledger run`: ``--background`` hands the command to the ledger's host agent and prints
+its id -- a hot command, answered without the full stack (docs/design.md §8.1, §18); in the
+foreground (``cli.running``) or with ``--wait-ready`` the full stack supervises or waits.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from argparse import Namespace
+from typing import Any
+
+from procledger.cli.dispatch import fail
+from procledger.cli.hot.opening import reading
+from procledger.cli.lines import (
+    EXIT_STOPPED,
+    one_line,
+    spawn_exit_code,
+    write_json,
+    write_line,
+)
+from procledger.cli.run_options import RunOptions
+from procledger.domain.errors import ProcledgerError, SpawnError
+
+__all__ = ["BackgroundStartError", "NotReady", "StartInterrupted", "run", "start_order"]
+
+START_WAIT_S = 120.0
+"""How long `run --background` waits for the agent's answer: a start writes twice to the
+ledger, which may ride through a database restart first."""
+
+
+class BackgroundStartError(ProcledgerError):
+    """`run --background` could not start its command through the host agent."""
+
+
+class StartInterrupted(ProcledgerError):
+    """Ctrl-C while `run --background` waited for the agent's answer or for readiness: the
+    process is left to the agent, which owns it (docs/design.md §8)."""
+
+
+def run(options: Namespace, url: str | None, *, fast: bool) -> int:
+    parsed = RunOptions.parse(vars(options))
+    if not parsed.background:
+        from procledger.cli.running import run_foreground
+
+        return run_foreground(url, parsed)
+    process_id = _start_in_agent(url, parsed)
+    if parsed.wait_ready:
+        _wait_ready(url, parsed, process_id)
+    print_started(url, parsed, process_id, fast=fast)
+    return 0
+
+
+def _wait_ready(url: str | None, options: RunOptions, process_id: str) -> None:
+    """``--wait-ready``: return once it is ready; if it ended first, say how and why and exit 1
+    (docs/design.md §15). Ctrl-C while it starts leaves it starting under the agent: its id is
+    printed all the same, with a line on stderr saying so and how to stop it, exit 130."""
+    from procledger.cli.running import await_ready
+
+    try:
+        how = await_ready(url, process_id)
+    except KeyboardInterrupt:
+        print_started(url, options, process_id, fast=False)
+        message = (
+            f"interrupted while waiting for process {process_id} to be ready: it keeps "
+            f"starting under the host agent (procledger stop {process_id} stops it)"
+        )
+        fail("run", StartInterrupted(message), EXIT_STOPPED)
+    if how is not None:
+        fail("run", NotReady(f"process {process_id} ended before it was ready: {how}"))
+
+
+class NotReady(ProcledgerError):
+    """A process (or every attempt of a service) ended before it was ready."""
+
+
+def print_started(url: str | None, options: RunOptions, process_id: str, *, fast: bool) -> None:
+    """The id of the process the agent runs (``--json``: its record, as stored)."""
+    if not options.as_json:
+        write_line(process_id)
+        return
+    with reading(url, fast=fast) as reads:
+        write_json(reads.record(process_id))
+
+
+def _start_in_agent(url: str | None, options: RunOptions) -> str:
+    """The host agent of this ledger (started if need be) supervises the command; its id,
+    once it runs and that is recorded (docs/design.md §8, §18)."""
+    from procledger.agent.launch import ask, ensure_agent
+    from procledger.domain.errors import AgentError
+    from procledger.supervisor.minting import new_process_id
+
+    process_id = new_process_id(int(time.time() * 1000))
+    places, _ = ensure_agent(url)
+    try:
+        answer = ask(places, start_order(options, process_id), timeout=START_WAIT_S)
+    except KeyboardInterrupt:  # the order may have reached the agent: say which id it has
+        if not options.as_json:
+            write_line(process_id)
+        message = (
+            f"interrupted before the host agent answered: process {process_id} may be starting "
+            f"under it (procledger show {process_id} says; procledger stop {process_id} stops it)"
+        )
+        fail("run", StartInterrupted(message), EXIT_STOPPED)
+    except AgentError as error:
+        if error.type != "ConnectionClosed":
+            fail("run", BackgroundStartError(error.message))
+        from procledger.cli.running import start_after_agent_died
+
+        how = start_after_agent_died(url, process_id, START_WAIT_S)
+        if how is not None:
+            message = f"the agent died while starting process {process_id}: {how}"
+            fail("run", BackgroundStartError(message))
+    spawn_error = answer.get("spawn_error")
+    if spawn_error is not None:  # said as a foreground run says it (sentences.spawn_sentence)
+        exc = SpawnError(spawn_error["errno"], one_line(spawn_error["message"]))
+        fail("run", exc, spawn_exit_code(spawn_error["errno"]))
+    return process_id
+
+
+def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
+    """The agent's ``start`` order for ``options`` (``agent.orders.StartOrder``): the command
+    runs where and with what it would have run had this process spawned it."""
+    return {
+        "op": "start",
+        "argv": list(options.command),
+        "process_id": process_id,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "stdin": str(options.stdin),
+        "capture": options.capture,
+        "output_limit": options.output_limit,
+        "ready": None if options.ready is None else options.ready.model_dump(mode="json"),
+        "restart": None if options.restart is None else options.restart.model_dump(mode="json"),
+        "stop_signal": int(options.stop_signal),
+        "grace_s": options.grace_s,
+    }
