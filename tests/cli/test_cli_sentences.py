@@ -140,8 +140,8 @@ def test_a_missing_program_reads_the_same_in_the_foreground_and_through_the_agen
 @pytest.mark.parametrize(
     ("args", "named"),
     [
-        (["stop", "--mode", "murder", "some-id"], "'--mode': 'murder' is not one of"),
-        (["wait", "some-id", "--until", "soon"], "'--until': 'soon' is not one of"),
+        (["stop", "--mode", "murder", "some-id"], "--mode: 'murder' is not one of"),
+        (["wait", "some-id", "--until", "soon"], "--until: 'soon' is not one of"),
         (["table", "--format", "yaml"], "'--format': 'yaml' is not one of"),
         (["serve", "--port", "eighty"], "'--port': must be a whole number"),
         (["serve", "--port", "99999"], "'--port': must be at most 65535"),

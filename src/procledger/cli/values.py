@@ -18,7 +18,7 @@ class UsageError(Exception):
     """What was typed cannot be run: one line naming the option, exit 2, nothing recorded."""
 
     def __init__(self, message: str, option: str | None = None) -> None:
-        super().__init__(message if option is None else f"invalid value for '{option}': {message}")
+        super().__init__(message if option is None else f"invalid value for {option}: {message}")
         self.option = option
 
 

@@ -111,6 +111,7 @@ def _start_in_agent(url: str | None, options: RunOptions) -> str:
         if how is not None:
             message = f"the agent died while starting process {process_id}: {how}"
             fail("run", BackgroundStartError(message))
+        return process_id
     spawn_error = answer.get("spawn_error")
     if spawn_error is not None:  # said as a foreground run says it (sentences.spawn_sentence)
         exc = SpawnError(spawn_error["errno"], one_line(spawn_error["message"]))
