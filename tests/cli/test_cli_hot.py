@@ -84,6 +84,8 @@ def test_the_hot_commands_import_none_of_the_heavy_stack(
         ("stop", ids[0]),
         ("feed",),
         ("agent", "status"),
+        ("run", "--background", "--", "true"),
+        ("run", "--background", "--json", "--", "true"),
     ):
         heavy = imported(url, *args) & set(HEAVY)
         assert not heavy, (args, heavy)
@@ -117,6 +119,11 @@ CASES = [
     ("show", "{0}"),
     ("show", "{0}", "--json"),
     ("show", "{2}"),
+    ("run", "--backgroud", "--", "true"),
+    ("run",),
+    ("run", "--restart", "always", "--max-restarts", "x", "--", "true"),
+    ("run", "--wait-ready", "--", "true"),
+    ("run", "--", ""),
 ]
 
 

@@ -137,7 +137,10 @@ def checked_command(command: list[str]) -> tuple[str, ...]:
 
 
 def _readiness(raw: Raw) -> Readiness | None:
-    """The ``--ready-*`` probes (docs/design.md §15.1); matching output needs it captured."""
+    """The ``--ready-*`` probes (docs/design.md §15.1); matching output needs it captured.
+    (The models are loaded only when a probe is given: ``run --background`` is hot, §8.1.)"""
+    if not any(raw[name] for name in _READY_NAMES):
+        return None
     from procledger.domain.service import readiness_options
 
     with usage_errors():
@@ -156,6 +159,8 @@ def _readiness(raw: Raw) -> Readiness | None:
 
 def _restart(raw: Raw) -> RestartPolicy | None:
     """``--restart`` and its companions (docs/design.md §15.4)."""
+    if all(raw[name] is None for name in _RESTART_NAMES):
+        return None
     from procledger.domain.service import restart_options
 
     with usage_errors():
@@ -279,6 +284,10 @@ _RESTART = (
         "Running (and ready) this long clears the restart count.",
     ),
 )
+
+
+_READY_NAMES = tuple(option.dest for option in _READY)
+_RESTART_NAMES = tuple(option.dest for option in _RESTART)
 
 
 @dataclass(frozen=True, slots=True)
