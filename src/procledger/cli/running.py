@@ -395,7 +395,7 @@ def _after_agent_died(ctx: typer.Context, process_id: str) -> str:
 def _print_started(ctx: typer.Context, options: RunOptions, process_id: str) -> None:
     """The id of the process the agent runs (--json: its record)."""
     if options.as_json:
-        with open_ledger(cli_state(ctx).url) as registry:
+        with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
             write_json(dump(registry.get(process_id)))
     else:
         sys.stdout.write(f"{process_id}\n")
