@@ -27,7 +27,7 @@ RAW = {
 
 def test_run_s_parser_reads_the_fields_flags() -> None:
     flags = [flag.dest for spec in fields(RunOptions) for flag in spec.metadata["flags"]]
-    assert [param.dest for param in RUN.params] == [*flags, "command"]
+    assert [param.dest for param in RUN.parameters()] == [*flags, "command"]
     assert set(flags) | {"command"} == set(RAW)
     parsed = vars(parse(RUN, ["--background", "--grace", "2.5", "--", "sleep", "1"]))
     assert set(parsed) == set(RAW)

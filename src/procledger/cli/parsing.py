@@ -63,7 +63,7 @@ def _parser(spec: CommandSpec) -> _Parser:
         allow_abbrev=False,
         formatter_class=_Help,
     )
-    for param in spec.params:
+    for param in spec.parameters():
         if isinstance(param, Argument) and param.rest:
             parser.add_argument(
                 param.dest, metavar=param.metavar, nargs=argparse.REMAINDER, help=param.help
@@ -96,7 +96,7 @@ def parse(spec: CommandSpec, words: list[str]) -> argparse.Namespace:
             where = f"{PROG} --url URL {spec.name} ..."
             raise UsageError(f"--url goes before the command: {where}") from None
         raise _with_suggestion(spec, error) from None
-    for param in spec.params:
+    for param in spec.parameters():
         if isinstance(param, Argument) and param.rest:
             rest = getattr(options, param.dest)
             setattr(options, param.dest, rest[1:] if rest[:1] == ["--"] else rest)
@@ -113,7 +113,7 @@ def _with_suggestion(spec: CommandSpec, error: UsageError) -> UsageError:
     import difflib
 
     typed = message.removeprefix("unrecognized arguments: ").split()[0].split("=")[0]
-    flags = [flag for param in spec.params if isinstance(param, Option) for flag in param.flags]
+    flags = [f for param in spec.parameters() if isinstance(param, Option) for f in param.flags]
     close = difflib.get_close_matches(typed, flags, n=3)
     if not close:
         return error

@@ -49,7 +49,7 @@ def _as_typed(value: str, option: str) -> str:
 def _text(dest: str, flag: str, metavar: str, help: str, default: str | None = None) -> Option:
     """An option whose value is text, parsed with the others by its field."""
     if dest == "stdin":
-        return Option((flag,), dest, help, metavar, default, _as_typed)
+        return Option((flag,), dest, help, metavar, default, value=_as_typed)
     return Option((flag,), dest, help, metavar, default)
 
 

@@ -12,7 +12,6 @@ only: importing this module costs nothing the fast path does not already pay.
 
 from __future__ import annotations
 
-from procledger.cli.run_options import RUN_PARAMS
 from procledger.cli.specs import Argument, CommandSpec, Option
 from procledger.cli.values import count, grace
 
@@ -73,7 +72,9 @@ LOGS = CommandSpec(
             choices=("stdout", "stderr"),
         ),
         Option(("--tail",), "tail", "Only the last N lines.", "N", value=count),
-        Option(("--since-offset",), "since_offset", "From byte K of each stream.", "K", 0, count),
+        Option(
+            ("--since-offset",), "since_offset", "From byte K of each stream.", "K", 0, value=count
+        ),
         Option(("--follow", "-f"), "follow", "Wait for new output until the process ends."),
         Option(
             ("--json",),
@@ -137,7 +138,7 @@ STOP = CommandSpec(
             "SIGKILL (finite, 0 to 86400).  [default: 10]",
             "S",
             10.0,
-            grace,
+            value=grace,
         ),
         Option(
             ("--wait",),
@@ -155,7 +156,7 @@ FEED = CommandSpec(
     "Print what changed after a cursor.\n\nOne line per changed process, with its cursor; "
     "--follow keeps printing.",
     (
-        Option(("--since",), "since", "Print changes after cursor N.", "N", 0, count),
+        Option(("--since",), "since", "Print changes after cursor N.", "N", 0, value=count),
         Option(("--limit",), "limit", "Print at most N changes, then exit.", "N", value=count),
         Option(("--follow", "-f"), "follow", "Keep printing changes as they happen."),
         Option(("--json",), "as_json", 'JSON lines: {"record": ..., "cursor": N}.'),
@@ -171,6 +172,14 @@ AGENT_STATUS = CommandSpec(
     "procledger.cli.hot.agent_status:status",
 )
 
+
+def _run_params() -> tuple[Option | Argument, ...]:
+    """``run``'s options, declared on ``RunOptions``' fields (imported only for ``run``)."""
+    from procledger.cli.run_options import RUN_PARAMS
+
+    return RUN_PARAMS
+
+
 RUN = CommandSpec(
     ("run",),
     "Run a command under supervision and record its whole lifecycle.",
@@ -182,7 +191,7 @@ RUN = CommandSpec(
     "not be executed.\n\n--ready-* probes (all must hold) record when it is ready; --restart "
     "starts it again as new attempts of one service, with backoff, until --max-restarts per "
     "--restart-window. Options go before -- or the command's first word.",
-    RUN_PARAMS,
+    _run_params,
     "procledger.cli.hot.starting:run",
     usage="procledger run [OPTIONS] [--] CMD [ARG]...",
 )

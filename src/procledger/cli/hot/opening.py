@@ -16,10 +16,15 @@ __all__ = ["reading"]
 @contextmanager
 def reading(url: str | None, *, fast: bool) -> Iterator[LedgerReads]:
     """The ledger's reads, closed after the block."""
-    from procledger.cli.hot.agent_reads import agent_reads
-
-    reads = open_reads(url, fast=fast, agent=agent_reads)
+    reads = open_reads(url, fast=fast, agent=_through_agent)
     try:
         yield reads
     finally:
         reads.close()
+
+
+def _through_agent(store_key: str) -> LedgerReads:
+    """A server's ledger, read through this host's agent (imported only for one)."""
+    from procledger.cli.hot.agent_reads import agent_reads
+
+    return agent_reads(store_key)
