@@ -55,7 +55,7 @@ def open_store(
     """
     backend = backend_class(location)
     try:
-        backend.prepare(location, create=create and not read_only)
+        backend.prepare(location, create=create and not read_only, read_only=read_only)
         return _open(backend, location, read_only=read_only)
     except StoreUnavailable as error:
         raise _said_why(location, error) from error.__cause__
@@ -124,7 +124,7 @@ def _construct(
     factory: Any = None
     backend: Backend | None = None
     try:
-        backend = backend_class(location)
+        backend = backend_class(location, read_only=read_only)
         factory = backend.infrastructure()
         store = Store(backend)
         recorder = backend.recorder(factory.datastore, store)

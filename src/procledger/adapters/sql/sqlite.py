@@ -26,8 +26,9 @@ from procledger.adapters.sql.dialect import APPLICATION_NAME, Dialect
 from procledger.adapters.sql.errors import translate
 from procledger.adapters.sql.group_commit import Group, WriteGroups
 from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.sqlite_files import connect_read_only, why_not_writable
 from procledger.adapters.sql.store import Backend, Store, Tx, append_in
-from procledger.domain.errors import StoreError, StoreURLError
+from procledger.domain.errors import StoreError, StoreReadOnly, StoreURLError
 
 LOCK_TIMEOUT_S = 60
 """How long a writer waits for another to commit before the store is ``StoreUnavailable``."""
@@ -50,9 +51,13 @@ class SQLiteConnections:
 
     _KEPT_IDLE = 8
 
-    def __init__(self, database: str, *, in_memory: bool, timeout: float) -> None:
+    def __init__(
+        self, database: str, *, in_memory: bool, timeout: float, read_only: bool = False
+    ) -> None:
         self.database = database
         self.timeout = timeout
+        self.read_only = read_only
+        """Whether connections only read (``connect_read_only``): those of a read-only open."""
         self._serialised: threading.RLock | None = threading.RLock() if in_memory else None
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
@@ -121,17 +126,19 @@ class SQLiteConnections:
         connection.close()
 
     def _connect(self) -> sqlite3.Connection:
-        try:
-            connection = sqlite3.connect(
-                self.database,
-                uri=True,
-                check_same_thread=False,
-                isolation_level=None,
-                cached_statements=256,
-                timeout=self.timeout,
-            )
-        except sqlite3.Error as error:
-            raise translate(error, "cannot open the SQLite database") from error
+        options: dict[str, Any] = {
+            "check_same_thread": False,
+            "isolation_level": None,
+            "cached_statements": 256,
+            "timeout": self.timeout,
+        }
+        if self.read_only:
+            connection = connect_read_only(self.database, **options)
+        else:
+            try:
+                connection = sqlite3.connect(self.database, uri=True, **options)
+            except sqlite3.Error as error:
+                raise translate(error, "cannot open the SQLite database") from error
         connection.row_factory = sqlite3.Row
         return connection
 
@@ -297,8 +304,8 @@ class SQLiteBackend(Backend):
     connections of the store's own (docs/design.md §7.3): a write on a file joins this
     process's group commit; an in-memory store serialises its transactions on one lock."""
 
-    def __init__(self, location: StoreLocation) -> None:
-        super().__init__(location)
+    def __init__(self, location: StoreLocation, *, read_only: bool = False) -> None:
+        super().__init__(location, read_only=read_only)
         self.dialect = Dialect(location)
         self.database = (
             f"file:procledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
@@ -306,13 +313,17 @@ class SQLiteBackend(Backend):
             else location.sqlite_path
         )
         self.connections = SQLiteConnections(
-            self.database, in_memory=location.in_memory, timeout=LOCK_TIMEOUT_S
+            self.database,
+            in_memory=location.in_memory,
+            timeout=LOCK_TIMEOUT_S,
+            # An empty file is a ledger not written yet: it gets its tables (docs/design.md §7.1).
+            read_only=read_only and not location.in_memory and not _is_empty(location),
         )
 
     @classmethod
-    def prepare(cls, location: StoreLocation, *, create: bool) -> None:
+    def prepare(cls, location: StoreLocation, *, create: bool, read_only: bool = False) -> None:
         if not location.in_memory:
-            prepare_sqlite_file(location, create=create)
+            prepare_sqlite_file(location, create=create, read_only=read_only)
 
     def infrastructure(self) -> SQLiteFactory:
         return SQLiteFactory(
@@ -348,10 +359,12 @@ _logger = logging.getLogger("procledger.store")
 _warned: set[str] = set()
 
 
-def prepare_sqlite_file(location: StoreLocation, *, create: bool) -> None:
+def prepare_sqlite_file(location: StoreLocation, *, create: bool, read_only: bool = False) -> None:
     """Fail early, with the URL named, where eventsourcing would fail obscurely; create the
     ledger file (``0600``, and for the default ledger its folder, ``0700``) only when
-    ``create`` — otherwise a missing file is a ``StoreURLError`` naming the path."""
+    ``create`` — otherwise a missing file is a ``StoreURLError`` naming the path. A writer is
+    refused (``StoreReadOnly``) where SQLite could not write; a reader's first connection
+    (``connect_read_only``) is its check."""
     path = Path(location.sqlite_path)
     if path.is_dir():
         raise StoreURLError(f"store URL {location.masked!r}: {path} is a folder, not a ledger file")
@@ -364,10 +377,28 @@ def prepare_sqlite_file(location: StoreLocation, *, create: bool) -> None:
         _create_ledger_file(location, path)
     else:
         _warn_if_readable_by_others(path)
+    if read_only:
+        return
+    why = why_not_writable(path)
+    if why is not None:
+        raise StoreReadOnly(
+            f"store URL {location.masked!r}: the ledger cannot be written here: {why}. A "
+            "writer needs its folder too (SQLite makes the -wal and -shm files beside it); "
+            "read commands (ps, show, verify) still work. Make the folder writable, or copy "
+            "it somewhere writable"
+        )
     try:
         sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True).close()
     except sqlite3.Error as error:
         raise translate(error, f"store URL {location.masked!r}: cannot open") from None
+
+
+def _is_empty(location: StoreLocation) -> bool:
+    """Whether the ledger file is empty (or gone: its open will say so)."""
+    try:
+        return os.path.getsize(location.sqlite_path) == 0
+    except OSError:
+        return False
 
 
 def _create_ledger_file(location: StoreLocation, path: Path) -> None:
