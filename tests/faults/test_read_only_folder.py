@@ -205,6 +205,9 @@ def test_read_commands_work_and_writers_fail_in_one_line(
     assert "running" in listing.stdout
     shown = run_cli("show", "b", url=url)
     assert shown.returncode == 0, shown.stderr
+    verified = run_cli("verify", url=url)
+    assert verified.returncode == 0, verified.stderr
+    assert "ok: the ledger verifies" in verified.stdout
     for argv in (["run", "--", "true"], ["stop", "b"]):
         refused = run_cli(*argv, url=url)
         assert refused.returncode == 1, refused

@@ -97,10 +97,12 @@ class VerifyReport:
 def verify_ledger(store: Store) -> VerifyReport:
     """Check the whole ledger (see the module docstring); writes nothing.
 
-    The transaction holds the log's write lock (SQLite's writer lock; PostgreSQL's events-table
-    lock), so the log, heads and read models are compared at one moment while writers wait.
+    One read transaction compares the log, heads and read models at one moment: on SQLite a
+    read transaction is a snapshot, so writers go on meanwhile; PostgreSQL's statements would
+    each see their own moment, so there it holds the events table's lock and writers wait. It
+    never needs a write, so it works on a ledger opened read-only (an archived one, §7.3).
     """
-    with store.write() as tx:
+    with store.read() as tx:
         store.lock_log(tx)
         checker = _Checker(tx)
         database = checker.check_database()
@@ -152,15 +154,15 @@ class _Checker:
     def __init__(self, tx: Tx) -> None:
         self.tx = tx
         self.since = head_rows.chain_since(tx)
-        self.heads = head_rows.all_heads(tx)
-        self.records = head_rows.record_rows(tx)
+        self.problems: list[VerifyProblem] = []
+        self.heads = self.by_id("heads", head_rows.all_heads(tx))
+        self.records = self.by_id("records", head_rows.record_rows(tx))
         self.grants = head_rows.grant_rows(tx)
         self.expected_grants: set[tuple[str, str, str | None]] = set()
         self.names = {process_uuid(pid): pid for pid in (*self.heads, *self.records)}
         self.seen: set[str] = set()
         self.bad_keys: set[Any] = set()
         self.unchained: set[str] = set()
-        self.problems: list[VerifyProblem] = []
         if not is_stored_int(self.since):
             self.problem("chain", f"the chain tracking row is damaged ({self.since!r})")
             self.since = 0  # then every event must be chained: the strictest reading
@@ -170,6 +172,15 @@ class _Checker:
 
     def problem(self, check: str, detail: str, process_id: str | None = None) -> None:
         self.problems.append(VerifyProblem(check, detail, process_id))
+
+    def by_id(self, table: str, rows: dict[Any, Any]) -> dict[str, Any]:
+        """``rows`` whose process id is text; a row whose id is not (undecodable bytes, a
+        number) names no process: it is a problem of the ledger's."""
+        named = {key: value for key, value in rows.items() if isinstance(key, str)}
+        check = "head" if table == "heads" else "read_model"
+        for key in rows.keys() - named.keys():
+            self.problem(check, f"a {table} row's process id is damaged ({key})")
+        return named
 
     def check_database(self) -> str:
         found = head_rows.integrity_problems(self.tx)
@@ -182,20 +193,26 @@ class _Checker:
     # -- the log ----------------------------------------------------------------------------
 
     def add(self, row: tuple[Any, ...]) -> None:
-        position, originator_id, version, topic, state = row
+        position, originator_id, version, raw_topic, state = row
         self.event_count += 1
+        stored_key = head_rows.text_of(originator_id)
         try:
-            key = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+            key = UUID(stored_key) if isinstance(stored_key, str) else UUID(str(stored_key))
         except ValueError:  # a damaged SQLite file: the stream it left has a gap, reported
-            if originator_id not in self.bad_keys:
-                self.bad_keys.add(originator_id)
-                self.problem("log", f"an event's stream id is damaged ({originator_id!r})")
+            if stored_key not in self.bad_keys:
+                self.bad_keys.add(stored_key)
+                self.problem("log", f"an event's stream id is damaged ({stored_key!r})")
             return
+        topic = head_rows.text_of(raw_topic)
         if self.stream is None or self.stream.key != key:
             self.finish_stream()
             self.stream = self.start_stream(key, topic)
         stream = self.stream
         if stream.kind is None or stream.broken:
+            return
+        if not isinstance(topic, str):
+            self.problem("log", f"event v{version}'s topic is damaged ({topic})", stream.process_id)
+            stream.broken = True
             return
         if not is_stored_int(version) or not _is_bytes(state):
             detail = f"version {version!r}, state of type {type(state).__name__}"
@@ -209,8 +226,13 @@ class _Checker:
         stream.version = int(version)
         stream.digest = event_digest(topic, int(version), bytes(state))
 
-    def start_stream(self, key: UUID, topic: str) -> _Stream:
-        stream = _Stream(key, topic, self.names.get(key))
+    def start_stream(self, key: UUID, topic: Any) -> _Stream:
+        """A stream, of a process when its first topic says so -- or, when that topic is not
+        text, when a head or record names it (its damage is then that process's)."""
+        name = self.names.get(key)
+        if not isinstance(topic, str):
+            topic = _PROCESS_PREFIX if name is not None else ""
+        stream = _Stream(key, topic, name)
         if stream.kind == "process":
             self.process_count += 1
             if stream.process_id is not None:
@@ -311,8 +333,9 @@ class _Checker:
                 self.problem("head", "no head row, although it has chained events", s.process_id)
             return
         version, digest = head
-        if not is_stored_int(version):
-            self.problem("head", f"its head row is damaged (version {version!r})", s.process_id)
+        if not is_stored_int(version) or not isinstance(digest, str):
+            damaged = f"version {version!r}" if not is_stored_int(version) else f"digest {digest}"
+            self.problem("head", f"its head row is damaged ({damaged})", s.process_id)
             return
         if s.broken:
             return
@@ -375,15 +398,17 @@ class _Checker:
             self.problem("read_model", "a record row without events", process_id)
         for session_id, process_id, _ in sorted(self.grants ^ self.expected_grants, key=str):
             self.problem(
-                "grants", f"the grant to session {session_id!r} differs from a rebuild", process_id
+                "grants",
+                f"the grant to session {session_id!r} differs from a rebuild",
+                process_id if isinstance(process_id, str) else None,
             )
 
-    def check_envs(self, rows: Iterable[tuple[str, str]]) -> None:
+    def check_envs(self, rows: Iterable[tuple[Any, Any]]) -> None:
         for env_ref, text in rows:
-            if cipher.is_encrypted(text):
+            if isinstance(text, str) and cipher.is_encrypted(text):
                 continue  # authenticated by AES-GCM when it is read
             try:
-                values = orjson.loads(text)
+                values = orjson.loads(text) if isinstance(text, str) else None
                 holds = isinstance(values, dict) and env_ref_for(values) == env_ref
             except orjson.JSONDecodeError:
                 holds = False

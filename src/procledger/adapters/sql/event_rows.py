@@ -88,11 +88,12 @@ def count_events(tx: Tx) -> int:
 
 @contextmanager
 def stream_log(tx: Tx) -> Iterator[Iterator[Row]]:
-    """``(notification_id, originator_id, version, topic, state)`` tuples, one aggregate after
-    another, fetched lazily (a server-side cursor on PostgreSQL), so memory stays flat."""
+    """``(notification_id, key, version, topic, state)`` tuples (``_log_columns``: the key as
+    text, key and topic raw where a file may hold any bytes), one aggregate after another,
+    fetched lazily (a server-side cursor on PostgreSQL), so memory stays flat."""
     dialect = tx.dialect
     query = (
-        f"SELECT {dialect.notification_id}, originator_id, originator_version, topic, state "
+        f"SELECT {_log_columns(tx)} "
         f"FROM {dialect.events_table} ORDER BY originator_id, originator_version"
     )
     connection = tx.cursor.connection

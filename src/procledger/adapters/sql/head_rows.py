@@ -14,7 +14,7 @@ Plain rows in, plain values out: the caller opens the transaction and computes d
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from procledger.adapters.sql.record_rows import RECORD_COLUMNS
@@ -23,6 +23,7 @@ from procledger.adapters.sql.store import Store, Tx
 __all__ = [
     "CHAIN_TRACKING",
     "RECORD_NAMES",
+    "Undecodable",
     "all_heads",
     "chain_since",
     "create_statements",
@@ -32,6 +33,7 @@ __all__ = [
     "integrity_problems",
     "last_event",
     "record_rows",
+    "text_of",
     "upsert",
 ]
 
@@ -56,11 +58,38 @@ def delete(tx: Tx, process_id: str) -> None:
     tx.execute(f"DELETE FROM {tx.dialect.table('heads')} WHERE process_id=?", (process_id,))
 
 
-def all_heads(tx: Tx) -> dict[str, tuple[Any, str]]:
-    """``process_id -> (version, digest)`` for every process that has a head row; the version
-    as stored (a damaged SQLite file may hold any value there: the verifier says so)."""
-    rows = tx.execute(f"SELECT process_id, version, digest FROM {tx.dialect.table('heads')}").all()
-    return {str(row["process_id"]): (row["version"], str(row["digest"])) for row in rows}
+class Undecodable(NamedTuple):
+    """A stored text value that is not UTF-8 -- a SQLite file may hold any bytes in a text
+    column -- kept as its bytes, so that one such row is one problem named by the verifier,
+    not a read that fails for the whole table."""
+
+    raw: bytes
+
+    def __str__(self) -> str:
+        return f"{self.raw!r} (not UTF-8)"
+
+
+def text_of(value: Any) -> Any:
+    """A text column read raw (``Dialect.raw_text``): its text, ``Undecodable`` when its bytes
+    are not UTF-8, or the value as stored when it is no text (``None``, a number)."""
+    if isinstance(value, bytes | memoryview):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return Undecodable(bytes(value))
+    return value
+
+
+def all_heads(tx: Tx) -> dict[Any, tuple[Any, Any]]:
+    """``process_id -> (version, digest)`` for every process that has a head row; each value
+    as stored, text as ``text_of`` reads it (a damaged SQLite file may hold anything there:
+    the verifier says so)."""
+    raw = tx.dialect.raw_text
+    rows = tx.execute(
+        f"SELECT {raw('process_id')} AS process_id, version, {raw('digest')} AS digest "
+        f"FROM {tx.dialect.table('heads')}"
+    ).all()
+    return {text_of(row["process_id"]): (row["version"], text_of(row["digest"])) for row in rows}
 
 
 def last_event(tx: Tx, key: UUID, version: int) -> Any:
@@ -112,28 +141,45 @@ def create_statements(store: Store) -> list[str]:
     ]
 
 
-def record_rows(tx: Tx) -> dict[str, tuple[Any, ...]]:
-    """Every ``records`` row as stored, by process id (columns in ``RECORD_COLUMNS`` order):
-    what a verification compares with the rows a rebuild would write."""
-    rows = tx.execute(f"SELECT {RECORD_COLUMNS} FROM {tx.dialect.table('records')}").all()
-    return {str(row["process_id"]): tuple(row[name] for name in RECORD_NAMES) for row in rows}
+_TEXT_COLUMNS = frozenset(
+    {"process_id", "status", "originator_scope_id", "identity_kind", "identity_label"}
+    | {"definition", "record"}
+)
+"""The ``records`` columns that hold text; the others hold integers."""
 
 
-def grant_rows(tx: Tx) -> set[tuple[str, str, str | None]]:
-    """Every ``grants`` row as stored: ``(session_id, process_id, descriptor)``."""
-    rows = tx.execute(
-        f"SELECT session_id, process_id, descriptor FROM {tx.dialect.table('grants')}"
-    ).all()
+def record_rows(tx: Tx) -> dict[Any, tuple[Any, ...]]:
+    """Every ``records`` row as stored, by process id (columns in ``RECORD_COLUMNS`` order,
+    text as ``text_of`` reads it; the record as its raw text or bytes): what a verification
+    compares with the rows a rebuild would write."""
+    raw = tx.dialect.raw_text
+    columns = ", ".join(
+        f"{raw(name)} AS {name}" if name in _TEXT_COLUMNS else name for name in RECORD_NAMES
+    )
+    rows = tx.execute(f"SELECT {columns} FROM {tx.dialect.table('records')}").all()
     return {
-        (str(row["session_id"]), str(row["process_id"]), _text(row["descriptor"])) for row in rows
+        text_of(row["process_id"]): tuple(
+            row[name] if name == "record" else text_of(row[name]) for name in RECORD_NAMES
+        )
+        for row in rows
     }
 
 
-def env_rows(tx: Tx) -> list[tuple[str, str]]:
-    """Every ``envs`` row: ``(env_ref, stored text)``."""
-    rows = tx.execute(f"SELECT env_ref, env FROM {tx.dialect.table('envs')}").all()
-    return [(str(row["env_ref"]), str(row["env"])) for row in rows]
+def grant_rows(tx: Tx) -> set[tuple[Any, Any, Any]]:
+    """Every ``grants`` row as stored: ``(session_id, process_id, descriptor)``, text as
+    ``text_of`` reads it."""
+    raw = tx.dialect.raw_text
+    rows = tx.execute(
+        f"SELECT {raw('session_id')} AS s, {raw('process_id')} AS p, {raw('descriptor')} AS d "
+        f"FROM {tx.dialect.table('grants')}"
+    ).all()
+    return {(text_of(row["s"]), text_of(row["p"]), text_of(row["d"])) for row in rows}
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+def env_rows(tx: Tx) -> list[tuple[Any, Any]]:
+    """Every ``envs`` row: ``(env_ref, stored text)``, as ``text_of`` reads them."""
+    raw = tx.dialect.raw_text
+    rows = tx.execute(
+        f"SELECT {raw('env_ref')} AS r, {raw('env')} AS e FROM {tx.dialect.table('envs')}"
+    ).all()
+    return [(text_of(row["r"]), text_of(row["e"])) for row in rows]
