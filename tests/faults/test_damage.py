@@ -135,9 +135,14 @@ def test_an_undecodable_event_spoils_its_own_process_only(
     raw.close()
     report = registry.rebuild()
     assert report.damaged == ["b-bad"]
+    assert report.marked == ["b-bad"]  # the damaged bytes break its chain: marked, not kept
     assert report.applied > 0
-    assert [r.id for r in registry.list_processes({"status": "any"})] == list(IDS)
-    assert registry.get("b-bad") == kept  # its old row is kept, not half-rebuilt
+    scan = registry.scan_processes({"status": "any"})
+    assert [r.id for r in scan.records] == ["a-good", "c-good"]
+    assert scan.damaged == ["b-bad"]
+    with pytest.raises(StoreCorrupt, match=r"'b-bad'.*does not verify.*procledger verify"):
+        registry.get("b-bad")  # its old row is not served either: it was marked
+    assert kept.id == "b-bad"
     assert registry.get("c-good").state.value == "running"
     with pytest.raises(StoreCorrupt, match="'b-bad'"):
         registry.events("b-bad")

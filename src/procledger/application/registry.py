@@ -69,7 +69,7 @@ from procledger.domain.errors import (
 from procledger.domain.leases import Acquired, Busy, CompletionAuthority, Lease, LeaseOwner
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.domain.outcome import Outcome
-from procledger.domain.process import Process, process_uuid
+from procledger.domain.process import Process
 from procledger.domain.records import (
     ExternalRef,
     OsFacts,
@@ -281,11 +281,11 @@ class ProcessRegistry:
 
         Raises:
             NotFound: no such process.
-            StoreCorrupt: one of its stored events cannot be decoded.
+            StoreCorrupt: one of its stored events cannot be decoded, or its log does not
+                verify (an event edited or deleted: docs/design.md §13.1), naming it.
         """
         ledger = self._ledger
-        key = process_uuid(process_id)
-        stored = self._store.attempt(lambda tx: ledger.stored_events(tx, key, after))
+        stored = self._store.attempt(lambda tx: ledger.verified_events(tx, process_id, after))
         if not stored and after == 0:
             raise NotFound(f"process {process_id!r} not found")
         if not stored:

@@ -29,14 +29,15 @@ import orjson
 
 from procledger.adapters.codec import decode_event
 from procledger.adapters.sql import event_rows, head_rows
+from procledger.adapters.sql.damage import event_digest, read_record_row
 from procledger.adapters.sql.record_rows import document_row
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application import cipher
-from procledger.application.unit_of_work import event_digest
 from procledger.domain.errors import StoreCorrupt
 from procledger.domain.process import process_uuid
 from procledger.domain.registration import env_ref_for, registration_hash_of
 from procledger.domain.rendering import record_document, render_record
+from procledger.domain.vocabulary import MAX_LEDGER_INT
 from procledger.projections.records import decode_record
 
 _PROCESS_PREFIX = "procledger:Process."
@@ -155,7 +156,10 @@ class _Checker:
         self.tx = tx
         self.since = head_rows.chain_since(tx)
         self.problems: list[VerifyProblem] = []
-        self.heads = self.by_id("heads", head_rows.all_heads(tx))
+        chained = self.since is not None  # a 0.1.0 ledger opened read-only has no heads
+        if not chained:
+            self.since = MAX_LEDGER_INT  # then no event is chained
+        self.heads = self.by_id("heads", head_rows.all_heads(tx) if chained else {})
         self.records = self.by_id("records", head_rows.record_rows(tx))
         self.grants = head_rows.grant_rows(tx)
         self.expected_grants: set[tuple[str, str, str | None]] = set()
@@ -322,8 +326,11 @@ class _Checker:
         if stream.process_id is None:
             self.problem("log", f"stream {stream.key} has no registration and no record")
             return
+        found = len(self.problems)
         self.check_head(stream)
-        if not stream.broken:
+        if not stream.broken and len(self.problems) == found:
+            # A log that does not verify has no rebuild to compare with: its row is the one
+            # written before the damage, or marked damaged by a rebuild (§13.5); either holds.
             self.check_record(stream)
 
     def check_head(self, s: _Stream) -> None:
@@ -359,6 +366,15 @@ class _Checker:
         stored = self.records.get(s.process_id)
         if stored is None:
             self.problem("read_model", "its record row is missing", s.process_id)
+            return
+        marked = read_record_row(s.process_id, stored[-1])
+        if marked.marked:
+            self.problem(
+                "read_model",
+                f"its record row is marked damaged ({marked.damage}), but its log verifies: "
+                "procledger rebuild restores it",
+                s.process_id,
+            )
             return
         expected = document_row(record_document(s.aggregate, s.last_position))
         names = head_rows.RECORD_NAMES

@@ -14,8 +14,11 @@ Plain rows in, plain values out: the caller opens the transaction and computes d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
+
+import orjson
 
 from procledger.adapters.sql.record_rows import RECORD_COLUMNS
 from procledger.adapters.sql.store import Store, Tx
@@ -30,9 +33,12 @@ __all__ = [
     "delete",
     "env_rows",
     "grant_rows",
+    "head_in",
+    "heads_of",
     "integrity_problems",
     "last_event",
     "record_rows",
+    "select_head",
     "text_of",
     "upsert",
 ]
@@ -105,11 +111,50 @@ def last_event(tx: Tx, key: UUID, version: int) -> Any:
 def chain_since(tx: Tx) -> Any:
     """The log position after which every event must be chained (0 when the row is missing:
     everything must then be), as stored (a damaged SQLite file may hold any value there: the
-    verifier says so)."""
+    verifier says so); ``None`` for a ledger no chaining procledger has written to (it has no
+    ``heads`` table: one of 0.1.0, opened read-only), none of whose events is chained."""
+    if tx.execute(*tx.dialect.table_exists("heads")).one() is None:
+        return None
     row = tx.execute(
         f"SELECT position FROM {tx.dialect.table('tracking')} WHERE name=?", (CHAIN_TRACKING,)
     ).one()
     return 0 if row is None else row["position"]
+
+
+def select_head(tx: Tx, process_id: str) -> Tx:
+    """Send the read of one process's head row on ``tx`` (a side cursor, in a batched write,
+    so that it travels with the log read); ``head_in`` reads its answer."""
+    raw = tx.dialect.raw_text
+    return tx.execute(
+        f"SELECT version, {raw('digest')} AS digest FROM {tx.dialect.table('heads')} "
+        "WHERE process_id=?",
+        (process_id,),
+    )
+
+
+def head_in(sent: Tx) -> tuple[Any, Any] | None:
+    """``(version, digest)`` of the head row ``select_head`` sent, as stored, or ``None``."""
+    row = sent.one()
+    return None if row is None else (row["version"], text_of(row["digest"]))
+
+
+def heads_of(tx: Tx, process_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
+    """``process_id -> (version, digest)`` of these processes' head rows (one statement: the
+    ids as one parameter, a JSON array walked by ``json_each`` on SQLite, an array on
+    PostgreSQL), each value as stored."""
+    if not process_ids:
+        return {}
+    raw = tx.dialect.raw_text
+    ids: Any = list(process_ids)
+    within = "= ANY(?)"
+    if tx.dialect.name != "postgresql":
+        ids, within = orjson.dumps(ids).decode(), "IN (SELECT value FROM json_each(?))"
+    rows = tx.execute(
+        f"SELECT process_id, version, {raw('digest')} AS digest "
+        f"FROM {tx.dialect.table('heads')} WHERE process_id {within}",
+        (ids,),
+    ).all()
+    return {str(row["process_id"]): (row["version"], text_of(row["digest"])) for row in rows}
 
 
 def integrity_problems(tx: Tx) -> list[str] | None:

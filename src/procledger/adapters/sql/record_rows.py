@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from procledger.adapters.sql.damage import damage_marker
 from procledger.adapters.sql.store import Tx
 from procledger.domain.errors import NotFound
 from procledger.domain.model import canonical_json
@@ -342,6 +343,34 @@ def write_rebuilt(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
         tx.execute(statement, [list(column) for column in zip(*rows, strict=True)])
     else:
         tx.executemany(statement, rows)
+
+
+_MARK = (
+    f"INSERT INTO {{table}} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (process_id) DO UPDATE SET record=excluded.record "
+    "WHERE {table}.record {differs} excluded.record"
+)
+"""A marked row: inserted whole, or only its ``record`` replaced where it differs (a rebuild
+of a ledger already marked writes nothing)."""
+
+
+def mark_damaged(tx: Tx, marks: Sequence[tuple[str, str, Sequence[object] | None]]) -> None:
+    """Mark processes damaged in the read model: each ``(process_id, why, row)`` leaves the
+    process's ``records`` row holding ``{"damaged": why}`` instead of its record
+    (``damage.damage_marker``, docs/design.md §13.5), its other columns -- what lists filter
+    on -- as they were; a process without a row gets ``row`` (its fold's ``document_row``)
+    with the marker in place of its record, or, with no ``row``, none."""
+    table = tx.dialect.table("records")
+    differs = "IS DISTINCT FROM" if tx.dialect.name == "postgresql" else "IS NOT"
+    for process_id, why, row in marks:
+        marker = damage_marker(why)
+        if row is None:
+            tx.execute(
+                f"UPDATE {table} SET record=? WHERE process_id=? AND record {differs} ?",
+                (marker, process_id, marker),
+            )
+        else:
+            tx.execute(_MARK.format(table=table, differs=differs), (*row[:-1], marker))
 
 
 def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]) -> None:
