@@ -31,6 +31,7 @@ from procledger.adapters.codec import decode_event
 from procledger.adapters.sql import event_rows, head_rows
 from procledger.adapters.sql.damage import event_digest, read_record_row
 from procledger.adapters.sql.record_rows import document_row
+from procledger.adapters.sql.sqlite_files import leave_mark
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application import cipher
 from procledger.domain.errors import StoreCorrupt
@@ -41,6 +42,8 @@ from procledger.domain.vocabulary import MAX_LEDGER_INT
 from procledger.projections.records import decode_record
 
 _PROCESS_PREFIX = "procledger:Process."
+_SQLITE_LINES = 10
+"""How many of SQLite's own lines about a damaged file a report keeps."""
 _SESSION_PREFIX = "procledger:Session."
 
 
@@ -105,14 +108,16 @@ def verify_ledger(store: Store) -> VerifyReport:
     """
     with store.read() as tx:
         store.lock_log(tx)
-        checker = _Checker(tx)
-        database = checker.check_database()
-        with event_rows.stream_log(tx) as rows:
-            for row in rows:
-                checker.add(row)
+        found = head_rows.integrity_problems(tx)
+        checker = _Checker(tx, salvaging=bool(found))
+        database = checker.check_database(found)
+        checker.read_log()
         checker.finish_stream()
         checker.check_leftovers()
-        checker.check_envs(head_rows.env_rows(tx))
+        checker.check_envs(head_rows.env_rows(tx, checker.unreadable))
+        checker.report_unreadable()
+    if found and store.location.sqlite_path:
+        leave_mark(store.location.sqlite_path, f"SQLite's integrity check: {found[0]}")
     return VerifyReport(
         database=database,
         processes=checker.process_count,
@@ -152,16 +157,22 @@ class _Stream:
 class _Checker:
     """Folds the log one stream at a time and collects what does not hold."""
 
-    def __init__(self, tx: Tx) -> None:
+    def __init__(self, tx: Tx, *, salvaging: bool = False) -> None:
         self.tx = tx
+        self.unreadable: list[str] | None = [] if salvaging else None
+        """In a damaged file: what could not be read (salvage mode, every table read around
+        the pages SQLite cannot read); ``None`` otherwise."""
+        self.gone = "missing or unreadable (the file is damaged)" if salvaging else "missing"
         self.since = head_rows.chain_since(tx)
         self.problems: list[VerifyProblem] = []
         chained = self.since is not None  # a 0.1.0 ledger opened read-only has no heads
         if not chained:
             self.since = MAX_LEDGER_INT  # then no event is chained
-        self.heads = self.by_id("heads", head_rows.all_heads(tx) if chained else {})
-        self.records = self.by_id("records", head_rows.record_rows(tx))
-        self.grants = head_rows.grant_rows(tx)
+        heads = head_rows.all_heads(tx, self.unreadable) if chained else {}
+        self.heads_read = heads is not None
+        self.heads = self.by_id("heads", heads or {})
+        self.records = self.by_id("records", head_rows.record_rows(tx, self.unreadable))
+        self.grants = head_rows.grant_rows(tx, self.unreadable)
         self.expected_grants: set[tuple[str, str, str | None]] = set()
         self.names = {process_uuid(pid): pid for pid in (*self.heads, *self.records)}
         self.seen: set[str] = set()
@@ -186,13 +197,33 @@ class _Checker:
             self.problem(check, f"a {table} row's process id is damaged ({key})")
         return named
 
-    def check_database(self) -> str:
-        found = head_rows.integrity_problems(self.tx)
+    def check_database(self, found: list[str] | None) -> str:
+        """SQLite's integrity check: which tables' pages it found damaged, and its first
+        lines (``None``: no such check, PostgreSQL)."""
         if found is None:
             return "not checked"
-        for line in found:
+        for tree, pages in head_rows.damaged_trees(self.tx, found).items():
+            listed = ", ".join(str(page) for page in pages)
+            self.problem("database", f"{tree}: damaged page(s) {listed}")
+        for line in found[:_SQLITE_LINES]:
             self.problem("database", line)
+        if len(found) > _SQLITE_LINES:
+            self.problem("database", f"and {len(found) - _SQLITE_LINES} more such lines")
         return "damaged" if found else "ok"
+
+    def read_log(self) -> None:
+        """Fold the log: streamed, or in a damaged file what can be read of it."""
+        if self.unreadable is not None:
+            for row in event_rows.readable_log(self.tx, self.unreadable):
+                self.add(row)
+            return
+        with event_rows.stream_log(self.tx) as rows:
+            for row in rows:
+                self.add(row)
+
+    def report_unreadable(self) -> None:
+        for line in self.unreadable or ():
+            self.problem("database", line)
 
     # -- the log ----------------------------------------------------------------------------
 
@@ -248,7 +279,7 @@ class _Checker:
         no longer be followed (the problem is recorded)."""
         if version != s.version + 1:
             missing = f"v{s.version + 1}" + (f"..v{version - 1}" if version > s.version + 2 else "")
-            self.problem("log", f"event {missing} is missing", s.process_id)
+            self.problem("log", f"event {missing} is {self.gone}", s.process_id)
             return False
         try:
             fields = orjson.loads(state)
@@ -334,6 +365,8 @@ class _Checker:
             self.check_record(stream)
 
     def check_head(self, s: _Stream) -> None:
+        if not self.heads_read:
+            return  # said once, as a problem of the database
         head = self.heads.get(s.process_id or "")
         if head is None:
             if s.last_position > self.since:
@@ -348,7 +381,7 @@ class _Checker:
             return
         if version > s.version:
             self.problem(
-                "log", f"event v{s.version + 1} (up to v{version}) is missing", s.process_id
+                "log", f"event v{s.version + 1} (up to v{version}) is {self.gone}", s.process_id
             )
         elif version < s.version:
             self.problem(
@@ -365,7 +398,7 @@ class _Checker:
             return
         stored = self.records.get(s.process_id)
         if stored is None:
-            self.problem("read_model", "its record row is missing", s.process_id)
+            self.problem("read_model", f"its record row is {self.gone}", s.process_id)
             return
         marked = read_record_row(s.process_id, stored[-1])
         if marked.marked:
@@ -409,7 +442,7 @@ class _Checker:
     def check_leftovers(self) -> None:
         for process_id in sorted(set(self.heads) - self.seen):
             version = self.heads[process_id][0]
-            self.problem("log", f"its events are missing (head at v{version})", process_id)
+            self.problem("log", f"its events are {self.gone} (head at v{version})", process_id)
         for process_id in sorted(set(self.records) - self.seen - set(self.heads)):
             self.problem("read_model", "a record row without events", process_id)
         for session_id, process_id, _ in sorted(self.grants ^ self.expected_grants, key=str):

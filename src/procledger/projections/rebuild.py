@@ -37,6 +37,7 @@ from procledger.adapters.codec import decode_event
 from procledger.adapters.sql import event_rows, grant_rows, head_rows, record_rows
 from procledger.adapters.sql.damage import chain_fault
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
+from procledger.domain.errors import StoreCorrupt
 from procledger.domain.process import Process, process_key_hex
 from procledger.domain.rendering import record_document
 from procledger.domain.session import Session, session_uuid
@@ -100,7 +101,7 @@ def rebuild_read_models(store: Store, progress: Progress | None = None) -> Rebui
     after: Any = None
     while True:
         rebuild = functools.partial(_rebuild_batch, store, after, totals.since)
-        batch = store.attempt(rebuild, write=True)
+        batch = _stopping_at_damage(store, rebuild, totals)
         if batch.last_stream is None or batch.last_stream == after:
             # The end -- or no step past it: in a damaged SQLite file a key may be a BLOB,
             # which sorts after every text, so ``key > after`` finds it again for ever (the
@@ -114,6 +115,21 @@ def rebuild_read_models(store: Store, progress: Progress | None = None) -> Rebui
     if progress is not None:
         progress(totals.applied, max(total, totals.applied))
     return RebuildReport(applied=totals.applied, damaged=damaged, marked=sorted(totals.marked))
+
+
+def _stopping_at_damage(store: Store, rebuild: Callable[[Tx], _Batch], totals: _Totals) -> _Batch:
+    """One batch; a page of the file that cannot be read stops the rebuild, saying how far it
+    got: every batch before was committed whole, nothing after it was rebuilt."""
+    try:
+        return store.attempt(rebuild, write=True)
+    except StoreCorrupt as error:
+        if error.file is None:
+            raise
+        raise StoreCorrupt(
+            f"{error} -- the rebuild stopped there, after {totals.applied} events: the read "
+            "models of the streams before them were rebuilt, those after were not",
+            file=error.file,
+        ) from error
 
 
 def _rebuild_batch(store: Store, after: Any, since: Any, tx: Tx) -> _Batch:

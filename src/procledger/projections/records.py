@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 from procledger.adapters.sql import record_rows
 from procledger.adapters.sql.damage import damaged_process, read_record_row
+from procledger.adapters.sql.head_rows import text_of
 from procledger.adapters.sql.record_rows import Condition
 from procledger.adapters.sql.store import Tx
 from procledger.domain.errors import StoreCorrupt
@@ -95,6 +96,34 @@ def scan_records(tx: Tx, conditions: Sequence[Condition], page: Page = EVERYTHIN
         tx, conditions, page.limit, after=page.after, descending=page.newest_first
     )
     return decode_rows(rows)
+
+
+def salvage_records(
+    tx: Tx, conditions: Sequence[Condition], page: Page = EVERYTHING
+) -> tuple[ProcessScan, list[str]]:
+    """``scan_records`` of a damaged SQLite file: the matching records that can still be read,
+    paged as ``scan_records`` pages them, and what could not be read (docs/design.md §7.3)."""
+    found, unreadable = record_rows.readable_records(tx, conditions)
+    named = {text: record for raw_id, record in found if isinstance(text := text_of(raw_id), str)}
+    ids = sorted(named, reverse=page.newest_first)
+    if page.after is not None:
+        after = page.after
+        ids = [i for i in ids if (i < after if page.newest_first else i > after)]
+    if page.limit is not None:
+        ids = ids[: page.limit]
+    rows = [{"process_id": process_id, "record": named[process_id]} for process_id in ids]
+    return decode_rows(rows), unreadable
+
+
+def report_unreadable(file: str, unreadable: Sequence[str]) -> None:
+    """Say (on the ``procledger.store`` logger) that a list read a damaged file around what
+    it could not read."""
+    _logger.warning(
+        "the ledger file %s is damaged: listed what can still be read%s (procledger verify "
+        "names the processes, and the way forward)",
+        file,
+        "".join(f"; {line}" for line in unreadable),
+    )
 
 
 def report_damaged(what: str, damaged: Sequence[str]) -> None:

@@ -10,6 +10,7 @@ from uuid import UUID
 
 import orjson
 
+from procledger.adapters.sql.salvage import describe_unreadable, readable_rows
 from procledger.adapters.sql.store import Tx
 
 Row = tuple[Any, ...]
@@ -112,6 +113,24 @@ def stream_log(tx: Tx) -> Iterator[Iterator[Row]]:
         yield iter(cursor)
     finally:
         cursor.close()
+
+
+def readable_log(tx: Tx, unreadable: list[str]) -> list[Row]:
+    """What can be read of the log of a damaged SQLite file (``salvage``), as ``stream_log``
+    gives it -- in ``(stream, version)`` order, sorted here, so held in memory -- the rows
+    that could not be read said in ``unreadable``."""
+    salvaged = readable_rows(tx, tx.dialect.events_table, _log_columns(tx))
+    unreadable.extend(describe_unreadable(tx.dialect.events_table, salvaged.unreadable))
+    rows = [tuple(row)[2:] for row in salvaged.rows]
+    rows.sort(key=_log_order)
+    return rows
+
+
+def _log_order(row: Row) -> tuple[bytes, int]:
+    """A salvaged event's place in the log (a damaged row's key or version sorts first)."""
+    key, version = row[1], row[2]
+    stored = bytes(key) if isinstance(key, bytes | memoryview) else str(key).encode()
+    return stored, version if isinstance(version, int) else -1
 
 
 def _log_columns(tx: Tx) -> str:

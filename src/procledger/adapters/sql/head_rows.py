@@ -14,13 +14,17 @@ Plain rows in, plain values out: the caller opens the transaction and computes d
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 from uuid import UUID
 
 import orjson
 
+from procledger.adapters.sql import salvage
 from procledger.adapters.sql.record_rows import RECORD_COLUMNS
+from procledger.adapters.sql.salvage import describe_unreadable, readable_rows
+from procledger.adapters.sql.sqlite_files import is_damage
 from procledger.adapters.sql.store import Store, Tx
 
 __all__ = [
@@ -30,6 +34,7 @@ __all__ = [
     "all_heads",
     "chain_since",
     "create_statements",
+    "damaged_trees",
     "delete",
     "env_rows",
     "grant_rows",
@@ -86,16 +91,36 @@ def text_of(value: Any) -> Any:
     return value
 
 
-def all_heads(tx: Tx) -> dict[Any, tuple[Any, Any]]:
+def all_heads(tx: Tx, unreadable: list[str] | None = None) -> dict[Any, tuple[Any, Any]] | None:
     """``process_id -> (version, digest)`` for every process that has a head row; each value
     as stored, text as ``text_of`` reads it (a damaged SQLite file may hold anything there:
-    the verifier says so)."""
+    the verifier says so). In a damaged file (``unreadable`` given) ``None`` when the table
+    cannot be read whole -- it has no rowid to step over a bad page by -- said in
+    ``unreadable``."""
     raw = tx.dialect.raw_text
-    rows = tx.execute(
-        f"SELECT {raw('process_id')} AS process_id, version, {raw('digest')} AS digest "
-        f"FROM {tx.dialect.table('heads')}"
-    ).all()
+    table = tx.dialect.table("heads")
+    try:
+        rows = tx.execute(
+            f"SELECT {raw('process_id')} AS process_id, version, {raw('digest')} AS digest "
+            f"FROM {table}"
+        ).all()
+    except sqlite3.DatabaseError as error:
+        if unreadable is None or not is_damage(error):
+            raise
+        unreadable.append(f"the table {table} could not be read: its heads were not checked")
+        return None
     return {text_of(row["process_id"]): (row["version"], text_of(row["digest"])) for row in rows}
+
+
+def _rows(tx: Tx, table: str, columns: str, unreadable: list[str] | None) -> list[Any]:
+    """Every row of side table ``table``: read whole, or -- in a damaged file, when
+    ``unreadable`` is given -- what can be read of it (``salvage``), the rest said there."""
+    name = tx.dialect.table(table)
+    if unreadable is None:
+        return tx.execute(f"SELECT {columns} FROM {name}").all()
+    salvaged = readable_rows(tx, name, columns)
+    unreadable.extend(describe_unreadable(name, salvaged.unreadable))
+    return salvaged.rows
 
 
 def last_event(tx: Tx, key: UUID, version: int) -> Any:
@@ -158,18 +183,29 @@ def heads_of(tx: Tx, process_ids: Sequence[str]) -> dict[str, tuple[Any, Any]]:
 
 
 def integrity_problems(tx: Tx) -> list[str] | None:
-    """What the database's own check finds (SQLite ``PRAGMA integrity_check``; empty: none),
-    or ``None`` where there is no cheap check (PostgreSQL: without amcheck only a read of the
-    log's extent, which fails on a broken index or heap page it touches)."""
+    """What the database's own check finds (SQLite ``PRAGMA integrity_check``, one line per
+    problem; empty: none), or ``None`` where there is no cheap check (PostgreSQL: without
+    amcheck only a read of the log's extent, which fails on a broken index or heap page it
+    touches)."""
     if tx.dialect.name == "postgresql":
         tx.execute(
             f"SELECT COUNT(*) AS n, MAX({tx.dialect.notification_id}) AS m "
             f"FROM {tx.dialect.events_table}"
         ).one()
         return None
-    rows = tx.execute("PRAGMA integrity_check").all()
-    found = [str(row["integrity_check"]) for row in rows]
-    return [] if found == ["ok"] else found
+    try:
+        rows = tx.execute("PRAGMA integrity_check").all()
+    except sqlite3.DatabaseError as error:  # a page so damaged that the check stops at it
+        if not is_damage(error):
+            raise
+        return [str(error)]
+    found = [line for row in rows for line in str(row["integrity_check"]).splitlines()]
+    return [] if found == ["ok"] else [line for line in found if not line.startswith("***")]
+
+
+def damaged_trees(tx: Tx, problems: Sequence[str]) -> dict[str, list[int]]:
+    """The tables and indexes whose pages ``problems`` (SQLite's) name, with those pages."""
+    return salvage.damaged_trees(tx, problems)
 
 
 def create_statements(store: Store) -> list[str]:
@@ -193,15 +229,15 @@ _TEXT_COLUMNS = frozenset(
 """The ``records`` columns that hold text; the others hold integers."""
 
 
-def record_rows(tx: Tx) -> dict[Any, tuple[Any, ...]]:
+def record_rows(tx: Tx, unreadable: list[str] | None = None) -> dict[Any, tuple[Any, ...]]:
     """Every ``records`` row as stored, by process id (columns in ``RECORD_COLUMNS`` order,
     text as ``text_of`` reads it; the record as its raw text or bytes): what a verification
-    compares with the rows a rebuild would write."""
+    compares with the rows a rebuild would write. ``unreadable``: see ``_rows``."""
     raw = tx.dialect.raw_text
     columns = ", ".join(
         f"{raw(name)} AS {name}" if name in _TEXT_COLUMNS else name for name in RECORD_NAMES
     )
-    rows = tx.execute(f"SELECT {columns} FROM {tx.dialect.table('records')}").all()
+    rows = _rows(tx, "records", columns, unreadable)
     return {
         text_of(row["process_id"]): tuple(
             row[name] if name == "record" else text_of(row[name]) for name in RECORD_NAMES
@@ -210,21 +246,18 @@ def record_rows(tx: Tx) -> dict[Any, tuple[Any, ...]]:
     }
 
 
-def grant_rows(tx: Tx) -> set[tuple[Any, Any, Any]]:
+def grant_rows(tx: Tx, unreadable: list[str] | None = None) -> set[tuple[Any, Any, Any]]:
     """Every ``grants`` row as stored: ``(session_id, process_id, descriptor)``, text as
-    ``text_of`` reads it."""
+    ``text_of`` reads it. ``unreadable``: see ``_rows``."""
     raw = tx.dialect.raw_text
-    rows = tx.execute(
-        f"SELECT {raw('session_id')} AS s, {raw('process_id')} AS p, {raw('descriptor')} AS d "
-        f"FROM {tx.dialect.table('grants')}"
-    ).all()
+    columns = f"{raw('session_id')} AS s, {raw('process_id')} AS p, {raw('descriptor')} AS d"
+    rows = _rows(tx, "grants", columns, unreadable)
     return {(text_of(row["s"]), text_of(row["p"]), text_of(row["d"])) for row in rows}
 
 
-def env_rows(tx: Tx) -> list[tuple[Any, Any]]:
-    """Every ``envs`` row: ``(env_ref, stored text)``, as ``text_of`` reads them."""
+def env_rows(tx: Tx, unreadable: list[str] | None = None) -> list[tuple[Any, Any]]:
+    """Every ``envs`` row: ``(env_ref, stored text)``, as ``text_of`` reads them.
+    ``unreadable``: see ``_rows``."""
     raw = tx.dialect.raw_text
-    rows = tx.execute(
-        f"SELECT {raw('env_ref')} AS r, {raw('env')} AS e FROM {tx.dialect.table('envs')}"
-    ).all()
+    rows = _rows(tx, "envs", f"{raw('env_ref')} AS r, {raw('env')} AS e", unreadable)
     return [(text_of(row["r"]), text_of(row["e"])) for row in rows]

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from procledger.adapters.sql.damage import damage_marker
+from procledger.adapters.sql.salvage import describe_unreadable, readable_rows
 from procledger.adapters.sql.store import Tx
 from procledger.domain.errors import NotFound
 from procledger.domain.model import canonical_json
@@ -219,6 +220,20 @@ def select_records(
         statement += " LIMIT ?"
         params.append(limit)
     return tx.execute(statement, params).all()
+
+
+def readable_records(
+    tx: Tx, conditions: Sequence[Condition]
+) -> tuple[list[tuple[Any, Any]], list[str]]:
+    """In a damaged SQLite file: the ``(process_id, record)`` rows matching ``conditions``
+    that can still be read, in no particular order, and what could not be read
+    (``salvage``: the whole table is read, stepping over its bad pages)."""
+    where, params = where_clause(conditions)
+    raw, table = tx.dialect.raw_text, tx.dialect.table("records")
+    columns = f"{raw('process_id')} AS process_id, {raw('record')} AS record"
+    salvaged = readable_rows(tx, table, columns, where, params)
+    rows = [(row["process_id"], row["record"]) for row in salvaged.rows]
+    return rows, describe_unreadable(table, salvaged.unreadable)
 
 
 def select_changed(tx: Tx, after: int, limit: int) -> list[Any]:

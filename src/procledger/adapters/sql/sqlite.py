@@ -16,7 +16,6 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote
 
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore, SQLiteFactory
@@ -26,7 +25,14 @@ from procledger.adapters.sql.dialect import APPLICATION_NAME, Dialect
 from procledger.adapters.sql.errors import translate
 from procledger.adapters.sql.group_commit import Group, WriteGroups
 from procledger.adapters.sql.location import StoreLocation
-from procledger.adapters.sql.sqlite_files import connect_read_only, why_not_writable
+from procledger.adapters.sql.sqlite_files import (
+    connect_read_only,
+    damaged_file,
+    is_damage,
+    leave_mark,
+    refuse_if_damaged,
+    why_not_writable,
+)
 from procledger.adapters.sql.store import Backend, Store, Tx, append_in
 from procledger.domain.errors import StoreError, StoreReadOnly, StoreURLError
 
@@ -170,7 +176,7 @@ class _TranslatedExit:
     ) -> None:
         self._end(error)
         if isinstance(error, sqlite3.Error | UnicodeDecodeError):
-            raise translate(error, _where(self._dialect)) from error
+            raise _translated(error, self._dialect) from error
 
     def _end(self, error: BaseException | None) -> None:
         raise NotImplementedError
@@ -196,7 +202,7 @@ class SQLiteTransaction(_TranslatedExit):
         except BaseException as error:
             self._connections.release(connection)
             if isinstance(error, sqlite3.Error):
-                raise translate(error, _where(self._dialect)) from error
+                raise _translated(error, self._dialect) from error
             raise
         return Tx(cursor, self._dialect)
 
@@ -204,7 +210,7 @@ class SQLiteTransaction(_TranslatedExit):
         try:
             self._finish(error)
         except sqlite3.Error as failure:
-            raise translate(failure, _where(self._dialect)) from failure
+            raise _translated(failure, self._dialect) from failure
 
     def _finish(self, error: BaseException | None) -> None:
         connection = self._connection
@@ -239,13 +245,13 @@ class GroupedWrite(_TranslatedExit):
         try:
             self._group, self._cursor = self._groups.join()
         except sqlite3.Error as error:
-            raise translate(error, _where(self._dialect)) from error
+            raise _translated(error, self._dialect) from error
         return Tx(self._cursor, self._dialect)
 
     def _end(self, error: BaseException | None) -> None:
         failure = self._groups.leave(self._group, self._cursor, error)
         if isinstance(failure, sqlite3.Error):
-            raise translate(failure, _where(self._dialect)) from failure
+            raise _translated(failure, self._dialect) from failure
         if failure is not None:
             raise StoreError(
                 f"{_where(self._dialect)}: the transaction this write shared was rolled back "
@@ -388,7 +394,7 @@ def prepare_sqlite_file(location: StoreLocation, *, create: bool, read_only: boo
             "it somewhere writable"
         )
     try:
-        sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True).close()
+        refuse_if_damaged(path)
     except sqlite3.Error as error:
         raise translate(error, f"store URL {location.masked!r}: cannot open") from None
 
@@ -449,6 +455,19 @@ def _warn_if_readable_by_others(path: Path) -> None:
         _logger.warning(
             "the ledger %s is readable by other users (mode %o); chmod 600 it", key, mode & 0o777
         )
+
+
+def _translated(error: BaseException, dialect: Dialect) -> StoreError:
+    """A driver error met in a transaction, as a ``StoreError`` naming the store; a damaged
+    file (a malformed page) says so, with the way forward, and is marked so that the next
+    writer's open checks it whatever its size (docs/design.md §7.3, "Damaged files")."""
+    location = dialect.location
+    if location.sqlite_path and not location.in_memory and is_damage(error):
+        lines = str(error).strip().splitlines()
+        detail = f"SQLite: {lines[0] if lines else type(error).__name__}"
+        leave_mark(location.sqlite_path, detail)
+        return damaged_file(location.sqlite_path, detail)
+    return translate(error, _where(dialect))
 
 
 def _where(dialect: Dialect) -> str:
