@@ -123,6 +123,22 @@ def test_reads_serve_what_they_can(damaged: Path, caplog: pytest.LogCaptureFixtu
     assert len(result.stdout.splitlines()) > COUNT // 2
 
 
+def test_a_page_of_a_list_is_read_around_the_damage_as_the_plain_read_pages(
+    damaged: Path,
+) -> None:
+    registry = open_registry(f"sqlite:///{damaged}", read_only=True)
+    try:
+        every = [r.id for r in registry.scan_processes({"status": "any"}).records]
+        newest = registry.scan_processes({"status": "any"}, limit=5, newest_first=True)
+        assert [r.id for r in newest.records] == every[::-1][:5]
+        after = registry.scan_processes({"status": "any"}, limit=3, after=every[10])
+        assert [r.id for r in after.records] == every[11:14]
+        running = registry.scan_processes({"status": "running"})  # a filter, read around it
+        assert [r.id for r in running.records] == every
+    finally:
+        registry.close()
+
+
 def test_verify_says_what_it_could_read_and_what_not(damaged: Path) -> None:
     registry = open_registry(f"sqlite:///{damaged}", read_only=True)
     try:

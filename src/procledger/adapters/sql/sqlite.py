@@ -326,6 +326,10 @@ class SQLiteBackend(Backend):
             read_only=read_only and not location.in_memory and not _is_empty(location),
         )
 
+    @property
+    def creates_tables_read_only(self) -> bool:
+        return not self.connections.read_only
+
     @classmethod
     def prepare(cls, location: StoreLocation, *, create: bool, read_only: bool = False) -> None:
         if not location.in_memory:

@@ -150,6 +150,13 @@ class Backend(abc.ABC):
         file, folder or schema only when ``create``; with ``read_only``, check only what a
         reader needs."""
 
+    @property
+    def creates_tables_read_only(self) -> bool:
+        """Whether a read-only open may create the tables of a store that has none (an empty
+        schema or file, ``memory://``: docs/design.md §7.1): not where its connections only
+        read (a SQLite file that holds data)."""
+        return True
+
     def opening_lock(self) -> AbstractContextManager[object]:
         """Held while the schema is created or migrated (across processes where the database
         needs it: PostgreSQL)."""
