@@ -92,6 +92,7 @@ with _exported(now=True):  # the errors (§9) and the vocabulary's enums: plain 
     from procledger.domain.errors import StdinError as StdinError
     from procledger.domain.errors import StoreCorrupt as StoreCorrupt
     from procledger.domain.errors import StoreError as StoreError
+    from procledger.domain.errors import StoreReadOnly as StoreReadOnly
     from procledger.domain.errors import StoreUnavailable as StoreUnavailable
     from procledger.domain.errors import StoreURLError as StoreURLError
     from procledger.domain.errors import SupervisorClosed as SupervisorClosed

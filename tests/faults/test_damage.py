@@ -135,9 +135,14 @@ def test_an_undecodable_event_spoils_its_own_process_only(
     raw.close()
     report = registry.rebuild()
     assert report.damaged == ["b-bad"]
+    assert report.marked == ["b-bad"]  # the damaged bytes break its chain: marked, not kept
     assert report.applied > 0
-    assert [r.id for r in registry.list_processes({"status": "any"})] == list(IDS)
-    assert registry.get("b-bad") == kept  # its old row is kept, not half-rebuilt
+    scan = registry.scan_processes({"status": "any"})
+    assert [r.id for r in scan.records] == ["a-good", "c-good"]
+    assert scan.damaged == ["b-bad"]
+    with pytest.raises(StoreCorrupt, match=r"'b-bad'.*does not verify.*procledger verify"):
+        registry.get("b-bad")  # its old row is not served either: it was marked
+    assert kept.id == "b-bad"
     assert registry.get("c-good").state.value == "running"
     with pytest.raises(StoreCorrupt, match="'b-bad'"):
         registry.events("b-bad")
@@ -316,3 +321,66 @@ def test_rebuild_ends_on_a_stream_id_that_is_no_text_and_names_it(
     report = _within(60, registry.rebuild)
     assert report.damaged == [damaged]
     assert [r.id for r in registry.list_processes({"status": "any"})] == ["a-good", "c-good"]
+
+
+NOT_UTF8 = "CAST(X'73686132353680ff' AS TEXT)"
+"""Text whose bytes are not UTF-8 (``sha256`` and two stray bytes): what a SQLite file may
+hold in any text column."""
+
+
+@pytest.mark.parametrize(
+    ("statement", "check"),
+    [
+        (f"UPDATE procledger_heads SET digest={NOT_UTF8} WHERE process_id='b-bad'", "head"),
+        (f"UPDATE procledger_records SET record={NOT_UTF8} WHERE process_id='b-bad'", "read_model"),
+        (
+            f"UPDATE procledger_records SET identity_label={NOT_UTF8} WHERE process_id='b-bad'",
+            "read_model",
+        ),
+        (f"UPDATE procledger_grants SET descriptor={NOT_UTF8} WHERE process_id='b-bad'", "grants"),
+        (f"UPDATE stored_events SET topic={NOT_UTF8} WHERE originator_id=:key AND ", "log"),
+    ],
+    ids=["head-digest", "record", "record-label", "grant", "event-topic"],
+)
+def test_one_byte_that_is_not_utf8_names_its_process_and_verify_goes_on(
+    registry: ProcessRegistry, path: Path, statement: str, check: str
+) -> None:
+    """It used to fail the whole verify ("Could not decode to UTF-8 column 'digest'")."""
+    from procledger.domain.process import process_uuid
+
+    registry.record_started("b-bad", 1)
+    if statement.endswith("AND "):
+        statement += "originator_version=2"
+    with sqlite3.connect(path) as raw:
+        raw.execute(statement, {"key": process_uuid("b-bad").hex})
+    raw.close()
+    report = registry.verify()
+    assert report.failed == ["b-bad"], report.problems
+    assert check in {p.check for p in report.problems}, report.problems
+    assert report.processes == 3
+
+
+def test_an_env_row_that_is_not_utf8_is_named_and_verify_goes_on(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    env_ref = registry.store_env({"A": "1"})
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"UPDATE procledger_envs SET env={NOT_UTF8}")
+    raw.close()
+    report = registry.verify()
+    assert [(p.check, p.process_id) for p in report.problems] == [("env", None)]
+    assert env_ref in report.problems[0].detail
+
+
+def test_procledger_verify_names_a_process_whose_head_is_not_utf8(
+    registry: ProcessRegistry, path: Path
+) -> None:
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"UPDATE procledger_heads SET digest={NOT_UTF8} WHERE process_id='b-bad'")
+    raw.close()
+    registry.close()
+    result = run_cli("verify", url=f"sqlite:///{path}")
+    assert result.returncode == 1, result
+    assert "FAILED process 'b-bad': head:" in result.stdout
+    assert "a-good" not in result.stdout
+    assert "Traceback" not in result.stderr

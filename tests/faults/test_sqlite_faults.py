@@ -117,8 +117,11 @@ def test_undecodable_utf8_in_an_event_row_is_corrupt_naming_the_process(tmp_path
             registry.events("p")
         with pytest.raises(StoreError):
             registry.request_stop("p", "terminated")
-        assert registry.rebuild().damaged == ["p"]  # named through its record
-        assert registry.get("p").id == "p"  # its old record is kept
+        report = registry.rebuild()
+        assert report.damaged == ["p"]  # named through its record
+        assert report.marked == ["p"]  # its changed bytes break its chain
+        with pytest.raises(StoreCorrupt, match=r"'p'.*does not verify"):
+            registry.get("p")
     finally:
         registry.close()
 

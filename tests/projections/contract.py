@@ -20,6 +20,7 @@ from procledger import (
     ProcessState,
     RecoveryDisposition,
     SessionScope,
+    StoreCorrupt,
     WaitState,
 )
 from procledger.domain.errors import FilterError
@@ -721,8 +722,12 @@ class ProjectionContract(StoreCase):
                 (store.dialect.originator_key(process_uuid("gap")),),
             )
         report = registry.rebuild()
-        assert report.damaged == ["gap"]
-        assert snapshot(registry)["records"] == live["records"]
+        assert report.damaged == report.marked == ["gap"]  # its chain does not verify
+        healthy = [record for record in live["records"] if record["id"] != "gap"]
+        assert snapshot(registry)["records"] == healthy  # "gap" is listed among the damaged
+        assert registry.scan_processes({"status": "any"}).damaged == ["gap"]
+        with pytest.raises(StoreCorrupt, match=r"'gap'.*does not verify: event v2 is missing"):
+            registry.get("gap")
 
     def test_rebuild_from_empty_tables_restores_them(self, registry: ProcessRegistry) -> None:
         registry.register(registration("p"))

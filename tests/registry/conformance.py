@@ -1554,6 +1554,20 @@ class RegistryConformance(StoreCase):
 
     # -- tamper evidence (issue #13) --------------------------------------------------------------
 
+    @staticmethod
+    def stored_versions(registry: ProcessRegistry, process_id: str) -> list[int]:
+        """The versions of the process's stored events, read raw (``events`` refuses a log
+        that does not verify)."""
+        store = registry._store
+        key: Any = store.dialect.originator_key(process_uuid(process_id))
+        with store.read() as tx:
+            rows = tx.execute(
+                f"SELECT originator_version FROM {store.events_table} WHERE originator_id=? "
+                "ORDER BY originator_version",
+                (key,),
+            ).all()
+        return [int(row["originator_version"]) for row in rows]
+
     def edit_registration(self, registry: ProcessRegistry, process_id: str) -> None:
         """Rewrite the stored Registered event's argv, leaving its hash (raw SQL)."""
         store = registry._store
@@ -1584,7 +1598,9 @@ class RegistryConformance(StoreCase):
                 write()
             assert caught.value.process_id == "tampered"
             assert "registration does not match its hash" in str(caught.value)
-        assert self.kinds(registry, "tampered") == ["registered", "started"]
+        assert self.stored_versions(registry, "tampered") == [1, 2]  # nothing appended
+        with pytest.raises(StoreCorrupt, match=r"'tampered'.*does not verify"):
+            registry.events("tampered")  # its log is not served either (§13.1)
         # Every other process stays writable.
         assert registry.request_stop("healthy", "killed").stop_requested == ["killed"]
 

@@ -66,6 +66,23 @@ def test_a_read_only_open_of_an_empty_file_reads_an_empty_ledger_as_before(
     reads_and_refuses_writes(f"sqlite:///{path}")
 
 
+def test_a_read_only_open_of_a_database_without_ledger_tables_creates_none(
+    tmp_path: Path,
+) -> None:
+    """A file that already holds data is read through connections that only read: tables
+    are made only in an empty one."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as other:
+        other.execute("CREATE TABLE notes (text TEXT)")
+    other.close()
+    with pytest.raises(StoreError, match="holds no ledger tables"):
+        open_registry(f"sqlite:///{path}", read_only=True)
+    with sqlite3.connect(path) as other:
+        tables = [row[0] for row in other.execute("SELECT name FROM sqlite_master")]
+    other.close()
+    assert tables == ["notes"]
+
+
 def test_a_read_only_memory_store_reads_and_refuses_writes() -> None:
     reads_and_refuses_writes("memory://")
 

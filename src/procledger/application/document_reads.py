@@ -17,10 +17,12 @@ from typing import Any, TypeVar
 
 import orjson
 
-from procledger.adapters.sql import event_rows, lease_rows, record_rows
+from procledger.adapters.sql import event_rows, head_rows, lease_rows, record_rows
+from procledger.adapters.sql.damage import damaged_process, read_record_row
 from procledger.adapters.sql.location import locate, store_key
 from procledger.adapters.sql.plain_sqlite import NeedsFullPath, Runner, is_shared, plain_reads
 from procledger.adapters.sql.record_rows import Condition
+from procledger.adapters.sql.store import Tx, is_stored_int
 from procledger.domain import id_prefix
 from procledger.domain.errors import NotFound
 from procledger.domain.event_kinds import EVENT_CLASSES, PRODUCER_EVENT, TOPIC_PREFIX
@@ -64,7 +66,7 @@ class LedgerReads:
         payload = self._run(lambda tx: record_rows.record_payload(tx, process_id))
         if payload is None:
             raise NotFound(f"process {process_id!r} not found")
-        document = decode_record(payload)
+        document = decode_record(process_id, payload)
         if document is None:  # the registry says what is wrong with it
             return self._full(lambda registry: _dump(registry.get(process_id)))
         return document
@@ -93,7 +95,7 @@ class LedgerReads:
         records: list[Document] = []
         damaged: list[str] = []
         for row in rows:
-            document = decode_record(row["record"])
+            document = decode_record(str(row["process_id"]), row["record"])
             if document is None:
                 damaged.append(str(row["process_id"]))
             else:
@@ -104,7 +106,7 @@ class LedgerReads:
     def changes_since(self, cursor: int, limit: int) -> tuple[list[Document], int]:
         """Records changed after ``cursor``, in feed order, and the cursor of the last one."""
         rows = self._run(lambda tx: record_rows.select_changed(tx, cursor, limit))
-        records = [decode_record(row["record"]) for row in rows]
+        records = [decode_record(str(row["process_id"]), row["record"]) for row in rows]
         if any(record is None for record in records):  # the registry's feed names the damage
             found, after = self._full(lambda registry: registry.changes_since(cursor, limit))
             return [_dump(record) for record in found], int(after)
@@ -112,10 +114,11 @@ class LedgerReads:
 
     def events(self, process_id: str) -> list[Document]:
         """The process's events as the registry's ``ProcessEvent`` JSON, in order."""
-        key = process_uuid(process_id)
-        rows = self._run(lambda tx: event_rows.aggregate_rows(tx, key))
+        rows, fault = self._run(lambda tx: _verified_log(tx, process_id))
         if not rows:
             raise NotFound(f"process {process_id!r} not found")
+        if fault is not None:
+            raise damaged_process(process_id, f"its log does not verify: {fault}")
         try:
             return [
                 event_document(process_id, row["originator_version"], row["topic"], row["state"])
@@ -174,18 +177,25 @@ def _dump(model: Any) -> Document:
     return model.model_dump(mode="json")  # type: ignore[no-any-return]
 
 
-def decode_record(payload: str | bytes) -> Document | None:
-    """A stored record's document, or ``None`` when the row is damaged (not JSON, not a
-    record): the list names it rather than failing."""
-    try:
-        document = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(document, dict) or not isinstance(document.get("id"), str):
-        return None
-    if not isinstance(document.get("state"), str) or "status" not in document:
+def decode_record(process_id: str, payload: str | bytes | None) -> Document | None:
+    """A stored record's document, or ``None`` when the row is damaged (not JSON, not a record,
+    the marker of a log that does not verify: ``damage.read_record_row``): the list names it
+    rather than failing, and a single read goes to the registry, which says what is wrong."""
+    document = read_record_row(process_id, payload).document
+    if document is None or not isinstance(document.get("state"), str):
         return None
     return document
+
+
+def _verified_log(tx: Tx, process_id: str) -> tuple[list[Any], str | None]:
+    """The process's stored events, and why its log does not verify (``None`` when it does),
+    as the registry's ``events`` checks it (``head_rows.log_fault``)."""
+    rows = event_rows.aggregate_rows(tx, process_uuid(process_id))
+    if not rows:
+        return rows, None
+    since = head_rows.chain_since(tx)
+    since = since if since is None or is_stored_int(since) else 0
+    return rows, head_rows.log_fault(tx, process_id, rows, since, whole=True)
 
 
 def event_document(process_id: str, version: Any, topic: Any, state: Any) -> Document:

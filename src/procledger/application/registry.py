@@ -68,7 +68,7 @@ from procledger.domain.errors import (
 from procledger.domain.leases import Acquired, Busy, CompletionAuthority, Lease, LeaseOwner
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.domain.outcome import Outcome
-from procledger.domain.process import Process, process_uuid
+from procledger.domain.process import Process
 from procledger.domain.records import (
     ExternalRef,
     OsFacts,
@@ -286,11 +286,11 @@ class ProcessRegistry:
 
         Raises:
             NotFound: no such process.
-            StoreCorrupt: one of its stored events cannot be decoded.
+            StoreCorrupt: one of its stored events cannot be decoded, or its log does not
+                verify (an event edited or deleted: docs/design.md §13.1), naming it.
         """
         ledger = self._ledger
-        key = process_uuid(process_id)
-        stored = self._store.attempt(lambda tx: ledger.stored_events(tx, key, after))
+        stored = self._store.attempt(lambda tx: ledger.verified_events(tx, process_id, after))
         if not stored and after == 0:
             raise NotFound(f"process {process_id!r} not found")
         if not stored:
@@ -1089,12 +1089,19 @@ class ProcessRegistry:
         """Rebuild every read model from the log, one transaction per batch of streams:
         each process's record (and each session's grants) is at every moment either the one
         before or the rebuilt one, never half-built. ``progress(done, total)`` is called per
-        batch. A process whose events cannot be decoded or applied keeps its old rows and is
-        named in the report; everything else is rebuilt.
+        batch. A process whose hash chain does not verify is never rebuilt as if healthy: its
+        row is marked damaged (docs/design.md §13.5); one whose events cannot be decoded or
+        applied while its chain holds keeps its old rows; both are named in the report, and
+        everything else is rebuilt.
 
         Returns:
-            ``RebuildReport(applied, damaged)``: the events read, and the ids of what could
-            not be rebuilt (``"stream <uuid>"`` when not even its id can be read).
+            ``RebuildReport(applied, damaged, marked)``: the events read, the ids of what
+            could not be rebuilt (``"stream <uuid>"`` when not even its id can be read), and
+            those of them marked damaged.
+
+        Raises:
+            StoreCorrupt: the SQLite file is damaged (``.file``): refused when the store was
+                opened, or met on the way, saying how far the rebuild got.
         """
         report = rebuild_read_models(self._store, progress)
         self._changes.notify()
@@ -1105,8 +1112,10 @@ class ProcessRegistry:
         chain and head, every registration against its hash, the read models against a
         rebuild done in memory, and the env rows against their references. ``report.ok`` only
         when all hold; each problem names its process. Processes with events from before
-        hash chains existed are listed ``unchained`` (not a failure). Writers wait while it
-        runs (docs/design.md §13).
+        hash chains existed are listed ``unchained`` (not a failure). It reads one snapshot
+        (on PostgreSQL writers wait while it runs), works on a store opened read-only, and in
+        a damaged SQLite file reads around the pages SQLite cannot read, naming them and the
+        processes they held (docs/design.md §13.3).
 
         Raises:
             StoreUnavailable: the store cannot be reached.

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import inspect
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -30,6 +29,7 @@ from eventsourcing.persistence import StoredEvent
 
 from procledger.adapters.codec import OrjsonMapper
 from procledger.adapters.sql import event_rows, head_rows, lease_rows, record_rows
+from procledger.adapters.sql.damage import damaged_process, event_digest
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application.retry import retry_on_conflict
 from procledger.application.waiting import ChangeSignal
@@ -69,14 +69,6 @@ LOG_KEPT = 32
 
 
 MISSING: Any = object()
-
-
-def event_digest(topic: str, version: int, state: bytes) -> str:
-    """``sha256:<hex>`` of one stored event: its topic, version and stored state bytes (the
-    stored form, so an upcast on reading never changes it)."""
-    digest = hashlib.sha256(f"{topic}\n{version}\n".encode())
-    digest.update(bytes(state))
-    return f"sha256:{digest.hexdigest()}"
 
 
 def chained(stored: StoredEvent, prev_digest: str | None) -> StoredEvent:
@@ -156,13 +148,16 @@ class Ahead(NamedTuple):
     process_id: str
     record: Tx
     lease: Tx | None
+    head: Tx | None = None
+    """The process's ``heads`` row, which the log read is checked against (a chained ledger)."""
 
     @classmethod
-    def send(cls, tx: Tx, process_id: str, lease: Lease | None) -> Ahead:
+    def send(cls, tx: Tx, process_id: str, lease: Lease | None, *, head: bool) -> Ahead:
         return cls(
             process_id,
             record_rows.lock_record(tx, process_id),
             None if lease is None else lease_rows.select_lease(tx.side(), process_id, lock=True),
+            head_rows.select_head(tx.side(), process_id) if head else None,
         )
 
 
@@ -277,9 +272,12 @@ class DecideUnit(AppendUnit):
         self.loaded: Loaded | None = None
 
     def decide(self, tx: Tx) -> list[StoredEvent]:
+        ahead = None
         if tx.batching:  # no round trips to save on SQLite: its writes stay as they were
-            self.ahead = Ahead.send(tx, self.process_id, self.lease)
-        self.loaded = loaded = self.ledger.checkout(tx, self.process_id)
+            chained = self.ledger.chain_since(tx) is not None
+            ahead = self.ahead = Ahead.send(tx, self.process_id, self.lease, head=chained)
+        head = None if ahead is None else ahead.head
+        self.loaded = loaded = self.ledger.checkout(tx, self.process_id, head)
         process = loaded.process
         self.decide_on(process, self.now_ms)
         self.processes = [(process, list(process.collect_events()))]
@@ -347,6 +345,7 @@ class Ledger:
         self.reads = ReadModels(store)
         self._aggregates: dict[str, Loaded] = {}
         self.aggregates_kept = AGGREGATES_KEPT
+        self._since: Any = MISSING
 
     def now_ms(self) -> int:
         return int(self.clock())
@@ -358,7 +357,7 @@ class Ledger:
         transaction lost mid-way simply runs again (``Store.attempt``, docs/design.md §7.3)."""
         return self.store.attempt(lambda tx: self.replay(tx, process_id, None).process)
 
-    def checkout(self, tx: Tx, process_id: str) -> Loaded:
+    def checkout(self, tx: Tx, process_id: str, head: Tx | None = None) -> Loaded:
         """The process as its log stands, for a write in the open transaction ``tx``.
 
         The log is read whole, as always, but decoding and applying it is most of loading: the
@@ -368,7 +367,7 @@ class Ledger:
         then applied. A checked-out copy is out of the cache until its write commits, so a
         decision that fails half-way never leaves a half-mutated aggregate behind.
         """
-        return self.replay(tx, process_id, self._aggregates.pop(process_id, None))
+        return self.replay(tx, process_id, self._aggregates.pop(process_id, None), head)
 
     def keep(self, loaded: Loaded) -> None:
         if len(loaded.log) > LOG_KEPT:
@@ -377,7 +376,14 @@ class Ledger:
             self._aggregates.clear()
         self._aggregates[loaded.process.process_id] = loaded
 
-    def replay(self, tx: Tx, process_id: str, cached: Loaded | None) -> Loaded:
+    def replay(
+        self, tx: Tx, process_id: str, cached: Loaded | None, head: Tx | None = None
+    ) -> Loaded:
+        """The process from its log, reusing ``cached`` while the log still holds its events;
+        its hash chain is checked from the last reused event on (``head``: its ``heads`` row,
+        already sent), so a process whose log does not verify is never written to -- a write
+        would chain the next event to an edited one and hide the edit (docs/design.md §13.1).
+        """
         key = process_uuid(process_id)
         rows = event_rows.aggregate_rows(tx, key)
         if not rows:
@@ -389,9 +395,42 @@ class Ledger:
         for row in rows[reused:]:
             event = self.decode(stored_event(key, row), process_id)
             process = apply_stored(event, process, f"process {process_id!r}", process_id)
+        first = max(reused - 1, 0)  # after the fold: its errors are the more telling
+        self.verify_chain(tx, process_id, rows[first:], whole=first == 0, head=head)
         last = rows[-1]
-        head = event_digest(last["topic"], last["originator_version"], last["state"])
-        return Loaded(process, tuple((row["position"], row["state"]) for row in rows), head)
+        digest = event_digest(last["topic"], last["originator_version"], last["state"])
+        return Loaded(process, tuple((row["position"], row["state"]) for row in rows), digest)
+
+    def chain_since(self, tx: Tx) -> int | None:
+        """The log position at or before which events predate chains, read once (it is set
+        when a chaining procledger first opens the ledger, and never moves): ``None`` for a
+        ledger without chains at all (0.1.0's, opened read-only); a damaged value reads as 0,
+        every event chained, the strictest reading."""
+        if self._since is MISSING:
+            since = head_rows.chain_since(tx)
+            self._since = since if since is None or is_stored_int(since) else 0
+        return self._since  # type: ignore[no-any-return]
+
+    def verify_chain(
+        self, tx: Tx, process_id: str, rows: Sequence[Any], *, whole: bool, head: Tx | None = None
+    ) -> None:
+        """Raise ``StoreCorrupt`` naming the process unless its events ``rows`` (to the end of
+        its log; ``whole``: from its first) verify against each other and its head
+        (``damage.chain_fault``; ``head``: the head row's read, already sent)."""
+        fault = head_rows.log_fault(
+            tx, process_id, rows, self.chain_since(tx), whole=whole, head=head
+        )
+        if fault is not None:
+            raise damaged_process(process_id, f"its log does not verify: {fault}")
+
+    def verified_events(self, tx: Tx, process_id: str, after: int) -> list[StoredEvent]:
+        """The process's stored events after version ``after``, once its log from the one
+        before them to its end has verified (``verify_chain``)."""
+        key = process_uuid(process_id)
+        rows = event_rows.aggregate_rows(tx, key, max(after - 1, 0))
+        if rows:
+            self.verify_chain(tx, process_id, rows, whole=after <= 1)
+        return [stored_event(key, row) for row in rows if row["originator_version"] > after]
 
     def stored_events(self, tx: Tx, key: UUID, after: int = 0) -> list[StoredEvent]:
         return [stored_event(key, row) for row in event_rows.aggregate_rows(tx, key, after)]

@@ -29,17 +29,21 @@ import orjson
 
 from procledger.adapters.codec import decode_event
 from procledger.adapters.sql import event_rows, head_rows
+from procledger.adapters.sql.damage import event_digest, read_record_row
 from procledger.adapters.sql.record_rows import document_row
+from procledger.adapters.sql.sqlite_files import leave_mark
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.application import cipher
-from procledger.application.unit_of_work import event_digest
 from procledger.domain.errors import StoreCorrupt
 from procledger.domain.process import process_uuid
 from procledger.domain.registration import env_ref_for, registration_hash_of
 from procledger.domain.rendering import record_document, render_record
+from procledger.domain.vocabulary import MAX_LEDGER_INT
 from procledger.projections.records import decode_record
 
 _PROCESS_PREFIX = "procledger:Process."
+_SQLITE_LINES = 10
+"""How many of SQLite's own lines about a damaged file a report keeps."""
 _SESSION_PREFIX = "procledger:Session."
 
 
@@ -97,19 +101,23 @@ class VerifyReport:
 def verify_ledger(store: Store) -> VerifyReport:
     """Check the whole ledger (see the module docstring); writes nothing.
 
-    The transaction holds the log's write lock (SQLite's writer lock; PostgreSQL's events-table
-    lock), so the log, heads and read models are compared at one moment while writers wait.
+    One read transaction compares the log, heads and read models at one moment: on SQLite a
+    read transaction is a snapshot, so writers go on meanwhile; PostgreSQL's statements would
+    each see their own moment, so there it holds the events table's lock and writers wait. It
+    never needs a write, so it works on a ledger opened read-only (an archived one, §7.3).
     """
-    with store.write() as tx:
+    with store.read() as tx:
         store.lock_log(tx)
-        checker = _Checker(tx)
-        database = checker.check_database()
-        with event_rows.stream_log(tx) as rows:
-            for row in rows:
-                checker.add(row)
+        found = head_rows.integrity_problems(tx)
+        checker = _Checker(tx, salvaging=bool(found))
+        database = checker.check_database(found)
+        checker.read_log()
         checker.finish_stream()
         checker.check_leftovers()
-        checker.check_envs(head_rows.env_rows(tx))
+        checker.check_envs(head_rows.env_rows(tx, checker.unreadable))
+        checker.report_unreadable()
+    if found and store.location.sqlite_path:
+        leave_mark(store.location.sqlite_path, f"SQLite's integrity check: {found[0]}")
     return VerifyReport(
         database=database,
         processes=checker.process_count,
@@ -149,18 +157,27 @@ class _Stream:
 class _Checker:
     """Folds the log one stream at a time and collects what does not hold."""
 
-    def __init__(self, tx: Tx) -> None:
+    def __init__(self, tx: Tx, *, salvaging: bool = False) -> None:
         self.tx = tx
+        self.unreadable: list[str] | None = [] if salvaging else None
+        """In a damaged file: what could not be read (salvage mode, every table read around
+        the pages SQLite cannot read); ``None`` otherwise."""
+        self.gone = "missing or unreadable (the file is damaged)" if salvaging else "missing"
         self.since = head_rows.chain_since(tx)
-        self.heads = head_rows.all_heads(tx)
-        self.records = head_rows.record_rows(tx)
-        self.grants = head_rows.grant_rows(tx)
+        self.problems: list[VerifyProblem] = []
+        chained = self.since is not None  # a 0.1.0 ledger opened read-only has no heads
+        if not chained:
+            self.since = MAX_LEDGER_INT  # then no event is chained
+        heads = head_rows.all_heads(tx, self.unreadable) if chained else {}
+        self.heads_read = heads is not None
+        self.heads = self.by_id("heads", heads or {})
+        self.records = self.by_id("records", head_rows.record_rows(tx, self.unreadable))
+        self.grants = head_rows.grant_rows(tx, self.unreadable)
         self.expected_grants: set[tuple[str, str, str | None]] = set()
         self.names = {process_uuid(pid): pid for pid in (*self.heads, *self.records)}
         self.seen: set[str] = set()
         self.bad_keys: set[Any] = set()
         self.unchained: set[str] = set()
-        self.problems: list[VerifyProblem] = []
         if not is_stored_int(self.since):
             self.problem("chain", f"the chain tracking row is damaged ({self.since!r})")
             self.since = 0  # then every event must be chained: the strictest reading
@@ -171,31 +188,66 @@ class _Checker:
     def problem(self, check: str, detail: str, process_id: str | None = None) -> None:
         self.problems.append(VerifyProblem(check, detail, process_id))
 
-    def check_database(self) -> str:
-        found = head_rows.integrity_problems(self.tx)
+    def by_id(self, table: str, rows: dict[Any, Any]) -> dict[str, Any]:
+        """``rows`` whose process id is text; a row whose id is not (undecodable bytes, a
+        number) names no process: it is a problem of the ledger's."""
+        named = {key: value for key, value in rows.items() if isinstance(key, str)}
+        check = "head" if table == "heads" else "read_model"
+        for key in rows.keys() - named.keys():
+            self.problem(check, f"a {table} row's process id is damaged ({key})")
+        return named
+
+    def check_database(self, found: list[str] | None) -> str:
+        """SQLite's integrity check: which tables' pages it found damaged, and its first
+        lines (``None``: no such check, PostgreSQL)."""
         if found is None:
             return "not checked"
-        for line in found:
+        for tree, pages in head_rows.damaged_trees(self.tx, found).items():
+            listed = ", ".join(str(page) for page in pages)
+            self.problem("database", f"{tree}: damaged page(s) {listed}")
+        for line in found[:_SQLITE_LINES]:
             self.problem("database", line)
+        if len(found) > _SQLITE_LINES:
+            self.problem("database", f"and {len(found) - _SQLITE_LINES} more such lines")
         return "damaged" if found else "ok"
+
+    def read_log(self) -> None:
+        """Fold the log: streamed, or in a damaged file what can be read of it."""
+        if self.unreadable is not None:
+            for row in event_rows.readable_log(self.tx, self.unreadable):
+                self.add(row)
+            return
+        with event_rows.stream_log(self.tx) as rows:
+            for row in rows:
+                self.add(row)
+
+    def report_unreadable(self) -> None:
+        for line in self.unreadable or ():
+            self.problem("database", line)
 
     # -- the log ----------------------------------------------------------------------------
 
     def add(self, row: tuple[Any, ...]) -> None:
-        position, originator_id, version, topic, state = row
+        position, originator_id, version, raw_topic, state = row
         self.event_count += 1
+        stored_key = head_rows.text_of(originator_id)
         try:
-            key = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+            key = UUID(stored_key) if isinstance(stored_key, str) else UUID(str(stored_key))
         except ValueError:  # a damaged SQLite file: the stream it left has a gap, reported
-            if originator_id not in self.bad_keys:
-                self.bad_keys.add(originator_id)
-                self.problem("log", f"an event's stream id is damaged ({originator_id!r})")
+            if stored_key not in self.bad_keys:
+                self.bad_keys.add(stored_key)
+                self.problem("log", f"an event's stream id is damaged ({stored_key!r})")
             return
+        topic = head_rows.text_of(raw_topic)
         if self.stream is None or self.stream.key != key:
             self.finish_stream()
             self.stream = self.start_stream(key, topic)
         stream = self.stream
         if stream.kind is None or stream.broken:
+            return
+        if not isinstance(topic, str):
+            self.problem("log", f"event v{version}'s topic is damaged ({topic})", stream.process_id)
+            stream.broken = True
             return
         if not is_stored_int(version) or not _is_bytes(state):
             detail = f"version {version!r}, state of type {type(state).__name__}"
@@ -209,8 +261,13 @@ class _Checker:
         stream.version = int(version)
         stream.digest = event_digest(topic, int(version), bytes(state))
 
-    def start_stream(self, key: UUID, topic: str) -> _Stream:
-        stream = _Stream(key, topic, self.names.get(key))
+    def start_stream(self, key: UUID, topic: Any) -> _Stream:
+        """A stream, of a process when its first topic says so -- or, when that topic is not
+        text, when a head or record names it (its damage is then that process's)."""
+        name = self.names.get(key)
+        if not isinstance(topic, str):
+            topic = _PROCESS_PREFIX if name is not None else ""
+        stream = _Stream(key, topic, name)
         if stream.kind == "process":
             self.process_count += 1
             if stream.process_id is not None:
@@ -222,7 +279,7 @@ class _Checker:
         no longer be followed (the problem is recorded)."""
         if version != s.version + 1:
             missing = f"v{s.version + 1}" + (f"..v{version - 1}" if version > s.version + 2 else "")
-            self.problem("log", f"event {missing} is missing", s.process_id)
+            self.problem("log", f"event {missing} is {self.gone}", s.process_id)
             return False
         try:
             fields = orjson.loads(state)
@@ -300,25 +357,31 @@ class _Checker:
         if stream.process_id is None:
             self.problem("log", f"stream {stream.key} has no registration and no record")
             return
+        found = len(self.problems)
         self.check_head(stream)
-        if not stream.broken:
+        if not stream.broken and len(self.problems) == found:
+            # A log that does not verify has no rebuild to compare with: its row is the one
+            # written before the damage, or marked damaged by a rebuild (§13.5); either holds.
             self.check_record(stream)
 
     def check_head(self, s: _Stream) -> None:
+        if not self.heads_read:
+            return  # said once, as a problem of the database
         head = self.heads.get(s.process_id or "")
         if head is None:
             if s.last_position > self.since:
                 self.problem("head", "no head row, although it has chained events", s.process_id)
             return
         version, digest = head
-        if not is_stored_int(version):
-            self.problem("head", f"its head row is damaged (version {version!r})", s.process_id)
+        if not is_stored_int(version) or not isinstance(digest, str):
+            damaged = f"version {version!r}" if not is_stored_int(version) else f"digest {digest}"
+            self.problem("head", f"its head row is damaged ({damaged})", s.process_id)
             return
         if s.broken:
             return
         if version > s.version:
             self.problem(
-                "log", f"event v{s.version + 1} (up to v{version}) is missing", s.process_id
+                "log", f"event v{s.version + 1} (up to v{version}) is {self.gone}", s.process_id
             )
         elif version < s.version:
             self.problem(
@@ -335,7 +398,16 @@ class _Checker:
             return
         stored = self.records.get(s.process_id)
         if stored is None:
-            self.problem("read_model", "its record row is missing", s.process_id)
+            self.problem("read_model", f"its record row is {self.gone}", s.process_id)
+            return
+        marked = read_record_row(s.process_id, stored[-1])
+        if marked.marked:
+            self.problem(
+                "read_model",
+                f"its record row is marked damaged ({marked.damage}), but its log verifies: "
+                "procledger rebuild restores it",
+                s.process_id,
+            )
             return
         expected = document_row(record_document(s.aggregate, s.last_position))
         names = head_rows.RECORD_NAMES
@@ -370,20 +442,22 @@ class _Checker:
     def check_leftovers(self) -> None:
         for process_id in sorted(set(self.heads) - self.seen):
             version = self.heads[process_id][0]
-            self.problem("log", f"its events are missing (head at v{version})", process_id)
+            self.problem("log", f"its events are {self.gone} (head at v{version})", process_id)
         for process_id in sorted(set(self.records) - self.seen - set(self.heads)):
             self.problem("read_model", "a record row without events", process_id)
         for session_id, process_id, _ in sorted(self.grants ^ self.expected_grants, key=str):
             self.problem(
-                "grants", f"the grant to session {session_id!r} differs from a rebuild", process_id
+                "grants",
+                f"the grant to session {session_id!r} differs from a rebuild",
+                process_id if isinstance(process_id, str) else None,
             )
 
-    def check_envs(self, rows: Iterable[tuple[str, str]]) -> None:
+    def check_envs(self, rows: Iterable[tuple[Any, Any]]) -> None:
         for env_ref, text in rows:
-            if cipher.is_encrypted(text):
+            if isinstance(text, str) and cipher.is_encrypted(text):
                 continue  # authenticated by AES-GCM when it is read
             try:
-                values = orjson.loads(text)
+                values = orjson.loads(text) if isinstance(text, str) else None
                 holds = isinstance(values, dict) and env_ref_for(values) == env_ref
             except orjson.JSONDecodeError:
                 holds = False

@@ -37,7 +37,8 @@ def table(
 
 def rebuild(ctx: typer.Context) -> None:
     """Rebuild every read model from the event log (with a progress bar). Exits 1, naming
-    them, when some processes could not be rebuilt (their events are damaged)."""
+    them, when some processes could not be rebuilt: their events cannot be decoded, or their
+    log does not verify (then their rows are marked damaged, never rebuilt as healthy)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -58,8 +59,13 @@ def rebuild(ctx: typer.Context) -> None:
     sys.stdout.write(f"rebuilt the read models from {report.applied} events\n")
     if report.damaged:
         names = ", ".join(report.damaged)
+        marked = (
+            f" ({len(report.marked)} marked damaged: their log does not verify)"
+            if report.marked
+            else ""
+        )
         sys.stderr.write(
-            f"procledger rebuild: could not rebuild {len(report.damaged)} (damaged events, "
-            f"their old rows kept): {names}\n"
+            f"procledger rebuild: did not rebuild {len(report.damaged)} damaged process(es)"
+            f"{marked}: {names}; procledger verify says why\n"
         )
         raise typer.Exit(1)

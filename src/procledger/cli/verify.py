@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def verify(ctx: typer.Context, json: JsonOption = False) -> None:
     """Check the ledger: database integrity, every hash chain, every registration, and that
     the read models equal a rebuild (a dry run: nothing is changed). Exits 1 on any problem."""
-    with open_ledger(cli_state(ctx).url, create=False) as registry:
+    with open_ledger(cli_state(ctx).url, create=False, read_only=True) as registry:
         report = registry.verify()
     if json:
         write_json(report.as_json())

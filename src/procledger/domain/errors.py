@@ -32,7 +32,8 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     └── StoreError                        (the store failed; never a driver exception)
         ├── StoreURLError                 (a URL that names no usable store)
         ├── StoreUnavailable              (retry later: connection lost, locked, disk full)
-        ├── StoreCorrupt                  (.process_id: stored data that cannot be decoded)
+        ├── StoreCorrupt                  (.process_id, .file: stored data that cannot be decoded)
+        ├── StoreReadOnly                 (the ledger's folder or file cannot be written here)
         ├── SchemaTooNew                  (.found, .known: a ledger a newer procledger wrote)
         └── WriteConflict                 (another writer appended first; retried inside)
 
@@ -236,11 +237,22 @@ class StoreUnavailable(StoreError):
 
 class StoreCorrupt(StoreError):
     """Stored data that cannot be decoded; ``process_id`` names its process when known, and
-    the message names the row. Other processes stay readable."""
+    the message names the row. Other processes stay readable. ``file`` names a SQLite file
+    that is itself damaged (a malformed page), when that is what was found."""
 
-    def __init__(self, message: str, *, process_id: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, process_id: str | None = None, file: str | None = None
+    ) -> None:
         super().__init__(message)
         self.process_id = process_id
+        self.file = file
+
+
+class StoreReadOnly(StoreError):
+    """The ledger cannot be used here because its folder or a file of it cannot be written (a
+    folder of mode 0555, a read-only mount): a writer's open, or a read-only open of a ledger
+    whose write-ahead log SQLite could read only by making a file there. Waiting will not
+    help; the message names the folder or file and the way forward."""
 
 
 class SchemaTooNew(StoreError):

@@ -13,7 +13,7 @@ from typing import Any
 from procledger.adapters.sql.record_rows import matching_ids
 from procledger.adapters.sql.store import Store
 from procledger.domain import id_prefix
-from procledger.domain.errors import NotFound
+from procledger.domain.errors import NotFound, StoreCorrupt
 from procledger.domain.records import ProcessRecord
 from procledger.projections.feed import ChangeCursor, FeedPage, read_page
 from procledger.projections.filters import ProcessListFilter
@@ -24,6 +24,8 @@ from procledger.projections.records import (
     ProcessScan,
     read_record,
     report_damaged,
+    report_unreadable,
+    salvage_records,
     scan_records,
 )
 from procledger.projections.sessions import read_handle, read_handle_sessions, read_handles
@@ -57,8 +59,18 @@ class ReadModels:
         return records, after
 
     def scan_processes(self, filter: FilterLike = None, page: Page = EVERYTHING) -> ProcessScan:
+        """The page of matching records; in a damaged SQLite file, whatever of it can still
+        be read (and a warning saying what could not: docs/design.md §7.3)."""
         conditions = ProcessListFilter.decode(filter).conditions()
-        return self.store.attempt(lambda tx: scan_records(tx, conditions, page))
+        try:
+            return self.store.attempt(lambda tx: scan_records(tx, conditions, page))
+        except StoreCorrupt as error:
+            if error.file is None:
+                raise
+            damaged = error.file
+        scan, unreadable = self.store.attempt(lambda tx: salvage_records(tx, conditions, page))
+        report_unreadable(damaged, unreadable)
+        return scan
 
     def list_processes(
         self, filter: FilterLike = None, page: Page = EVERYTHING

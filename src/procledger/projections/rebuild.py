@@ -13,9 +13,12 @@ process's record, and every session's grants, is at any time either the one befo
 rebuild or the rebuilt one — never a half-built one — and both equal the fold of a committed
 log. Writers are held only for one batch at a time and keep the rows they write current.
 
-Damage stays local: a stream whose events cannot be decoded or applied (or whose id is not a
-UUID) is reported in ``RebuildReport.damaged`` and its rows are left as they were; every other
-stream is rebuilt. A last transaction deletes rows the log no longer backs and sets tracking.
+Damage stays local: a process whose hash chain does not verify (an edited or deleted event,
+docs/design.md §13.1) is not rebuilt as if healthy -- its ``records`` row is marked damaged
+instead (§13.5) -- and a stream whose events cannot be decoded or applied (or whose id is not a
+UUID) keeps its rows as they were; both are reported in ``RebuildReport.damaged``, and every
+other stream is rebuilt. A last transaction deletes rows the log no longer backs and sets
+tracking.
 """
 
 from __future__ import annotations
@@ -25,14 +28,16 @@ import itertools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import orjson
 
 from procledger.adapters.codec import decode_event
-from procledger.adapters.sql import event_rows, grant_rows, record_rows
-from procledger.adapters.sql.store import Store, Tx
+from procledger.adapters.sql import event_rows, grant_rows, head_rows, record_rows
+from procledger.adapters.sql.damage import chain_fault
+from procledger.adapters.sql.store import Store, Tx, is_stored_int
+from procledger.domain.errors import StoreCorrupt
 from procledger.domain.process import Process, process_key_hex
 from procledger.domain.rendering import record_document
 from procledger.domain.session import Session, session_uuid
@@ -59,27 +64,44 @@ class _Batch:
     sessions: set[str] = field(default_factory=set)
     damaged: dict[str, str] = field(default_factory=dict)
     """stream id → the process or session id when known, else ``""``."""
+    marked: set[str] = field(default_factory=set)
+    """The processes whose log does not verify, marked damaged in ``records``."""
+
+
+class _Folded(NamedTuple):
+    """A process stream as read and folded: its rows (whose chain is still to be checked)
+    and the ``records`` row its fold gives, ``None`` when the fold failed."""
+
+    key: str
+    process_id: str
+    rows: list[Row]
+    row: Row | None
 
 
 @dataclass
 class _Totals:
+    since: Any = None
+    """The chain position (``head_rows.chain_since``), read by the first batch."""
     applied: int = 0
     sessions: set[str] = field(default_factory=set)
     damaged: dict[str, str] = field(default_factory=dict)
+    marked: set[str] = field(default_factory=set)
 
     def merge(self, batch: _Batch) -> None:
         self.applied += batch.applied
         self.sessions |= batch.sessions
         self.damaged.update(batch.damaged)
+        self.marked |= batch.marked
 
 
 def rebuild_read_models(store: Store, progress: Progress | None = None) -> RebuildReport:
     """Rebuild ``records`` and ``grants`` from the log and reset tracking; see the module."""
     total = store.attempt(event_rows.count_events)
-    totals = _Totals()
+    totals = _Totals(since=store.attempt(head_rows.chain_since))
     after: Any = None
     while True:
-        batch = store.attempt(functools.partial(_rebuild_batch, store, after), write=True)
+        rebuild = functools.partial(_rebuild_batch, store, after, totals.since)
+        batch = _stopping_at_damage(store, rebuild, totals)
         if batch.last_stream is None or batch.last_stream == after:
             # The end -- or no step past it: in a damaged SQLite file a key may be a BLOB,
             # which sorts after every text, so ``key > after`` finds it again for ever (the
@@ -92,10 +114,25 @@ def rebuild_read_models(store: Store, progress: Progress | None = None) -> Rebui
     damaged = store.attempt(lambda tx: _finish(store, tx, totals), write=True)
     if progress is not None:
         progress(totals.applied, max(total, totals.applied))
-    return RebuildReport(applied=totals.applied, damaged=damaged)
+    return RebuildReport(applied=totals.applied, damaged=damaged, marked=sorted(totals.marked))
 
 
-def _rebuild_batch(store: Store, after: Any, tx: Tx) -> _Batch:
+def _stopping_at_damage(store: Store, rebuild: Callable[[Tx], _Batch], totals: _Totals) -> _Batch:
+    """One batch; a page of the file that cannot be read stops the rebuild, saying how far it
+    got: every batch before was committed whole, nothing after it was rebuilt."""
+    try:
+        return store.attempt(rebuild, write=True)
+    except StoreCorrupt as error:
+        if error.file is None:
+            raise
+        raise StoreCorrupt(
+            f"{error} -- the rebuild stopped there, after {totals.applied} events: the read "
+            "models of the streams before them were rebuilt, those after were not",
+            file=error.file,
+        ) from error
+
+
+def _rebuild_batch(store: Store, after: Any, since: Any, tx: Tx) -> _Batch:
     """Fold the next batch of whole streams and replace their rows (one transaction)."""
     store.lock_log(tx)
     batch = _Batch()
@@ -104,15 +141,47 @@ def _rebuild_batch(store: Store, after: Any, tx: Tx) -> _Batch:
         return batch
     last = rows[-1]
     rows.extend(event_rows.stream_rest(tx, last[1], last[2]))
-    records: list[Row] = []
+    processes: list[_Folded] = []
     grants: list[Row] = []
     for _, stream in itertools.groupby(rows, _STREAM_KEY):
-        _fold_stream(list(stream), batch, records, grants)
+        _fold_stream(list(stream), batch, processes, grants)
+    records, marks = _checked(tx, processes, since, batch)
     record_rows.write_rebuilt(tx, records)
+    record_rows.mark_damaged(tx, marks)
     _replace_changed_grants(tx, sorted(batch.sessions), grants)
     batch.last_stream = last[1]
     batch.applied = len(rows)
     return batch
+
+
+def _checked(
+    tx: Tx, processes: list[_Folded], since: Any, batch: _Batch
+) -> tuple[list[Row], list[tuple[str, str, Row | None]]]:
+    """The rebuilt ``records`` rows of the processes whose hash chain verifies against its
+    head (one read of the batch's heads), and the marks of those whose chain does not
+    (docs/design.md §13.5): ``(process_id, why, the row the fold gave or None)``. A fold that
+    failed on a chain that verifies (an event of a newer procledger, say) keeps its row."""
+    heads = head_rows.heads_of(tx, [folded.process_id for folded in processes])
+    records: list[Row] = []
+    marks: list[tuple[str, str, Row | None]] = []
+    for folded in processes:
+        fault = _chain_fault(folded.rows, heads.get(folded.process_id), since)
+        if fault is None:
+            if folded.row is not None:
+                records.append(folded.row)
+            continue
+        batch.damaged[folded.key] = folded.process_id
+        batch.marked.add(folded.process_id)
+        marks.append((folded.process_id, f"its log does not verify: {fault}", folded.row))
+    return records, marks
+
+
+def _chain_fault(rows: list[Row], head: Any, since: Any) -> str | None:
+    """``damage.chain_fault`` of one stream's rebuild rows (none where nothing is chained)."""
+    if since is None:
+        return None
+    events = [(row[0], row[2], row[3], row[4]) for row in rows]
+    return chain_fault(events, head, since if is_stored_int(since) else 0)
 
 
 def _replace_changed_grants(tx: Tx, sessions: list[str], grants: list[Row]) -> None:
@@ -153,8 +222,12 @@ def _topic(value: Any) -> str:
     return text
 
 
-def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: list[Row]) -> None:
-    """One stream's rows into a record row or grant rows; a damaged stream is noted instead.
+def _fold_stream(
+    rows: list[Row], batch: _Batch, processes: list[_Folded], grants: list[Row]
+) -> None:
+    """One stream's rows into a process's ``_Folded`` (its chain checked by the caller) or
+    grant rows; a stream that cannot be folded is noted damaged instead (and, when its
+    process is known, handed on too: its chain decides whether its row is marked).
 
     The creation event's ``mutate`` builds the aggregate, then each event's ``apply`` runs
     without re-checking the stream id (every event here was read from the aggregate's own
@@ -178,11 +251,14 @@ def _fold_stream(rows: list[Row], batch: _Batch, records: list[Row], grants: lis
             else:
                 raise ValueError(f"version {version} after {aggregate.version}")
     except Exception:  # any failure to decode or apply: this stream only is damaged
-        batch.damaged[_stream_name(first)] = _name(aggregate)
+        name = batch.damaged[_stream_name(first)] = _name(aggregate)
+        if isinstance(aggregate, Process):
+            processes.append(_Folded(_stream_name(first), name, rows, None))
         return
     if isinstance(aggregate, Process):
         document = record_document(aggregate, max(map(_POSITION, rows)))
-        records.append(record_rows.document_row(document))
+        row = record_rows.document_row(document)
+        processes.append(_Folded(_stream_name(first), aggregate.process_id, rows, row))
         return
     batch.sessions.add(aggregate.session_id)
     for process_id, descriptor in aggregate.grants.items():
@@ -217,7 +293,8 @@ def _finish(store: Store, tx: Tx, totals: _Totals) -> list[str]:
     streams, named."""
     store.lock_log(tx)
     damaged = dict(totals.damaged)
-    _delete_stale_records(tx, damaged)
+    named = _delete_stale_records(tx, damaged)
+    _mark_if_unverified(tx, named, totals)
     kept = set(totals.sessions)
     for session_id in grant_rows.session_ids(tx):
         if session_id not in kept and _backed(tx, damaged, session_uuid(session_id), session_id):
@@ -227,20 +304,39 @@ def _finish(store: Store, tx: Tx, totals: _Totals) -> list[str]:
     return sorted(name or f"stream {_uuid_text(stream)}" for stream, name in damaged.items())
 
 
-def _delete_stale_records(tx: Tx, damaged: dict[str, str]) -> None:
+def _delete_stale_records(tx: Tx, damaged: dict[str, str]) -> list[tuple[str, str]]:
     """Delete the records whose process has no events left, a page of ids at a time (so
     memory stays flat however many processes there are); a damaged stream's record stays,
-    and names it."""
+    and names it. Returns the damaged streams named so (``(key, process_id)``): their fold
+    failed before it learnt whose they are."""
+    named: list[tuple[str, str]] = []
     after: Any = ""
     while ids := record_rows.ids_after(tx, after, SWEEP):
         keys = {process_key_hex(process_id): process_id for process_id in ids if _is_id(process_id)}
         for key, process_id in keys.items() if damaged else ():
+            if damaged.get(key) == "":
+                named.append((key, process_id))
             _name_damaged(damaged, key, process_id)
         stale = [process_id for process_id in ids if not _is_id(process_id)]  # no log backs them
         stale.extend(keys[key] for key in event_rows.streams_missing(tx, list(keys)))
         if stale:
             record_rows.delete_ids(tx, stale)
         after = ids[-1]
+    return named
+
+
+def _mark_if_unverified(tx: Tx, named: list[tuple[str, str]], totals: _Totals) -> None:
+    """Mark the rows of those processes, among the damaged streams first named by their
+    record, whose chain does not verify (their rows were read whole again: they are few)."""
+    heads = head_rows.heads_of(tx, [process_id for _, process_id in named])
+    marks: list[tuple[str, str, Row | None]] = []
+    for key, process_id in named:
+        rows = event_rows.stream_rest(tx, key, 0)
+        fault = _chain_fault(rows, heads.get(process_id), totals.since)
+        if fault is not None:
+            marks.append((process_id, f"its log does not verify: {fault}", None))
+            totals.marked.add(process_id)
+    record_rows.mark_damaged(tx, marks)
 
 
 def _is_id(process_id: Any) -> bool:

@@ -32,6 +32,10 @@ class RebuildReport(Frozen):
     applied: int = 0
     """How many events were read from the log."""
     damaged: list[str] = Field(default_factory=list)
-    """The processes (or sessions) whose events cannot be decoded or applied, by id — or
-    ``"stream <uuid>"`` when even the first event is unreadable. Their rows were left as
-    they were; everything else was rebuilt."""
+    """The processes (or sessions) that were not rebuilt, by id — or ``"stream <uuid>"`` when
+    even the first event is unreadable: their log does not verify (``marked``), or their
+    events cannot be decoded or applied. Everything else was rebuilt."""
+    marked: list[str] = Field(default_factory=list)
+    """The processes among ``damaged`` whose hash chain does not verify: their ``records``
+    row now says so instead of holding a record (docs/design.md §13.5). The other damaged
+    ones kept their rows as they were."""

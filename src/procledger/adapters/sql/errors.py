@@ -14,6 +14,7 @@ from typing import Any
 
 from eventsourcing import persistence as es
 
+from procledger.adapters.sql.sqlite_files import sqlite_error
 from procledger.domain.errors import (
     ProcledgerError,
     StoreCorrupt,
@@ -29,19 +30,6 @@ class IntegrityConflict(WriteConflict, es.IntegrityError):
     docs/design.md §3.7) and eventsourcing's ``IntegrityError`` (what eventsourcing's recorder
     contract says a duplicate append raises), so code written against either catches it. It
     lives here, not in the domain, because the domain does not import eventsourcing."""
-
-
-_UNAVAILABLE_SQLITE = (
-    "locked",
-    "busy",
-    "disk i/o",
-    "full",
-    "unable to open",
-    "readonly",
-    "read-only",
-    "no such table",  # the file was replaced or emptied under us
-)
-_CORRUPT_SQLITE = ("malformed", "not a database", "corrupt", "could not decode")
 
 
 def is_driver_error(error: BaseException) -> bool:
@@ -67,21 +55,8 @@ def translate(error: BaseException, where: str) -> StoreError:
     if isinstance(error, UnicodeDecodeError):
         return StoreCorrupt(f"{where}: undecodable text in a stored row: {error}")
     if isinstance(error, sqlite3.Error):
-        return _sqlite(error, message)
+        return sqlite_error(error, message)
     return _postgres(error, message)
-
-
-def _sqlite(error: sqlite3.Error, message: str) -> StoreError:
-    text = str(error).lower()
-    if any(marker in text for marker in _CORRUPT_SQLITE):
-        return StoreCorrupt(message)
-    if isinstance(error, sqlite3.OperationalError) or any(
-        marker in text for marker in _UNAVAILABLE_SQLITE
-    ):
-        return StoreUnavailable(message)
-    if isinstance(error, sqlite3.DataError):
-        return StoreCorrupt(message)
-    return StoreError(message)
 
 
 _CONFIGURATION_SQLSTATES = ("28", "3D")

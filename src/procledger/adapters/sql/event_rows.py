@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from procledger.adapters.sql.salvage import describe_unreadable, readable_rows
 from procledger.adapters.sql.store import Tx
 
 if TYPE_CHECKING:
@@ -90,11 +91,12 @@ def count_events(tx: Tx) -> int:
 
 @contextmanager
 def stream_log(tx: Tx) -> Iterator[Iterator[Row]]:
-    """``(notification_id, originator_id, version, topic, state)`` tuples, one aggregate after
-    another, fetched lazily (a server-side cursor on PostgreSQL), so memory stays flat."""
+    """``(notification_id, key, version, topic, state)`` tuples (``_log_columns``: the key as
+    text, key and topic raw where a file may hold any bytes), one aggregate after another,
+    fetched lazily (a server-side cursor on PostgreSQL), so memory stays flat."""
     dialect = tx.dialect
     query = (
-        f"SELECT {dialect.notification_id}, originator_id, originator_version, topic, state "
+        f"SELECT {_log_columns(tx)} "
         f"FROM {dialect.events_table} ORDER BY originator_id, originator_version"
     )
     connection = tx.cursor.connection
@@ -113,6 +115,24 @@ def stream_log(tx: Tx) -> Iterator[Iterator[Row]]:
         yield iter(cursor)
     finally:
         cursor.close()
+
+
+def readable_log(tx: Tx, unreadable: list[str]) -> list[Row]:
+    """What can be read of the log of a damaged SQLite file (``salvage``), as ``stream_log``
+    gives it -- in ``(stream, version)`` order, sorted here, so held in memory -- the rows
+    that could not be read said in ``unreadable``."""
+    salvaged = readable_rows(tx, tx.dialect.events_table, _log_columns(tx))
+    unreadable.extend(describe_unreadable(tx.dialect.events_table, salvaged.unreadable))
+    rows = [tuple(row)[2:] for row in salvaged.rows]
+    rows.sort(key=_log_order)
+    return rows
+
+
+def _log_order(row: Row) -> tuple[bytes, int]:
+    """A salvaged event's place in the log (a damaged row's key or version sorts first)."""
+    key, version = row[1], row[2]
+    stored = bytes(key) if isinstance(key, bytes | memoryview) else str(key).encode()
+    return stored, version if isinstance(version, int) else -1
 
 
 def _log_columns(tx: Tx) -> str:

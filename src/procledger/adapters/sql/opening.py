@@ -17,7 +17,13 @@ from typing import Any
 
 from procledger.adapters.sql.errors import is_driver_error, translate
 from procledger.adapters.sql.location import StoreLocation
-from procledger.adapters.sql.schema import SCHEMA_VERSION, check_known, migrate, stored_version
+from procledger.adapters.sql.schema import (
+    SCHEMA_VERSION,
+    check_known,
+    ledger_name,
+    migrate,
+    stored_version,
+)
 from procledger.adapters.sql.store import Backend, Store, ride_through
 from procledger.domain.errors import StoreError, StoreUnavailable, WriteConflict
 
@@ -55,7 +61,9 @@ def open_store(
     """
     backend = backend_class(location)
     try:
-        backend.prepare(_first_reach(location, read_only), create=create and not read_only)
+        backend.prepare(
+            _first_reach(location, read_only), create=create and not read_only, read_only=read_only
+        )
         return _open(backend, location, read_only=read_only)
     except StoreUnavailable as error:
         raise _said_why(location, error) from error.__cause__
@@ -133,7 +141,7 @@ def _construct(
     factory: Any = None
     backend: Backend | None = None
     try:
-        backend = backend_class(location)
+        backend = backend_class(location, read_only=read_only)
         factory = backend.infrastructure()
         store = Store(backend)
         recorder = backend.recorder(factory.datastore, store)
@@ -158,6 +166,11 @@ def _schema_step(store: Store, recorder: Any, *, read_only: bool) -> None:
     check_known(store.location, found)
     if found == SCHEMA_VERSION or (read_only and found is not None):
         return
+    if read_only and not store.backend.creates_tables_read_only:
+        raise StoreError(
+            f"ledger {ledger_name(store.location)}: it holds no ledger tables, and a read-only "
+            "open creates none in a file that already holds data"
+        )
     migrate(store, recorder.create_table)
 
 

@@ -1,8 +1,9 @@
 """A ledger read with nothing but the standard library: a SQLite file opened read-only with
-``sqlite3``, its statements run on a ``Tx`` with the same SQL as the store's (docs/design.md
-§8.1). The CLI's hot commands read this way; whatever it cannot read faithfully -- another
-database, an older schema, a SQLite error -- is ``NeedsFullPath``, raised before anything is
-printed, and the registry reads it instead.
+``sqlite3`` as the backend opens it for a reader (``sqlite_files.connect_read_only``: a folder
+nobody may write included), its statements run on a ``Tx`` with the same SQL as the store's
+(docs/design.md §8.1). The CLI's hot commands read this way; whatever it cannot read
+faithfully -- another database, an older schema, a SQLite error -- is ``NeedsFullPath``, raised
+before anything is printed, and the registry reads it instead.
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from procledger.adapters.sql.dialect import Dialect
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.schema import SCHEMA_VERSION, version_in
+from procledger.adapters.sql.sqlite_files import connect_read_only
 from procledger.adapters.sql.sqlite_paths import check_ledger_file
 from procledger.adapters.sql.store import Tx
+from procledger.domain.errors import ProcledgerError
 
 __all__ = ["NeedsFullPath", "Runner", "is_shared", "plain_reads"]
 
@@ -47,10 +49,8 @@ def plain_reads(location: StoreLocation) -> tuple[Runner, Callable[[], None]]:
     path = Path(location.sqlite_path)
     check_ledger_file(location, path, create=False)
     try:
-        connection = sqlite3.connect(
-            f"file:{quote(str(path.absolute()))}?mode=ro", uri=True, isolation_level=None
-        )
-    except sqlite3.Error:
+        connection = connect_read_only(path, isolation_level=None)
+    except (ProcledgerError, sqlite3.Error):  # the registry's open says why, in its words
         raise NeedsFullPath from None
     connection.row_factory = sqlite3.Row
     tx = Tx(connection.cursor(), Dialect(location))

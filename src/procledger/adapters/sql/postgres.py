@@ -257,8 +257,8 @@ class PostgresBackend(Backend):
     eventsourcing's (small) pool only creates the events table and serves the recorder's own
     methods, which procledger itself does not call (docs/design.md §7.3)."""
 
-    def __init__(self, location: StoreLocation) -> None:
-        super().__init__(location)
+    def __init__(self, location: StoreLocation, *, read_only: bool = False) -> None:
+        super().__init__(location, read_only=read_only)
         self.dialect = PostgresDialect(location)
         self.connections = PostgresConnections(location)
         self.log_lock: Sequence[str] = ()
@@ -266,7 +266,7 @@ class PostgresBackend(Backend):
         notification-id order, so a feed reader never sees a later id first."""
 
     @classmethod
-    def prepare(cls, location: StoreLocation, *, create: bool) -> None:
+    def prepare(cls, location: StoreLocation, *, create: bool, read_only: bool = False) -> None:
         create_schema(location, create=create)
 
     def opening_lock(self) -> AbstractContextManager[object]:

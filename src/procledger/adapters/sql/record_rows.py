@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from procledger.adapters.sql.damage import damage_marker
+from procledger.adapters.sql.salvage import describe_unreadable, readable_rows
 from procledger.adapters.sql.store import Tx
 from procledger.domain.errors import NotFound
 from procledger.domain.vocabulary import ProcessState
@@ -223,6 +225,20 @@ def select_records(
     return tx.execute(statement, params).all()
 
 
+def readable_records(
+    tx: Tx, conditions: Sequence[Condition]
+) -> tuple[list[tuple[Any, Any]], list[str]]:
+    """In a damaged SQLite file: the ``(process_id, record)`` rows matching ``conditions``
+    that can still be read, in no particular order, and what could not be read
+    (``salvage``: the whole table is read, stepping over its bad pages)."""
+    where, params = where_clause(conditions)
+    raw, table = tx.dialect.raw_text, tx.dialect.table("records")
+    columns = f"{raw('process_id')} AS process_id, {raw('record')} AS record"
+    salvaged = readable_rows(tx, table, columns, where, params)
+    rows = [(row["process_id"], row["record"]) for row in salvaged.rows]
+    return rows, describe_unreadable(table, salvaged.unreadable)
+
+
 def select_changed(tx: Tx, after: int, limit: int) -> list[Any]:
     """``(process_id, change_seq, record)`` rows changed after ``after``, in feed order."""
     return tx.execute(
@@ -345,6 +361,34 @@ def write_rebuilt(tx: Tx, rows: Sequence[Sequence[object]]) -> None:
         tx.execute(statement, [list(column) for column in zip(*rows, strict=True)])
     else:
         tx.executemany(statement, rows)
+
+
+_MARK = (
+    f"INSERT INTO {{table}} ({RECORD_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (process_id) DO UPDATE SET record=excluded.record "
+    "WHERE {table}.record {differs} excluded.record"
+)
+"""A marked row: inserted whole, or only its ``record`` replaced where it differs (a rebuild
+of a ledger already marked writes nothing)."""
+
+
+def mark_damaged(tx: Tx, marks: Sequence[tuple[str, str, Sequence[object] | None]]) -> None:
+    """Mark processes damaged in the read model: each ``(process_id, why, row)`` leaves the
+    process's ``records`` row holding ``{"damaged": why}`` instead of its record
+    (``damage.damage_marker``, docs/design.md §13.5), its other columns -- what lists filter
+    on -- as they were; a process without a row gets ``row`` (its fold's ``document_row``)
+    with the marker in place of its record, or, with no ``row``, none."""
+    table = tx.dialect.table("records")
+    differs = "IS DISTINCT FROM" if tx.dialect.name == "postgresql" else "IS NOT"
+    for process_id, why, row in marks:
+        marker = damage_marker(why)
+        if row is None:
+            tx.execute(
+                f"UPDATE {table} SET record=? WHERE process_id=? AND record {differs} ?",
+                (marker, process_id, marker),
+            )
+        else:
+            tx.execute(_MARK.format(table=table, differs=differs), (*row[:-1], marker))
 
 
 def bulk_load(tx: Tx, table: str, columns: str, rows: Sequence[Sequence[object]]) -> None:

@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote
 
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore, SQLiteFactory
@@ -25,9 +24,17 @@ from procledger.adapters.sql.dialect import APPLICATION_NAME, Dialect
 from procledger.adapters.sql.errors import translate
 from procledger.adapters.sql.group_commit import Group, WriteGroups
 from procledger.adapters.sql.location import StoreLocation
+from procledger.adapters.sql.sqlite_files import (
+    connect_read_only,
+    damaged_file,
+    is_damage,
+    leave_mark,
+    refuse_if_damaged,
+    why_not_writable,
+)
 from procledger.adapters.sql.sqlite_paths import check_ledger_file
 from procledger.adapters.sql.store import Backend, Store, Tx, append_in
-from procledger.domain.errors import StoreError
+from procledger.domain.errors import StoreError, StoreReadOnly
 
 LOCK_TIMEOUT_S = 60
 """How long a writer waits for another to commit before the store is ``StoreUnavailable``."""
@@ -50,9 +57,13 @@ class SQLiteConnections:
 
     _KEPT_IDLE = 8
 
-    def __init__(self, database: str, *, in_memory: bool, timeout: float) -> None:
+    def __init__(
+        self, database: str, *, in_memory: bool, timeout: float, read_only: bool = False
+    ) -> None:
         self.database = database
         self.timeout = timeout
+        self.read_only = read_only
+        """Whether connections only read (``connect_read_only``): those of a read-only open."""
         self._serialised: threading.RLock | None = threading.RLock() if in_memory else None
         self._idle: list[sqlite3.Connection] = []
         self._closed = False
@@ -121,17 +132,19 @@ class SQLiteConnections:
         connection.close()
 
     def _connect(self) -> sqlite3.Connection:
-        try:
-            connection = sqlite3.connect(
-                self.database,
-                uri=True,
-                check_same_thread=False,
-                isolation_level=None,
-                cached_statements=256,
-                timeout=self.timeout,
-            )
-        except sqlite3.Error as error:
-            raise translate(error, "cannot open the SQLite database") from error
+        options: dict[str, Any] = {
+            "check_same_thread": False,
+            "isolation_level": None,
+            "cached_statements": 256,
+            "timeout": self.timeout,
+        }
+        if self.read_only:
+            connection = connect_read_only(self.database, **options)
+        else:
+            try:
+                connection = sqlite3.connect(self.database, uri=True, **options)
+            except sqlite3.Error as error:
+                raise translate(error, "cannot open the SQLite database") from error
         connection.row_factory = sqlite3.Row
         return connection
 
@@ -163,7 +176,7 @@ class _TranslatedExit:
     ) -> None:
         self._end(error)
         if isinstance(error, sqlite3.Error | UnicodeDecodeError):
-            raise translate(error, _where(self._dialect)) from error
+            raise _translated(error, self._dialect) from error
 
     def _end(self, error: BaseException | None) -> None:
         raise NotImplementedError
@@ -189,7 +202,7 @@ class SQLiteTransaction(_TranslatedExit):
         except BaseException as error:
             self._connections.release(connection)
             if isinstance(error, sqlite3.Error):
-                raise translate(error, _where(self._dialect)) from error
+                raise _translated(error, self._dialect) from error
             raise
         return Tx(cursor, self._dialect)
 
@@ -197,7 +210,7 @@ class SQLiteTransaction(_TranslatedExit):
         try:
             self._finish(error)
         except sqlite3.Error as failure:
-            raise translate(failure, _where(self._dialect)) from failure
+            raise _translated(failure, self._dialect) from failure
 
     def _finish(self, error: BaseException | None) -> None:
         connection = self._connection
@@ -232,13 +245,13 @@ class GroupedWrite(_TranslatedExit):
         try:
             self._group, self._cursor = self._groups.join()
         except sqlite3.Error as error:
-            raise translate(error, _where(self._dialect)) from error
+            raise _translated(error, self._dialect) from error
         return Tx(self._cursor, self._dialect)
 
     def _end(self, error: BaseException | None) -> None:
         failure = self._groups.leave(self._group, self._cursor, error)
         if isinstance(failure, sqlite3.Error):
-            raise translate(failure, _where(self._dialect)) from failure
+            raise _translated(failure, self._dialect) from failure
         if failure is not None:
             raise StoreError(
                 f"{_where(self._dialect)}: the transaction this write shared was rolled back "
@@ -297,8 +310,8 @@ class SQLiteBackend(Backend):
     connections of the store's own (docs/design.md §7.3): a write on a file joins this
     process's group commit; an in-memory store serialises its transactions on one lock."""
 
-    def __init__(self, location: StoreLocation) -> None:
-        super().__init__(location)
+    def __init__(self, location: StoreLocation, *, read_only: bool = False) -> None:
+        super().__init__(location, read_only=read_only)
         self.dialect = Dialect(location)
         self.database = (
             f"file:procledger-{uuid.uuid4().hex}?mode=memory&cache=shared"
@@ -306,13 +319,21 @@ class SQLiteBackend(Backend):
             else location.sqlite_path
         )
         self.connections = SQLiteConnections(
-            self.database, in_memory=location.in_memory, timeout=LOCK_TIMEOUT_S
+            self.database,
+            in_memory=location.in_memory,
+            timeout=LOCK_TIMEOUT_S,
+            # An empty file is a ledger not written yet: it gets its tables (docs/design.md §7.1).
+            read_only=read_only and not location.in_memory and not _is_empty(location),
         )
 
+    @property
+    def creates_tables_read_only(self) -> bool:
+        return not self.connections.read_only
+
     @classmethod
-    def prepare(cls, location: StoreLocation, *, create: bool) -> None:
+    def prepare(cls, location: StoreLocation, *, create: bool, read_only: bool = False) -> None:
         if not location.in_memory:
-            prepare_sqlite_file(location, create=create)
+            prepare_sqlite_file(location, create=create, read_only=read_only)
 
     def infrastructure(self) -> SQLiteFactory:
         return SQLiteFactory(
@@ -338,16 +359,49 @@ class SQLiteBackend(Backend):
         self.connections.close()
 
 
-def prepare_sqlite_file(location: StoreLocation, *, create: bool) -> None:
+def prepare_sqlite_file(location: StoreLocation, *, create: bool, read_only: bool = False) -> None:
     """Fail early, with the URL named, where eventsourcing would fail obscurely; create the
     ledger file (``0600``, and for the default ledger its folder, ``0700``) only when
-    ``create`` — otherwise a missing file is a ``StoreURLError`` naming the path."""
+    ``create`` — otherwise a missing file is a ``StoreURLError`` naming the path. A writer is
+    refused (``StoreReadOnly``) where SQLite could not write; a reader's first connection
+    (``connect_read_only``) is its check."""
     path = Path(location.sqlite_path)
     check_ledger_file(location, path, create=create)
+    if read_only:
+        return
+    why = why_not_writable(path)
+    if why is not None:
+        raise StoreReadOnly(
+            f"store URL {location.masked!r}: the ledger cannot be written here: {why}. A "
+            "writer needs its folder too (SQLite makes the -wal and -shm files beside it); "
+            "read commands (ps, show, verify) still work. Make the folder writable, or copy "
+            "it somewhere writable"
+        )
     try:
-        sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True).close()
+        refuse_if_damaged(path)
     except sqlite3.Error as error:
         raise translate(error, f"store URL {location.masked!r}: cannot open") from None
+
+
+def _is_empty(location: StoreLocation) -> bool:
+    """Whether the ledger file is empty (or gone: its open will say so)."""
+    try:
+        return os.path.getsize(location.sqlite_path) == 0
+    except OSError:
+        return False
+
+
+def _translated(error: BaseException, dialect: Dialect) -> StoreError:
+    """A driver error met in a transaction, as a ``StoreError`` naming the store; a damaged
+    file (a malformed page) says so, with the way forward, and is marked so that the next
+    writer's open checks it whatever its size (docs/design.md §7.3, "Damaged files")."""
+    location = dialect.location
+    if location.sqlite_path and not location.in_memory and is_damage(error):
+        lines = str(error).strip().splitlines()
+        detail = f"SQLite: {lines[0] if lines else type(error).__name__}"
+        leave_mark(location.sqlite_path, detail)
+        return damaged_file(location.sqlite_path, detail)
+    return translate(error, _where(dialect))
 
 
 def _where(dialect: Dialect) -> str:

@@ -137,16 +137,26 @@ class Backend(abc.ABC):
 
     dialect: Dialect
 
-    def __init__(self, location: StoreLocation) -> None:
+    def __init__(self, location: StoreLocation, *, read_only: bool = False) -> None:
         self.location = location
+        self.read_only = read_only
+        """Whether this backend only reads: a read-only open's (docs/design.md §7.1)."""
         self.change_channel: str | None = None
         """The channel every append NOTIFYs in its transaction (PostgreSQL only)."""
 
     @classmethod
     @abc.abstractmethod
-    def prepare(cls, location: StoreLocation, *, create: bool) -> None:
+    def prepare(cls, location: StoreLocation, *, create: bool, read_only: bool = False) -> None:
         """Fail early, naming the URL, where eventsourcing would fail obscurely; create the
-        file, folder or schema only when ``create``."""
+        file, folder or schema only when ``create``; with ``read_only``, check only what a
+        reader needs."""
+
+    @property
+    def creates_tables_read_only(self) -> bool:
+        """Whether a read-only open may create the tables of a store that has none (an empty
+        schema or file, ``memory://``: docs/design.md §7.1): not where its connections only
+        read (a SQLite file that holds data)."""
+        return True
 
     def opening_lock(self) -> AbstractContextManager[object]:
         """Held while the schema is created or migrated (across processes where the database
