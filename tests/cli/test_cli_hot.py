@@ -266,3 +266,29 @@ def test_logs_says_when_the_output_limit_dropped_the_head(tmp_path: Path) -> Non
         "dropped by its output limit of 65536 bytes (across both streams)\n"
     )
     assert cli("logs", str(record["id"]), "--since-offset", str(dropped), url=url).stderr == b""
+
+
+def test_a_tampered_log_is_refused_alike_on_both_paths(tmp_path: Path) -> None:
+    """An exit code edited in a process's last stored event: ``show`` names the process as
+    damaged on the fast path as on the full one (its log does not verify), serving nothing."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    process_id = str(ran(url, "sh", "-c", "exit 3")["id"])
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        db.execute(
+            "UPDATE stored_events SET state=CAST(replace(CAST(state AS TEXT), "
+            "'\"exit_code\":3', '\"exit_code\":0') AS BLOB) "
+            "WHERE originator_version=(SELECT MAX(originator_version) FROM stored_events)"
+        )
+    for args in (("show", process_id), ("show", process_id, "--json"), ("logs", process_id)):
+        fast, full = cli(*args, url=url), cli(*args, url=url, fast=False)
+        assert (fast.returncode, fast.stdout, fast.stderr) == (
+            full.returncode,
+            full.stdout,
+            full.stderr,
+        )
+    shown = cli("show", process_id, url=url)
+    assert shown.returncode == 1
+    assert shown.stdout == b""
+    assert b"does not verify" in shown.stderr
