@@ -240,7 +240,7 @@ def test_an_unreadable_store_is_a_one_line_error(tmp_path: Path) -> None:
     garbage.write_bytes(b"this is not a database" * 100)
     garbage.chmod(0o600)
     ran = run_cli("ps", url=f"sqlite:///{garbage}")
-    one_line_error(ran, f"procledger ps: store 'sqlite:///{garbage}': file is not a database")
+    one_line_error(ran, f"procledger ps: ledger {garbage}: file is not a database")
     missing = tmp_path / "no" / "such" / "folder" / "ledger.db"
     ran = run_cli("show", "x", url=f"sqlite:///{missing}")
     one_line_error(ran, f"procledger show: store URL 'sqlite:///{missing}': no ledger at {missing}")

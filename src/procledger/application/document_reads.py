@@ -19,12 +19,13 @@ import orjson
 
 from procledger.adapters.sql import event_rows, head_rows, lease_rows, record_rows
 from procledger.adapters.sql.damage import damaged_process, read_record_row
+from procledger.adapters.sql.head_rows import text_of
 from procledger.adapters.sql.location import locate, store_key
 from procledger.adapters.sql.plain_sqlite import NeedsFullPath, Runner, is_shared, plain_reads
 from procledger.adapters.sql.record_rows import Condition
 from procledger.adapters.sql.store import Tx, is_stored_int
 from procledger.domain import id_prefix
-from procledger.domain.errors import NotFound
+from procledger.domain.errors import NotFound, StoreCorrupt
 from procledger.domain.event_kinds import EVENT_CLASSES, PRODUCER_EVENT, TOPIC_PREFIX
 from procledger.domain.process_keys import process_uuid
 
@@ -89,9 +90,14 @@ class LedgerReads:
     ) -> tuple[list[Document], list[str], tuple[int, str] | None]:
         """A page of records by creation, newest first: the records, the ids of the damaged
         rows, and where the next page begins (``None`` after the last)."""
-        rows = self._run(
-            lambda tx: record_rows.select_by_creation(tx, conditions, limit, before=before)
-        )
+        try:
+            rows = self._run(
+                lambda tx: record_rows.select_by_creation(tx, conditions, limit, before=before)
+            )
+        except StoreCorrupt as error:
+            if error.file is None or self._registry is None:
+                raise
+            rows = self._salvaged(error.file, conditions, limit, before)
         records: list[Document] = []
         damaged: list[str] = []
         for row in rows:
@@ -102,6 +108,32 @@ class LedgerReads:
                 records.append(document)
         last = (int(rows[-1]["created_at_ms"]), str(rows[-1]["process_id"])) if rows else None
         return records, damaged, last if limit is not None and len(rows) == limit else None
+
+    def _salvaged(
+        self,
+        file: str,
+        conditions: list[Condition],
+        limit: int | None,
+        before: tuple[int, str] | None,
+    ) -> list[dict[str, Any]]:
+        """The page ``newest_first`` reads, from a damaged SQLite file: every matching row
+        that can still be read (the registry's lists do the same, docs/design.md §7.3), with
+        a warning saying what could not be."""
+        from procledger.projections.records import report_unreadable  # noqa: PLC0415 -- rare
+
+        found, unreadable = self._run(lambda tx: record_rows.readable_records(tx, conditions))
+        report_unreadable(file, unreadable)
+        rows = []
+        for raw_id, record in found:
+            process_id = text_of(raw_id)
+            if not isinstance(process_id, str):
+                continue
+            document = decode_record(process_id, record)
+            created = document["created_at_ms"] if document is not None else 0
+            if before is None or (created, process_id) < before:
+                rows.append({"process_id": process_id, "created_at_ms": created, "record": record})
+        rows.sort(key=lambda row: (row["created_at_ms"], row["process_id"]), reverse=True)
+        return rows if limit is None else rows[:limit]
 
     def changes_since(self, cursor: int, limit: int) -> tuple[list[Document], int]:
         """Records changed after ``cursor``, in feed order, and the cursor of the last one."""

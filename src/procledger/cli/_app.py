@@ -7,11 +7,10 @@ knows none of them, so it stays cheap to import.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -26,9 +25,9 @@ from procledger.cli.lines import (
     PROG,
     URL_VARIABLE,
     is_utf8,
+    log_to_stderr,
     quiet_broken_pipe,
     say_error,
-    warn,
 )
 from procledger.cli.sentences import error_sentence, plain
 from procledger.cli.values import UsageError, grace
@@ -214,30 +213,10 @@ def _usage(state: CliState, exc: Exception) -> NoReturn:
     raise SystemExit(EXIT_USAGE)
 
 
-def _log_to_stderr() -> None:
-    """The library's warnings (a ledger readable by others, waiting for the store) reach the
-    person as lines like the error line: ``procledger: <message>``. Installed once per process,
-    writing to whatever ``sys.stderr`` is when a warning comes."""
-    logger = logging.getLogger("procledger")
-    if any(isinstance(handler, _StderrLines) for handler in logger.handlers):
-        return
-    handler = _StderrLines()
-    handler.setLevel(logging.WARNING)  # on the handler: the logger's level stays the caller's
-    logger.addHandler(handler)
-
-
-class _StderrLines(logging.Handler):
-    """One ``procledger: <message>`` line on the current ``sys.stderr`` per record."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with suppress(OSError, ValueError):  # a closed stderr: nobody to tell
-            warn(record.getMessage())
-
-
 def _invoke(state: CliState, args: list[str]) -> int:
     """Parse ``args`` and run the command; its exit code. Click exceptions come back raised
     (no standalone mode), so that every way out is decided in ``main``."""
-    _log_to_stderr()
+    log_to_stderr()
     command = typer.main.get_command(app)
     with command.make_context(PROG, args, obj=state) as ctx:
         command.invoke(ctx)

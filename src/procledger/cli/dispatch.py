@@ -13,6 +13,7 @@ from procledger.cli.lines import (
     EXIT_STOPPED,
     EXIT_USAGE,
     PROG,
+    log_to_stderr,
     quiet_broken_pipe,
     say_error,
 )
@@ -25,6 +26,7 @@ __all__ = ["fail", "run_hot"]
 def run_hot(spec: CommandSpec, words: list[str], url: str | None, *, fast: bool) -> NoReturn:
     """Parse ``words`` as ``spec``'s options and run it; every way out is an exit code, every
     failure one line on stderr naming the command (never a traceback)."""
+    log_to_stderr()
     try:
         from procledger.cli.parsing import parse
 

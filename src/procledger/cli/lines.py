@@ -7,6 +7,7 @@ their bytes agree.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import sys
 from contextlib import suppress
@@ -80,3 +81,23 @@ def quiet_broken_pipe() -> NoReturn:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
     raise SystemExit(0)
+
+
+def log_to_stderr() -> None:
+    """The library's warnings (a ledger readable by others, waiting for the store) reach the
+    person as lines like the error line: ``procledger: <message>``. Installed once per process,
+    writing to whatever ``sys.stderr`` is when a warning comes."""
+    logger = logging.getLogger("procledger")
+    if any(isinstance(handler, _StderrLines) for handler in logger.handlers):
+        return
+    handler = _StderrLines()
+    handler.setLevel(logging.WARNING)  # on the handler: the logger's level stays the caller's
+    logger.addHandler(handler)
+
+
+class _StderrLines(logging.Handler):
+    """One ``procledger: <message>`` line on the current ``sys.stderr`` per record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with suppress(OSError, ValueError):  # a closed stderr: nobody to tell
+            warn(record.getMessage())
