@@ -80,6 +80,7 @@ def test_the_hot_commands_import_none_of_the_heavy_stack(
         ("show", ids[0]),
         ("show", ids[0], "--json"),
         ("logs", ids[0], "--tail", "20"),
+        ("logs", ids[0], "-f"),
         ("wait", ids[0], "--until", "exit"),
         ("stop", ids[0]),
         ("feed",),
