@@ -98,7 +98,7 @@ def test_run_refuses_it_in_one_line_and_writes_nothing(damaged: Path) -> None:
     result = run_cli("run", "--", "true", url=f"sqlite:///{damaged}")
     assert result.returncode == 1, result
     assert result.stderr.count("\n") == 1, result.stderr
-    assert "is damaged" in result.stderr and "procledger verify" in result.stderr
+    assert "is damaged" in result.stderr
     assert str(damaged) in result.stderr
     assert "procledger verify" in result.stderr
     assert digest(damaged) == before
@@ -170,7 +170,8 @@ def test_rebuild_is_refused_in_one_line(damaged: Path) -> None:
     result = run_cli("rebuild", url=f"sqlite:///{damaged}")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
-    assert "is damaged" in result.stderr and "procledger verify" in result.stderr
+    assert "is damaged" in result.stderr
+    assert "procledger verify" in result.stderr
     assert "a writer does not open it" in result.stderr
     assert "rebuild" in result.stderr
 
