@@ -50,7 +50,6 @@ Standard library only: this is the agent's hot path, and the anchor may load it.
 from __future__ import annotations
 
 import base64
-import ctypes
 import errno
 import os
 import shutil
@@ -117,6 +116,8 @@ class _Libc:
     OS has none (macOS: neither inotify nor fallocate)."""
 
     def __init__(self) -> None:
+        import ctypes  # noqa: PLC0415 -- here, not at import: reading output (logs) needs none
+
         lib = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
         self.inotify_init1 = getattr(lib, "inotify_init1", None)
         self.inotify_add_watch = getattr(lib, "inotify_add_watch", None)
@@ -146,6 +147,8 @@ def _libc() -> _Libc:
 def _check(result: int, what: str, path: Path | None = None) -> int:
     """``result`` of a libc call, or the ``OSError`` its ``errno`` names."""
     if result < 0:
+        import ctypes  # noqa: PLC0415 -- loaded already by _Libc, which made the call
+
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}", None if path is None else str(path))
     return result

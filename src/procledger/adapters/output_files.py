@@ -27,7 +27,6 @@ The agent's children write the same folder in another layout, two plain files
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import struct
@@ -76,6 +75,8 @@ def output_root(environ: dict[str, str] | None = None) -> Path:
 
 def folder_for(root: Path, store: str, process_id: str) -> Path:
     """The folder of ``process_id``'s output in the ledger named ``store`` (not created)."""
+    import hashlib  # noqa: PLC0415 -- only where a folder is named: reading a record's does not
+
     digest = hashlib.sha256(f"{store}\0{process_id}".encode()).hexdigest()[:32]
     return root / digest
 
