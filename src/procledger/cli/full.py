@@ -3,30 +3,32 @@
 imported; here they are listed (``procledger --help``) and hand their words, unparsed, to the
 same parser and body (``cli.table``, ``cli.hot``) on the full path.
 
-How to add a command: write it in the module of its group -- taking ``ctx: typer.Context``
-when it needs the global options (``cli_state(ctx).url``, then ``open_ledger``) -- let library
-errors propagate, and register it below. ``main`` is the one place that turns an error into
-exactly one line on stderr and exit code 1 (never a traceback); a usage error is one line and
-exit 2; a closed pipe (``| head``) ends quietly with 0. Machine output goes to stdout as plain text;
-nothing here opens a store unless the command needs one.
+How to add a command: a hot one (run all the time) is a ``CommandSpec`` in ``cli.table`` with
+its body in ``cli.hot``; any other is written in the module of its group -- taking ``ctx:
+typer.Context`` when it needs the global options (``cli_state(ctx).url``, then
+``open_ledger``) -- lets library errors propagate, and is registered below. ``main`` is the
+one place that turns an error into exactly one line on stderr and exit code 1 (never a
+traceback); a usage error is one line and exit 2; a closed pipe (``| head``) ends quietly with
+0. Machine output goes to stdout as plain text; nothing here opens a store unless the command
+needs one.
 
 Start-up time: a command imports what it uses (the store, the supervisor, recovery, rich) in its
 own body -- ``procledger table`` must not pay for PostgreSQL drivers and process trees. typer
 reads every command's annotations on each invocation, so those name only cheap types.
 
 - ``_app``: the Typer app, global options, error handling, opening the ledger, JSON output.
-- ``_format``: output for people (rich tables, times, outcomes, command lines).
+- ``_format``: output for people (aligned columns, times, outcomes, command lines).
 - ``_owner``: the host's CLI owner and its notification session.
 - ``maintenance``: ``table``, ``rebuild``.
 - ``recovery``: ``sweep``, ``worker``.
-- ``running``: ``run`` in the foreground, and ``--wait-ready``; ``run_options``: its options,
-  each defined once (flags, help, parsing) on a field of ``RunOptions``.
-- ``inspection``: the list filters of ``prune``.
-- ``logs``: ``prune`` (retention).
+- ``running``: ``run`` in the foreground, and ``--wait-ready``'s wait; ``run_options``: its
+  options, each defined once (flags, help, parsing) on a field of ``RunOptions``.
+- ``retention``: ``prune``.
 - ``control``: ``abandon``, ``restore``, and ``stop``'s full path.
 - ``serve``: ``serve``, the web view (``procledger.web``).
 - ``keys``: ``keygen``.
-- ``agent``: ``agent start|stop|status|run|unit`` (the host agent, docs/design.md §18).
+- ``agent``: ``agent start|stop|run|unit`` (the host agent, docs/design.md §18; ``status``
+  is hot).
 """
 
 from collections.abc import Callable
@@ -38,9 +40,9 @@ from procledger.cli import (
     agent,
     control,
     keys,
-    logs,
     maintenance,
     recovery,
+    retention,
     serve,
     table,
     verify,
@@ -79,7 +81,7 @@ command(short_help="Serve a live web view of the ledger.")(serve.serve)
 command()(control.restore)
 command()(recovery.sweep)
 command()(recovery.worker)
-command(short_help="Delete ended processes and their output.")(logs.prune)
+command(short_help="Delete ended processes and their output.")(retention.prune)
 command(short_help="Rebuild the read models from the event log.")(maintenance.rebuild)
 command(short_help="Check the ledger's integrity, chains and read models.")(verify.verify)
 command()(maintenance.table)

@@ -1,4 +1,5 @@
-"""`logs`: a process's captured output (docs/design.md §14), and `prune`: retention."""
+"""`prune`: retention -- ended processes deleted with their events and output (docs/design.md
+§5.5), or with ``--dry-run`` listed. (`logs` is a hot command: ``cli.hot.output``.)"""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from procledger.cli._app import cli_state, open_ledger
+from procledger.cli._app import cli_state, open_ledger, option_errors
 from procledger.cli._format import command_text, local_time, short_time, to_terminal, write_table
-from procledger.cli.inspection import decode_filter, parse_age
 from procledger.cli.lines import warn
 
 if TYPE_CHECKING:
@@ -68,3 +68,27 @@ def _preview_prune(registry: ProcessRegistry, cutoff_ms: int, selection: Process
     if scan.damaged:
         warn(f"{len(scan.damaged)} damaged record(s) not listed: {', '.join(scan.damaged)}")
     warn(f"dry run: would prune {len(records)} processes; nothing was deleted")
+
+
+def parse_age(text: str, option: str) -> int:
+    """``--since 2h``, ``--older-than 30d``: milliseconds ago, or a usage error naming
+    ``option``."""
+    from procledger.domain.durations import age_ms
+
+    with option_errors():
+        return age_ms(text, option=option)
+
+
+_FILTER_OPTIONS = {"status": "--status", "identity_label": "--label"}
+
+
+def decode_filter(keys: dict[str, object]) -> ProcessListFilter:
+    """The list filter the options name; a value it refuses (``--status bogus``) is a usage
+    error naming the option, like a bad ``--state``."""
+    from procledger import FilterError, ProcessListFilter
+
+    try:
+        return ProcessListFilter.decode(keys)
+    except FilterError as error:
+        message = str(error).removeprefix(f"filter key {error.key!r}: ")
+        raise typer.BadParameter(message, param_hint=_FILTER_OPTIONS.get(error.key)) from None
