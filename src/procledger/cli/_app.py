@@ -30,7 +30,6 @@ from procledger.cli.lines import (
     say_error,
 )
 from procledger.cli.sentences import error_sentence, plain
-from procledger.cli.values import UsageError, grace
 
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
@@ -247,14 +246,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except Exception as exc:  # ProcledgerError, OSError -- and a bug: one line all the same
         fail(state, exc)
     raise SystemExit(code)
-
-
-def parse_grace(value: str) -> float:
-    """``--grace``: ``values.grace`` as typer's usage error."""
-    try:
-        return grace(value)
-    except UsageError as error:
-        raise typer.BadParameter(str(error).split(": ", 1)[-1], param_hint="--grace") from None
 
 
 @contextmanager
