@@ -4,12 +4,9 @@ the blocking client as the CLI will: started and stopped by the ``control_server
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
@@ -79,33 +76,3 @@ def exchange(path: str, payload: bytes, timeout: float = 10.0) -> bytes:
                 break
             chunks.append(chunk)
         return b"".join(chunks)
-
-
-@contextlib.contextmanager
-def as_nobody(work: Callable[[int], None]) -> Iterator[int]:
-    """Fork a child that becomes uid 65534 and runs ``work(write_end)``; yields the read end
-    of that pipe. On leaving, the child is waited for by its pid (its socket timeout bounds
-    it) and must have exited 0; killed by that pid if the block is cut short."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no return, whatever happens
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            work(write_end)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    try:
-        yield read_end
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-    finally:
-        if pid:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0

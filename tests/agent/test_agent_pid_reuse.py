@@ -19,10 +19,10 @@ import pytest
 
 from _shared import Processes, child_env, command_registration, dead_owner, end_process
 from procledger import ProcessState
+from procledger.adapters.proc_facts import host_id
 from procledger.agent.host import AGENT_ROLE, AGENT_TIMINGS
 from procledger.application.outbox import this_host_id
 from procledger.domain.records import OsFacts
-from procledger.supervisor.control import host_id
 
 from .conftest import start_time_of
 from .live_agent import TERMINAL_KINDS, LiveAgent

@@ -24,13 +24,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _shared import Processes, is_dead, wait_until
+from _shared import Processes, as_nobody, is_dead, wait_until
 from procledger import ProcessState
 from procledger.agent.control_client import START_REQUEST_BYTES
 from procledger.agent.launch import ping
 
 from .live_agent import DEADLINE, LiveAgent, sleeper
-from .socket_server import as_nobody, exchange
+from .socket_server import exchange
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_PEERCRED is Linux's")
 

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _shared import child_env
+from _shared import as_nobody, child_env
 from procledger.agent.control_client import request, socket_dir, socket_path
 from procledger.domain.errors import (
     AgentError,
@@ -33,7 +33,7 @@ from procledger.domain.errors import (
     AgentTimeout,
 )
 
-from .socket_server import ServerThread, as_nobody, exchange
+from .socket_server import ServerThread, exchange
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="SO_PEERCRED is Linux's")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from _shared import run_cli, small_tmpfs
+from _shared import as_nobody, run_cli, small_tmpfs
 from procledger import ProcessRegistry, StoreReadOnly, open_registry
 from procledger.adapters.sql.sqlite_files import connect_read_only, why_not_writable
 from registry.conformance import registration
@@ -105,25 +105,12 @@ def as_user_without_rights(work: Callable[[], str]) -> str:
 
     if not ROOT:
         return outcome()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: no return, whatever happens
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            os.write(write_end, outcome().encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        answer = pipe.read().decode()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, answer
-    return answer
+
+    def tell(out: int) -> None:
+        os.write(out, outcome().encode())
+
+    with as_nobody(tell) as read_end, os.fdopen(read_end, "rb") as pipe:
+        return pipe.read().decode()
 
 
 def listed(registry: ProcessRegistry) -> list[str]:

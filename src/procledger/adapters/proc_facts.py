@@ -106,6 +106,24 @@ def own_identity(proc: Path = PROC) -> Identity | None:
     return cached
 
 
+def this_host_id(proc: Path = PROC) -> str | None:
+    """This host as ``OsFacts.host_id`` names it (machine id and PID namespace), or ``None``
+    where /proc cannot tell: then no output or outbox entry is ever taken for this host's."""
+    identity = own_identity(proc)
+    return identity.host_id if identity is not None else None
+
+
+def host_id() -> str:
+    """``this_host_id``, else the host name: an owner id must name the same host in every
+    `procledger` started on it."""
+    found = this_host_id()
+    if found:
+        return found
+    import socket  # noqa: PLC0415 -- only where /proc cannot tell
+
+    return socket.gethostname()
+
+
 def runs_here(pid: int, start_time: int | float, host_id: str, proc: Path = PROC) -> bool:
     """``started_at``, for a process recorded on host ``host_id`` (``OsFacts.host_id``:
     machine and PID namespace): never true of another host's, or where /proc cannot say which

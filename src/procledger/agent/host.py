@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from procledger.adapters.direct_output import Follower, stream_paths
 from procledger.adapters.output_files import folder_for, output_root
+from procledger.adapters.proc_facts import host_id
 from procledger.agent.anchor import CANNOT_SERVE
 from procledger.agent.control_client import START_REQUEST_BYTES
 from procledger.agent.control_socket import ControlServer
@@ -62,7 +63,7 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.notifications.notifier import Notifier
-from procledger.supervisor.control import host_id, host_owner, owner_session
+from procledger.supervisor.control import host_owner, owner_session
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.file_capture import FileCapture
 from procledger.supervisor.publishing import Publisher

@@ -53,14 +53,15 @@ class LedgerReads:
         self.store_key = store_key
         """The ledger's key (``application.outbox.store_key``): which agent serves it."""
         self.close = close
-        self._registry = registry
+        self.registry = registry
         """On the full path, the registry: what a plain read cannot decode, it can (an older
-        event shape), or it names what is wrong (a damaged row) as every full read does."""
+        event shape), or it names what is wrong (a damaged row) as every full read does; and a
+        command that must wait waits on it."""
 
     def _full(self, read: Callable[[Any], T]) -> T:
-        if self._registry is None:
+        if self.registry is None:
             raise NeedsFullPath
-        return read(self._registry)
+        return read(self.registry)
 
     def record(self, process_id: str) -> Document:
         """The stored record. Raises ``NotFound``."""
@@ -95,7 +96,7 @@ class LedgerReads:
                 lambda tx: record_rows.select_by_creation(tx, conditions, limit, before=before)
             )
         except StoreCorrupt as error:
-            if error.file is None or self._registry is None:
+            if error.file is None or self.registry is None:
                 raise
             rows = self._salvaged(error.file, conditions, limit, before)
         records: list[Document] = []

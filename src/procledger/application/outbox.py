@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from procledger.adapters.liveness import local_identity
 from procledger.adapters.outbox import Outbox, OutboxEntry
+from procledger.adapters.proc_facts import this_host_id
 from procledger.adapters.sql.location import store_key
 from procledger.domain.errors import InvalidTransition, LeaseLost, NotFound
 from procledger.domain.leases import Acquired, Lease, LeaseOwner, LeaseTimings
@@ -32,15 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["deliver_outbox", "record_entry", "store_key", "this_host_id"]
 
 _log = logging.getLogger("procledger.outbox")
-
-
-def this_host_id() -> str | None:
-    """This host as ``OsFacts.host_id`` names it (machine id and PID namespace), or ``None``
-    where ``/proc`` cannot tell: then no entry is ever delivered here. Asked of the liveness
-    adapter itself, not of the identity source it installs when imported: the answer must not
-    depend on whether some other code imported the adapter first."""
-    identity = local_identity()
-    return identity.host_id if identity is not None else None
 
 
 def record_entry(registry: ProcessRegistry, entry: OutboxEntry, lease: Lease) -> ProcessRecord:

@@ -30,6 +30,7 @@ from procledger.cli.lines import (
     say_error,
 )
 from procledger.cli.sentences import error_sentence, plain
+from procledger.cli.values import UsageError, usage_errors
 
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
@@ -250,15 +251,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 @contextmanager
 def option_errors() -> Iterator[None]:
-    """An ``OptionError`` (a bad duration, port, regex or policy) as a usage error: one line
-    naming the flag, exit 2, nothing recorded."""
-    from procledger import OptionError
-
+    """``values.usage_errors`` for a typer command: an ``OptionError`` (a bad duration, port,
+    regex or policy) as typer's usage error naming the flag, exit 2, nothing recorded."""
     try:
-        yield
-    except OptionError as error:
-        message = str(error).removeprefix(f"{error.option}: ")
-        raise typer.BadParameter(message, param_hint=error.option) from None
+        with usage_errors():
+            yield
+    except UsageError as error:
+        raise typer.BadParameter(error.detail, param_hint=error.option) from None
 
 
 def dump(model: Any) -> Any:

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from procledger.adapters.proc_facts import host_id
 from procledger.cli._app import cli_state, open_ledger
 from procledger.cli.values import MAX_GRACE_S
-from procledger.supervisor.control import host_id
 
 if TYPE_CHECKING:
     from procledger import LeaseOwner, LeaseTimings, ProcessRegistry, RecoveryWorker, SweepReport

@@ -20,6 +20,8 @@ class UsageError(Exception):
     def __init__(self, message: str, option: str | None = None) -> None:
         super().__init__(message if option is None else f"invalid value for {option}: {message}")
         self.option = option
+        self.detail = message
+        """What is wrong with the value, without the option's name."""
 
 
 def text(value: str, option: str) -> str:

@@ -11,17 +11,16 @@ provably dead holder) and records ``abandoned/abandon_requested``.
 ended as a service -- its stop recorded on its first attempt before its newest attempt is
 looked at, so its supervisor starts no attempt after it (§15.4) -- and a ``lost`` record whose
 child still runs here (a kept orphan, §6.2) has that child stopped by its recorded identity.
-``orphan_running`` and ``holders_gone`` are what `ps` and `show` mark (§8).
+``host_id`` names this host in owner ids (``adapters.proc_facts``).
 """
 
 from __future__ import annotations
 
-import socket
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NoReturn
 
+from procledger.adapters.proc_facts import host_id
 from procledger.domain.errors import AlreadyTerminal, NotFound, ProcledgerError
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 
@@ -57,15 +56,6 @@ def owner_session(owner_id: str) -> tuple[uuid.UUID, uuid.UUID]:
         uuid.uuid5(_SESSION_NAMESPACE, f"session:{owner_id}"),
         uuid.uuid5(_SESSION_NAMESPACE, f"loop:{owner_id}"),
     )
-
-
-def host_id() -> str:
-    """The liveness adapter's host id (machine and PID namespace) when it has one, else the host
-    name: an owner id must name the same host in every `procledger` started on it."""
-    from procledger.adapters.liveness import local_identity  # pydantic: only when needed
-
-    identity = local_identity()
-    return identity.host_id if identity and identity.host_id else socket.gethostname()
 
 
 def host_owner(role: str) -> LeaseOwner:
@@ -215,32 +205,6 @@ def orphan_running(record: ProcessRecord) -> bool:
     from procledger.adapters.liveness import runs_here
 
     return runs_here(facts.pid, facts.start_time, facts.host_id)
-
-
-def holders_gone(
-    registry: ProcessRegistry, records: Iterable[ProcessRecord], me: LeaseOwner
-) -> dict[str, LeaseOwner]:
-    """The unended ``records`` whose lease holder -- live or expired, not released -- is
-    provably dead on this host (§3.5), each with that holder: each says ``running`` while
-    nobody supervises it. One read for a list, one for a single record."""
-    going = {record.id for record in records if not record.is_terminal}
-    if not going:
-        return {}
-    if len(going) == 1:
-        lease = registry.get_lease(next(iter(going)))
-        leases = [] if lease is None else [lease]
-    else:
-        leases = [lease for lease in registry.unreleased_leases() if lease.process_id in going]
-    dead: dict[tuple[str, str], bool] = {}  # one probe per holder: an agent holds many
-    for lease in leases:
-        key = (lease.owner.owner_id, lease.owner.incarnation_id)
-        if key not in dead:
-            dead[key] = registry.probe.provably_dead(lease.owner, me)
-    return {
-        lease.process_id: lease.owner
-        for lease in leases
-        if dead[(lease.owner.owner_id, lease.owner.incarnation_id)]
-    }
 
 
 def abandon_process(

@@ -252,10 +252,17 @@ def select_changed(tx: Tx, after: int, limit: int) -> list[Any]:
 def ids_from(tx: Tx, prefix: str, limit: int) -> list[str]:
     """Up to ``limit`` process ids that start with ``prefix``, by code point: a range on the
     primary key (``id >= prefix AND id < prefix + U+FFFF``), so the index answers it."""
+    return _ids_in_range(tx, "process_id", prefix, limit)
+
+
+def _ids_in_range(tx: Tx, column: str, prefix: str, limit: int, also: str = "") -> list[str]:
+    """Up to ``limit`` process ids whose ``column`` (an expression over the id) starts with
+    ``prefix`` (``>= prefix AND < prefix + U+FFFF``, by code point), in id order; ``also``:
+    one more condition."""
+    cp = tx.dialect.by_code_point
     rows = tx.execute(
         f"SELECT process_id FROM {tx.dialect.table('records')} "
-        f"WHERE process_id{tx.dialect.by_code_point}>=? AND process_id{tx.dialect.by_code_point}<? "
-        f"ORDER BY process_id{tx.dialect.by_code_point} LIMIT ?",
+        f"WHERE {also}{column}{cp}>=? AND {column}{cp}<? ORDER BY process_id{cp} LIMIT ?",
         (prefix, prefix + "\uffff", limit),
     ).all()
     return [str(row["process_id"]) for row in rows]
@@ -441,15 +448,8 @@ def ids_by_random_part(tx: Tx, prefix: str, limit: int) -> list[str]:
     """Up to ``limit`` minted process ids whose random part (after the time and the dash)
     starts with ``prefix``, by code point: ``logs 1a2b`` names the process whose short id
     ``ps`` showed. A scan of the ids (a few milliseconds for thousands), not an index."""
-    part = f"substr(process_id, {RANDOM_PART_AT})"
-    cp = tx.dialect.by_code_point
-    rows = tx.execute(
-        f"SELECT process_id FROM {tx.dialect.table('records')} "
-        f"WHERE substr(process_id, {RANDOM_PART_AT - 1}, 1)='-' "
-        f"AND {part}{cp}>=? AND {part}{cp}<? ORDER BY process_id{cp} LIMIT ?",
-        (prefix, prefix + "\uffff", limit),
-    ).all()
-    return [str(row["process_id"]) for row in rows]
+    dash = f"substr(process_id, {RANDOM_PART_AT - 1}, 1)='-' AND "
+    return _ids_in_range(tx, f"substr(process_id, {RANDOM_PART_AT})", prefix, limit, dash)
 
 
 def matching_ids(tx: Tx, prefix: str, limit: int) -> list[str]:

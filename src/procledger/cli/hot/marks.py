@@ -8,7 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from procledger.adapters.proc_facts import holder_dead, live_process_start, own_identity, runs_here
+from procledger.adapters.proc_facts import (
+    holder_dead,
+    live_process_start,
+    own_identity,
+    runs_here,
+    this_host_id,
+)
 from procledger.application.document_reads import Document, LedgerReads
 
 SUPERVISOR_GONE = "supervisor gone"
@@ -17,21 +23,10 @@ AGENT_ROLE = "procledger-agent"  # agent.host.AGENT_ROLE, without importing the 
 CLI_ROLE = "procledger-cli"  # cli._owner's role
 
 
-def host_id() -> str:
-    """This host's id as owners name it (``supervisor.control.host_id``)."""
-    identity = own_identity()
-    if identity and identity.host_id:
-        return identity.host_id
-    import socket
-
-    return socket.gethostname()
-
-
 def host_id_or_none() -> str | None:
-    """This host as ``OsFacts.host_id`` names it, or ``None`` where /proc cannot tell
-    (``application.outbox.this_host_id``)."""
-    identity = own_identity()
-    return identity.host_id if identity is not None else None
+    """This host as output folders name it, or ``None`` (``proc_facts.this_host_id``: a
+    name of its own here, which a test replaces to play another host)."""
+    return this_host_id()
 
 
 def _me() -> dict[str, Any]:

@@ -111,7 +111,7 @@ def _hint(record: Document, mark: str, holder: Any) -> str:
     """What to do about a marked process (docs/design.md §8): stop a kept orphan; have the
     gone holder's successor account for the process -- a new agent for an agent's run,
     `restore` for a `procledger run`'s -- or else stop or abandon it."""
-    from procledger.adapters.proc_facts import runs_here
+    from procledger.adapters.proc_facts import host_id, runs_here
 
     facts = record.get("os")
     pid = facts["pid"] if facts is not None else None
@@ -120,9 +120,9 @@ def _hint(record: Document, mark: str, holder: Any) -> str:
         return f"its child (OS pid {pid}) still runs unsupervised on this host: {what}"
     runs = facts is not None and runs_here(facts["pid"], facts["start_time"], facts["host_id"])
     holder_id = holder.get("owner_id", "") if holder is not None else ""
-    if holder_id == f"{marking.AGENT_ROLE}@{marking.host_id()}":
+    if holder_id == f"{marking.AGENT_ROLE}@{host_id()}":
         what = "procledger agent start: a new agent takes it over"
-    elif holder_id == f"{marking.CLI_ROLE}@{marking.host_id()}":
+    elif holder_id == f"{marking.CLI_ROLE}@{host_id()}":
         what = "procledger restore accounts for it"
     elif runs:
         what = f"procledger stop {record['id']} stops its child (OS pid {pid}) and records it"

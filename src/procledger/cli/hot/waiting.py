@@ -39,7 +39,7 @@ def wait(options: Namespace, url: str | None, *, fast: bool) -> int:
     with reading(url, fast=False) as reads:
         found = resolve(reads, options.process_id)
         marking.warn_if_unowned(reads, reads.record(found))
-    return _await(url, found, seconds, options)
+        return _await(reads.registry, found, seconds, options)
 
 
 def _timeout(text: str | None) -> float | None:
@@ -63,16 +63,14 @@ def _decided(record: Document, ready: bool) -> bool:
     return marking.is_terminal(record) and final
 
 
-def _await(url: str | None, found: str, seconds: float | None, options: Namespace) -> int:
-    from procledger.cli._app import dump, open_ledger
-
-    with open_ledger(url, create=False, read_only=True) as registry:
-        waiting: Any = registry.await_ready if options.until == "ready" else registry.await_end
-        try:
-            record = dump(waiting(found, timeout=seconds))
-        except TimeoutError:
-            warn(f"process {found} not {_goal(options.until)} after {options.timeout}")
-            return EXIT_TIMEOUT
+def _await(registry: Any, found: str, seconds: float | None, options: Namespace) -> int:
+    """The registry's wait (the full path's reads hold it open already)."""
+    waiting: Any = registry.await_ready if options.until == "ready" else registry.await_end
+    try:
+        record = waiting(found, timeout=seconds).model_dump(mode="json")
+    except TimeoutError:
+        warn(f"process {found} not {_goal(options.until)} after {options.timeout}")
+        return EXIT_TIMEOUT
     return _report(record, options)
 
 
