@@ -108,6 +108,22 @@ def run_cli(
     )
 
 
+def start_cli(*args: str, url: str, procs: Processes) -> subprocess.Popen[bytes]:
+    """``procledger --url URL ARGS...`` started and left running, quiet, seeing only the store
+    the test names; its pid is recorded in ``procs`` (killed by it at the end)."""
+    env = child_env()
+    env.pop("PROCLEDGER_URL", None)
+    runner = subprocess.Popen(
+        [*CLI, "--url", url, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    procs.add(runner.pid)
+    return runner
+
+
 def end_process(proc: subprocess.Popen[Any]) -> None:
     """Kill a helper process this test started if it still runs, reap it, close its pipes."""
     if proc.poll() is None:

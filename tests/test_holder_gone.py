@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,13 +17,12 @@ import orjson
 import psutil
 
 from _shared import (
-    CLI,
     Processes,
-    child_env,
     command_registration,
     dead_owner,
     is_dead,
     run_cli,
+    start_cli,
     wait_until,
 )
 from procledger import open_registry
@@ -58,17 +56,10 @@ def test_a_run_whose_procledger_died_says_supervisor_gone(
     shared_url: str, procs: Processes
 ) -> None:
     pidfile = procs.pidfile("child.pid")
-    env = child_env()
-    env.pop("PROCLEDGER_URL", None)
-    runner = subprocess.Popen(
-        [*CLI, "--url", shared_url, "run", "--", "sh", "-c", SLEEPER.format(pidfile)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
+    runner = start_cli(
+        "run", "--", "sh", "-c", SLEEPER.format(pidfile), url=shared_url, procs=procs
     )
     try:
-        procs.add(runner.pid)
         child = procs.await_pid(pidfile)
         wait_until(lambda: listed(shared_url)["records"], 30, "the run to be recorded")
         (row,), said = rows(shared_url)

@@ -17,7 +17,14 @@ import orjson
 import psutil
 import pytest
 
-from _shared import CLI, Processes, child_env, command_registration, is_dead, run_cli, wait_until
+from _shared import (
+    Processes,
+    command_registration,
+    is_dead,
+    run_cli,
+    start_cli,
+    wait_until,
+)
 from procledger import open_registry
 from procledger.adapters.liveness import local_identity, read_process_start
 from procledger.domain.leases import Acquired, LeaseOwner
@@ -40,17 +47,8 @@ def kept_orphan(
     """A foreground `procledger run` of ``argv`` (which writes ``pidfile``), SIGKILLed while
     its quiet child lives on, then `restore --keep-orphans`: the lost process's id and the
     child, still running."""
-    env = child_env()
-    env.pop("PROCLEDGER_URL", None)
-    runner = subprocess.Popen(
-        [*CLI, "--url", url, "run", "--", *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
+    runner = start_cli("run", "--", *argv, url=url, procs=procs)
     try:
-        procs.add(runner.pid)
         child = procs.await_pid(pidfile)
         wait_until(lambda: listed(url), 30, "the run to be recorded running")
         runner.send_signal(signal.SIGKILL)
