@@ -76,10 +76,12 @@ with _exported(now=True):  # the errors (§9) and the vocabulary's enums: plain 
     from procledger.domain.errors import InvalidTransition as InvalidTransition
     from procledger.domain.errors import LeaseLost as LeaseLost
     from procledger.domain.errors import LoopNotFound as LoopNotFound
+    from procledger.domain.errors import NameTaken as NameTaken
     from procledger.domain.errors import NotFound as NotFound
     from procledger.domain.errors import OptionError as OptionError
     from procledger.domain.errors import OutputUnavailable as OutputUnavailable
     from procledger.domain.errors import OwnerMismatch as OwnerMismatch
+    from procledger.domain.errors import PortTaken as PortTaken
     from procledger.domain.errors import (
         ProcessLifecycleValidationError as ProcessLifecycleValidationError,
     )

@@ -41,7 +41,8 @@ RECORD_KEYS = {
     "value", "status", "stop_requested", "backgrounded", "created_at_ms", "updated_at_ms",
     "started_at_ms", "finished_at_ms", "os_pid", "os", "first_started", "abandon_request",
     "abandon_evidence", "wait", "external_ref", "output", "ready_at_ms", "attempt", "attempt_of",
-    "gave_up", "service_stop_requested", "readiness", "restart", "change_seq",
+    "gave_up", "service_stop_requested", "readiness", "restart", "name", "digest", "port",
+    "starts_at_ms", "change_seq",
 }  # fmt: skip
 
 OWNER = LeaseOwner(owner_id="worker-1", incarnation_id="inc-1")

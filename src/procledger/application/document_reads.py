@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from procledger.adapters.sql import event_rows, head_rows, lease_rows, record_rows
+from procledger.adapters.sql import event_rows, head_rows, lease_rows, record_rows, service_rows
 from procledger.adapters.sql.damage import damaged_process, read_record_row
 from procledger.adapters.sql.head_rows import text_of
 from procledger.adapters.sql.location import locate, store_key
@@ -75,10 +75,14 @@ class LedgerReads:
 
     def resolve(self, text: str) -> str:
         """The process id ``text`` names (``id_prefix.resolve``)."""
-        return id_prefix.resolve(text, self._matching, self._is_first_attempt)
+        return id_prefix.resolve(text, self._matching, self._is_first_attempt, self._named)
 
     def _matching(self, prefix: str, limit: int) -> list[str]:
         return list(self._run(lambda tx: record_rows.matching_ids(tx, prefix, limit)))
+
+    def _named(self, name: str) -> str | None:
+        holder: str | None = self._run(lambda tx: service_rows.held_name(tx, name))
+        return holder
 
     def _is_first_attempt(self, process_id: str) -> bool:
         try:

@@ -42,6 +42,7 @@ from procledger.application.leases import (
 )
 from procledger.application.retention import prune_filter, prune_terminal
 from procledger.application.retry import retry_on_conflict
+from procledger.application.service_book import ServiceBook, claims
 from procledger.application.sessions import delete_session
 from procledger.application.unit_of_work import (
     Ledger,
@@ -122,6 +123,8 @@ class ProcessRegistry:
         self._grants = Grants(self._ledger)
         self._journal = NotificationJournal(self._store)
         self._reads = self._ledger.reads
+        #: Names, leased ports and the desired state of named services (docs/design.md §19).
+        self.services = ServiceBook(self._store, self.now_ms)
 
     @property
     def probe(self) -> ProcProbe:
@@ -180,7 +183,7 @@ class ProcessRegistry:
         now = self.now_ms()
         process = Process.register(registration, at_ms=now)
         try:
-            unit = self._ledger.save([process], now_ms=now)
+            unit = self._ledger.save([process], now_ms=now, also=claims([registration], now))
         except WriteConflict:
             pass
         else:
@@ -263,9 +266,13 @@ class ProcessRegistry:
             processes.append(process)
         taken: dict[str, Lease | None] = {}
 
+        claim = claims(registrations, now)
+
         def take(tx: Tx) -> None:
             for registration in registrations:
                 taken[registration.id] = take_if_free(tx, registration.id, owner, now, ttl_ms)
+            if claim is not None:
+                claim(tx)
 
         unit = self._ledger.save(processes, now_ms=now, also=take)
         for process in processes:

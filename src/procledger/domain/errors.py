@@ -15,6 +15,8 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     ├── UndeclaredEventType
     ├── NotFound                          (also LookupError)
     │   └── AmbiguousProcessId            (.prefix, .candidates)
+    ├── NameTaken                         (.name, .process_id: the live holder's newest attempt)
+    ├── PortTaken                         (.port, .process_id)
     ├── LeaseLost
     ├── AuthorityRejected
     ├── OwnerMismatch
@@ -167,6 +169,28 @@ class AmbiguousProcessId(NotFound):
         super().__init__(f"process id prefix {prefix!r} is ambiguous: it matches {shown}")
         self.prefix = prefix
         self.candidates = candidates
+
+
+class NameTaken(ProcledgerError):
+    """A service name another live service holds (docs/design.md §19): ``process_id`` is the
+    newest attempt of the holder, which a second ``run --name`` answers with instead of
+    starting another. Nothing was written."""
+
+    def __init__(self, name: str, process_id: str) -> None:
+        super().__init__(f"service {name!r} is running as process {process_id!r}")
+        self.name = name
+        self.process_id = process_id
+
+
+class PortTaken(ProcledgerError):
+    """A port that cannot be leased: another live process of the ledger holds it
+    (``process_id``), something else on this host is bound to it, or (``auto``) every port of
+    the range is; nothing was written."""
+
+    def __init__(self, message: str, port: int | None = None, process_id: str | None = None):
+        super().__init__(message)
+        self.port = port
+        self.process_id = process_id
 
 
 class LeaseLost(ProcledgerError):

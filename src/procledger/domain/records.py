@@ -182,6 +182,13 @@ class ProcessRecord(Frozen):
     #: The readiness probes and restart policy it was registered with, or null.
     readiness: Readiness | None = None
     restart: RestartPolicy | None = None
+    # docs/design.md §19; null for records written before services had names, and for unnamed ones.
+    #: The service's name, the digest of its file definition, its leased port, and when this
+    #: (later) attempt's backoff ends.
+    name: str | None = None
+    digest: str | None = None
+    port: int | None = None
+    starts_at_ms: int | None = None
     change_seq: int
 
     @property

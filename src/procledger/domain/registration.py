@@ -27,6 +27,12 @@ from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import RecoveryDisposition
 
 MAX_PROCESS_ID_CHARS = 256
+SERVICE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,61}[A-Za-z0-9_]|[A-Za-z]")
+"""A name people type where an id goes (``stop web``): never a number or ``:PORT``."""
+SERVICE_NAME_RULE = (
+    "1 to 63 ASCII letters, digits, '_', '-' or '.', starting with a letter, "
+    "not ending with '-' or '.'"
+)
 ENV_REF_PREFIX = "process-env:sha256:"
 # fullmatch, not match with ``$``: ``$`` lets a trailing newline through.
 _ENV_REF = re.compile(r"process-env:sha256:[0-9a-f]{64}")
@@ -207,6 +213,13 @@ class ProcessRegistration(Frozen):
     restart: RestartPolicy | None = None
     attempt_of: str | None = None
     attempt: int | None = Field(default=None, ge=1)
+    # A named service's (docs/design.md §19): its name (at most one live service holds it per
+    # ledger), the digest of its service-file definition (``up`` restarts what changed), the
+    # port leased to it, and when a later attempt's backoff ends. Null: left out, as above.
+    name: str | None = None
+    digest: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    starts_at_ms: int | None = Field(default=None, ge=0)
 
     @model_serializer(mode="wrap")
     def _omit_unset_service_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -226,6 +239,13 @@ class ProcessRegistration(Frozen):
         elif self.attempt not in (None, 1):
             raise ValueError("attempt: only a later attempt (attempt_of set) is numbered past 1")
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _service_name(cls, value: str | None) -> str | None:
+        if value is not None and not SERVICE_NAME.fullmatch(value):
+            raise ValueError(f"name {value!r} is not a service name ({SERVICE_NAME_RULE})")
+        return value
 
     @field_validator("id")
     @classmethod
@@ -263,7 +283,9 @@ class ProcessRegistration(Frozen):
         return any(declared.name == event_type for declared in self.event_types)
 
 
-OPTIONAL_REGISTRATION_KEYS = frozenset({"readiness", "restart", "attempt_of", "attempt"})
+OPTIONAL_REGISTRATION_KEYS = frozenset(
+    {"readiness", "restart", "attempt_of", "attempt", "name", "digest", "port", "starts_at_ms"}
+)
 """Registration keys a stored document may lack (registrations made before they existed)."""
 
 

@@ -184,6 +184,10 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
         lambda process: process.registration.restart,
         registered=True,
     ),
+    optional_registered_field("name"),
+    optional_registered_field("digest"),
+    optional_registered_field("port"),
+    optional_registered_field("starts_at_ms"),
 )
 
 if (*(field.name for field in RECORD_FIELDS), "change_seq") != tuple(ProcessRecord.model_fields):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from procledger.adapters.sql import service_rows
 from procledger.adapters.sql.record_rows import matching_ids
 from procledger.adapters.sql.store import Store
 from procledger.domain import id_prefix
@@ -81,10 +82,13 @@ class ReadModels:
 
     def resolve_process_id(self, prefix: str) -> str:
         """The one process id ``prefix`` names (``id_prefix.resolve``)."""
-        return id_prefix.resolve(prefix, self._matching, self._is_first_attempt)
+        return id_prefix.resolve(prefix, self._matching, self._is_first_attempt, self._named)
 
     def _matching(self, prefix: str, limit: int) -> list[str]:
         return self.store.attempt(lambda tx: matching_ids(tx, prefix, limit))
+
+    def _named(self, name: str) -> str | None:
+        return self.store.attempt(lambda tx: service_rows.held_name(tx, name))
 
     def _is_first_attempt(self, process_id: str) -> bool:
         try:

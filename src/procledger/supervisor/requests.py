@@ -17,8 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from procledger.domain.registration import ENV_REF_PREFIX, env_ref_for
-from procledger.domain.service import Readiness, RestartPolicy
+from procledger.domain.registration import (
+    ENV_REF_PREFIX,
+    SERVICE_NAME,
+    SERVICE_NAME_RULE,
+    env_ref_for,
+)
+from procledger.domain.service import Readiness, RestartPolicy, check_port
 from procledger.domain.vocabulary import MAX_LEDGER_INT, RecoveryDisposition
 from procledger.supervisor.capture import DEFAULT_OUTPUT_LIMIT
 from procledger.supervisor.execution import Consumer, StopPolicy, checked_argv
@@ -67,6 +72,13 @@ class StartRequest:
     attempt_of: str | None = None
     attempt: int | None = None
     stop: StopPolicy | None = None
+    # docs/design.md §19: a named service, its file definition's digest, a port to lease
+    # (``"auto"``: one of ``port_range``), and when a later attempt's backoff ends.
+    name: str | None = None
+    digest: str | None = None
+    port: int | Literal["auto"] | None = None
+    port_range: tuple[int, int] | None = None
+    starts_at_ms: int | None = None
 
     @property
     def notify_to(self) -> NotifyTo | None:
@@ -103,7 +115,38 @@ def checked_request(argv: Sequence[str], **options: Any) -> StartRequest:
         restart=restart,
         attempt=None if restart is None else 1,
         stop=_checked_stop(options.get("stop")),
+        name=_checked_name(options.get("name")),
+        digest=options.get("digest"),
+        port=_checked_port(options.get("port")),
+        port_range=_checked_range(options.get("port_range")),
     )
+
+
+def _checked_name(name: object) -> str | None:
+    if name is None:
+        return None
+    if not isinstance(name, str) or not SERVICE_NAME.fullmatch(name):
+        raise ValueError(f"name: {name!r} is not a service name ({SERVICE_NAME_RULE})")
+    return name
+
+
+def _checked_port(port: object) -> int | Literal["auto"] | None:
+    if port is None or port == "auto":
+        return "auto" if port == "auto" else None
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise TypeError(f"port must be an int or 'auto', not {port!r}")
+    return check_port(port, option="port")
+
+
+def _checked_range(port_range: object) -> tuple[int, int] | None:
+    if port_range is None:
+        return None
+    if not isinstance(port_range, tuple | list) or len(port_range) != 2:
+        raise TypeError(f"port_range must be (low, high), not {port_range!r}")
+    low, high = (check_port(bound, option="port_range") for bound in port_range)
+    if low > high:
+        raise ValueError(f"port_range: {low}-{high} is empty (the low end is above the high)")
+    return int(low), int(high)
 
 
 def _checked_stop(stop: object) -> StopPolicy | None:

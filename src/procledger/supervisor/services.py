@@ -284,6 +284,8 @@ class ServiceRunner:
             process_id=attempt_id(service.first_id, number),
             attempt_of=service.first_id,
             attempt=number,
+            starts_at_ms=self._registry.now_ms()
+            + round(max(0.0, start_at - time.monotonic()) * 1000),
         )
         prepared = self._starter.prepare(request)
         service.attempts.append(prepared.ticket.process_id)

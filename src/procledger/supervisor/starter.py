@@ -137,6 +137,10 @@ class Starter:
             restart=request.restart,
             attempt_of=request.attempt_of,
             attempt=request.attempt,
+            name=request.name,
+            digest=request.digest,
+            port=None if request.port == "auto" else request.port,
+            starts_at_ms=request.starts_at_ms,
         )
 
     def kept(

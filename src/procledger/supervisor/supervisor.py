@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from procledger.adapters.outbox import Outbox
 from procledger.application.unit_of_work import outcome_of
@@ -42,6 +42,7 @@ from procledger.supervisor.completion import Completion, Settle, Watch, terminal
 from procledger.supervisor.decide import STOP_REASONS
 from procledger.supervisor.execution import Consumer, StopPolicy
 from procledger.supervisor.modes import StopMode
+from procledger.supervisor.naming import named_opened, prepared_names
 from procledger.supervisor.owners import HelperThreads, OwnerThreads
 from procledger.supervisor.publishing import CompletionNotifier, Publisher
 from procledger.supervisor.ready import watch_ready
@@ -49,7 +50,6 @@ from procledger.supervisor.requests import (
     SessionIdLike,
     Stdin,
     checked_request,
-    opened,
     stdin_source,
 )
 from procledger.supervisor.restorer import Restorer
@@ -196,34 +196,34 @@ class Supervisor:
         ready: Readiness | None = None,
         restart: RestartPolicy | None = None,
         stop: StopPolicy | None = None,
+        name: str | None = None,
+        digest: str | None = None,
+        port: int | Literal["auto"] | None = None,
+        port_range: tuple[int, int] | None = None,
     ) -> ProcessHandle:
         """Run ``argv`` as ``process_id`` (minted when omitted); returns once the child runs and
         that is recorded (``starting`` is durable first: a retry never runs a program twice).
 
         Args:
-            stdin, stdout: what the child reads (``Stdin``; ``/dev/null`` by default); who
-                receives its raw output chunks on the owner thread (``None``: inherited).
+            stdin, stdout: what it reads (``/dev/null``); who gets its raw output (inherited).
             disposition, session_id, loop_id: what recovery may do if this supervisor dies
                 (§3.6); where the completion notification goes (both ids, or none sent).
             capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
+            name, digest, port, port_range: a named service, a leased port (§19, ``naming``).
             ready: readiness probes (§15): the ``ready`` fact once all hold; past its
                 ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
             restart: start it again as new attempts when it ends (§15); the handle names the
                 service (``wait``/``stop`` act on its current attempt). ``stop``: its policy.
 
         Raises:
-            TypeError, ValueError, OSError (a ``stdin`` file): nothing was written.
+            TypeError, ValueError, OSError (``stdin``), NameTaken, PortTaken: nothing written.
             SupervisorClosed: ``shutdown`` has begun.
             InvalidTransition: ``process_id`` was started before (``AlreadyTerminal``: ended).
             LeaseLost: another live owner holds ``process_id``.
             SpawnError: the program could not be started; ``failed`` is recorded first.
         """
-        request = checked_request(
-            argv, process_id=process_id, cwd=cwd, env=env, stdin=stdin, stdout=stdout,
-            background=background, disposition=disposition, session_id=session_id,
-            loop_id=loop_id, capture=capture, output_limit=output_limit, ready=ready,
-            restart=restart, stop=stop,
-        )  # fmt: skip
+        options = {key: value for key, value in locals().items() if key not in ("self", "argv")}
+        request = prepared_names(checked_request(argv, **options), self._registry)
         with self._start_slot(), stdin_source(request.stdin) as source:
             if request.restart is not None:
                 return self._services.start(request, source)
@@ -243,10 +243,8 @@ class Supervisor:
             SupervisorClosed: ``shutdown`` has begun (nothing was started).
         """
         with self._start_slot(), contextlib.ExitStack() as sources:
-            items = [
-                outcome_of(functools.partial(opened, _START, sources, argv, options))
-                for argv, options in starts
-            ]
+            opening = functools.partial(named_opened, _START, self._registry, sources)
+            items = [outcome_of(functools.partial(opening, *start)) for start in starts]
             return start_all(self._starter, self._services.start, items)
 
     @contextmanager

@@ -17,17 +17,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from procledger.adapters.sql import head_rows
+from procledger.adapters.sql import head_rows, service_rows
 from procledger.adapters.sql.location import StoreLocation
 from procledger.adapters.sql.store import Store, Tx, is_stored_int
 from procledger.domain.errors import SchemaTooNew, StoreCorrupt
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The version of the tables this code creates and reads, kept in the ``meta`` table's
 ``schema_version`` row (docs/design.md §7.2). Ledgers written before versions were recorded
 (0.1.0 and the releases up to this one) have no row and read as version 0; creating whatever is
-missing (every statement is ``IF NOT EXISTS``) brings any of them to version 1. A later change
-of the tables raises it and adds its step to ``_STEPS``."""
+missing (every statement is ``IF NOT EXISTS``) brings any of them to version 1. Version 2 adds
+the named services' tables (``names``, ``ports``, ``services``, docs/design.md §19). A later
+change of the tables raises it and adds its step to ``_STEPS``."""
 
 UNVERSIONED = 0
 """The version of a ledger that has tables but no recorded version."""
@@ -127,7 +128,14 @@ def _create_missing(store: Store, tx: Tx) -> None:
     )
 
 
-_STEPS: dict[int, Callable[[Store, Tx], Any]] = {0: _create_missing}
+def _add_service_tables(store: Store, tx: Tx) -> None:
+    """Version 1 to 2: the named services' tables (docs/design.md §19). Older releases never
+    read them, and a ledger without them has no names, ports or desired state to lose."""
+    for statement in service_rows.create_statements(store):
+        tx.execute(statement)
+
+
+_STEPS: dict[int, Callable[[Store, Tx], Any]] = {0: _create_missing, 1: _add_service_tables}
 """``_STEPS[n]`` migrates version ``n`` to ``n + 1``, inside the migration's transaction."""
 
 
