@@ -37,6 +37,7 @@ from procledger.adapters.direct_output import Follower, stream_paths
 from procledger.adapters.output_files import folder_for, output_root
 from procledger.adapters.proc_facts import host_id
 from procledger.agent.anchor import CANNOT_SERVE
+from procledger.agent.bring_back import returns
 from procledger.agent.control_client import START_REQUEST_BYTES
 from procledger.agent.control_socket import ControlServer
 from procledger.agent.held import (
@@ -57,6 +58,7 @@ from procledger.application.document_reads import LedgerReads
 from procledger.application.outbox import store_key
 from procledger.domain.errors import (
     AgentSocketError,
+    NameTaken,
     ProcledgerError,
     SpawnError,
     StoreUnavailable,
@@ -66,6 +68,7 @@ from procledger.notifications.notifier import Notifier
 from procledger.supervisor.control import host_owner, owner_session
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.file_capture import FileCapture
+from procledger.supervisor.minting import new_process_id
 from procledger.supervisor.publishing import Publisher
 from procledger.supervisor.terminals import TerminalWriter
 from procledger.supervisor.ticker import STOP_POLL_S
@@ -79,6 +82,9 @@ thousand runs twice in its life, so a cache entry per run (~12 KiB) would cost m
 than its reuse saves time (``ProcessRegistry.keep_less``)."""
 
 REPLY_GRACE_S: Final = 0.05
+BRING_BACK_READY_S: Final = 120.0
+"""How long a service brought back after a takeover waits for a dependency to be ready (then
+it starts anyway, and says so in the log: ``up`` is where a person sees such a failure)."""
 """How long a ``shutdown`` waits before it begins: its reply must leave first."""
 
 __all__ = ["AGENT_ROLE", "AGENT_TIMINGS", "AgentHost"]
@@ -149,12 +155,14 @@ class AgentHost:
             self._watch_signals()
             await self._take_over(supervisor)
             self._ready.set()
+            bringing = asyncio.ensure_future(self._bring_back())
             self._loop.add_reader(self._follower.fileno(), self._on_output)
             ticking = asyncio.ensure_future(self._tick_held())
             listening = self._listen()
             log.info("serving %s on %s", self.places.key, server.path)
             await self._stopping.wait()
             ticking.cancel()
+            bringing.cancel()
             if listening is not None:
                 listening.close()
             await server.close()
@@ -186,6 +194,36 @@ class AgentHost:
             report.seconds, report.delivered, report.journaled, len(report.held), report.lost,
         )  # fmt: skip
 
+    async def _bring_back(self) -> None:
+        """Start again what ``up`` left desired here and ended while no agent could restart
+        it (``bring_back``), each service's dependencies ready first."""
+        found = await asyncio.to_thread(returns, self.registry, host_id(), self._mint)
+        started: dict[str, str] = {}
+        for back in found:
+            for dependency in back.depends_on:
+                if dependency in started:
+                    await self._until_ready(started[dependency])
+            try:
+                answer = await self._launch(checked(StartOrder, back.order))
+            except Exception as error:
+                log.warning("service %s: bringing it back failed: %s", back.name, error)
+                continue
+            started[back.name] = answer.get("process_id") or back.order["process_id"]
+            log.info("service %s brought back: %s", back.name, answer)
+
+    def _mint(self) -> str:
+        return new_process_id(self.registry.now_ms())
+
+    async def _until_ready(self, process_id: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self.registry.await_ready, process_id, timeout=BRING_BACK_READY_S
+            )
+        except (TimeoutError, ProcledgerError) as error:
+            log.warning(
+                "process %s not ready: %s; starting its dependents anyway", process_id, error
+            )
+
     def _folder_of(self, process_id: str) -> Path | None:
         key = store_key(self.registry.location)
         return None if key is None else folder_for(output_root(), key, process_id)
@@ -207,6 +245,9 @@ class AgentHost:
         (with its errno, so the CLI exits as a shell would)."""
         order = checked(StartOrder, request)
         await self._ready.wait()
+        return await self._launch(order)
+
+    async def _launch(self, order: StartOrder) -> dict[str, Any]:
         session_id, _ = owner_session(_cli_owner_id())
         try:
             handle = await self._supervisor.start(
@@ -223,9 +264,16 @@ class AgentHost:
                 ready=order.ready,
                 restart=order.restart,
                 stop=StopPolicy((signal.Signals(order.stop_signal),), order.grace_s),
+                name=order.name,
+                digest=order.digest,
+                port=order.port,
+                port_range=order.port_range,
+                attempt_of=order.attempt_of,
             )
         except SpawnError as error:
             return {"spawn_error": {"message": str(error), "errno": error.errno}}
+        except NameTaken as taken:  # not an error: the caller is told which one runs
+            return {"name_taken": {"name": taken.name, "process_id": taken.process_id}}
         return {"process_id": handle.process_id}
 
     async def _stop(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,15 @@ class StartOrder(_Order):
     restart: RestartPolicy | None = None
     stop_signal: Annotated[int, Field(ge=1, le=64)] = int(signal.SIGTERM)
     grace_s: Annotated[float, Field(ge=0, le=86_400)] = 10.0
+    # docs/design.md §19: a named service, the digest of its file definition, a leased port;
+    # ``attempt_of``: the start is that service's next attempt (brought back after a takeover).
+    name: str | None = None
+    attempt_of: str | None = Field(default=None, min_length=1, max_length=200)
+    digest: str | None = Field(default=None, max_length=200)
+    port: Annotated[int, Field(ge=1, le=65535)] | Literal["auto"] | None = None
+    port_range: (
+        tuple[Annotated[int, Field(ge=1, le=65535)], Annotated[int, Field(ge=1, le=65535)]] | None
+    ) = None
 
 
 class StopOrder(_Order):

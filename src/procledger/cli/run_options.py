@@ -286,6 +286,48 @@ _RESTART = (
 )
 
 
+_NAME = _text(
+    "name",
+    "--name",
+    "NAME",
+    "Run it as the service NAME: while one runs under that name, print its id and start "
+    "nothing (every command that takes an id takes NAME).",
+)
+_REPLACE = _switch(
+    "replace", "--replace", "With --name: stop the service running under NAME first."
+)
+_PORT = _text(
+    "port",
+    "--port",
+    "auto|PORT",
+    "Lease a port in the ledger (auto: a free one of $PROCLEDGER_PORT_RANGE, "
+    "default 20000-29999), pass it as $PORT, and be ready once it accepts connections.",
+)
+
+
+def _name(raw: Raw) -> str | None:
+    name = raw["name"]
+    if name is None:
+        if raw["replace"]:
+            raise UsageError("only with --name", "--replace")
+        return None
+    from procledger.domain.registration import SERVICE_NAME, SERVICE_NAME_RULE
+
+    if not SERVICE_NAME.fullmatch(name):
+        raise UsageError(f"{name!r} is not a service name ({SERVICE_NAME_RULE})", "--name")
+    return str(name)
+
+
+def _port(raw: Raw) -> int | Literal["auto"] | None:
+    port = raw["port"]
+    if port is None or port == "auto":
+        return "auto" if port == "auto" else None
+    from procledger.domain.durations import check_port
+
+    with usage_errors():
+        return check_port(port, option="--port")
+
+
 _READY_NAMES = tuple(option.dest for option in _READY)
 _RESTART_NAMES = tuple(option.dest for option in _RESTART)
 
@@ -314,6 +356,9 @@ class RunOptions:
     ready: Readiness | None = field(metadata=_cli(*_READY, parse=_readiness))
     wait_ready: bool = field(metadata=_cli(_WAIT_READY, parse=_wait_ready))
     restart: RestartPolicy | None = field(metadata=_cli(*_RESTART, parse=_restart))
+    name: str | None = field(metadata=_cli(_NAME, parse=_name))
+    replace: bool = field(metadata=_cli(_REPLACE, parse=lambda raw: bool(raw["replace"])))
+    port: int | Literal["auto"] | None = field(metadata=_cli(_PORT, parse=_port))
 
     @classmethod
     def parse(cls, raw: Raw) -> RunOptions:

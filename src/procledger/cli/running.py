@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from procledger import ProcessState, ProcledgerError, SpawnError, TerminalReason
+from procledger import NameTaken, ProcessState, ProcledgerError, SpawnError, TerminalReason
 from procledger.cli._app import dump, open_ledger
 from procledger.cli._format import ending
 from procledger.cli._owner import cli_notifier, cli_owner
@@ -29,6 +29,7 @@ from procledger.cli.lines import (
     warn,
     write_json,
 )
+from procledger.cli.naming import answer_taken, stop_named
 from procledger.cli.run_options import RunOptions, StdinSource
 
 if TYPE_CHECKING:
@@ -49,10 +50,15 @@ def run_foreground(url: str | None, options: RunOptions) -> int:
     """Supervise in this process until the terminal is recorded; the exit code is the
     command's (docs/design.md §8)."""
     with open_ledger(url) as registry, _child_stdin(options.stdin) as stdin:
+        if options.replace and options.name is not None:
+            stop_named(registry, options.name, options.grace_s)
         try:
             record, exit_code = _supervise(registry, options, stdin=stdin)
         except SpawnError as exc:  # recorded `failed`; exit as a shell would
             fail("run", exc, spawn_exit_code(exc.errno))
+        except NameTaken as taken:
+            held = dump(registry.get(taken.process_id)) if options.as_json else None
+            return answer_taken(taken, held)
     if options.as_json:
         write_json(dump(record))
     if exit_code and _tell_how_it_ended(record, as_json=options.as_json):
@@ -224,6 +230,8 @@ def _supervise(
             output_limit=options.output_limit,
             ready=options.ready,
             restart=options.restart,
+            name=options.name,
+            port=options.port,
         )
         if started is not None:
             started(handle)

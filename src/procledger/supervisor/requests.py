@@ -113,13 +113,27 @@ def checked_request(argv: Sequence[str], **options: Any) -> StartRequest:
         output_limit=_checked_limit(options["output_limit"]),
         ready=_checked_ready(options["ready"], capture),
         restart=restart,
-        attempt=None if restart is None else 1,
+        attempt=_attempt(options.get("process_id"), options.get("attempt_of"), restart),
+        attempt_of=options.get("attempt_of"),
         stop=_checked_stop(options.get("stop")),
         name=_checked_name(options.get("name")),
         digest=options.get("digest"),
         port=_checked_port(options.get("port")),
         port_range=_checked_range(options.get("port_range")),
     )
+
+
+def _attempt(process_id: object, attempt_of: object, restart: object) -> int | None:
+    """A service's attempt number: 1, or -- resuming a service (``attempt_of``, §19) -- the
+    number its id ``<attempt_of>.<n>`` carries."""
+    if attempt_of is None:
+        return None if restart is None else 1
+    if restart is None or not isinstance(attempt_of, str) or not isinstance(process_id, str):
+        raise ValueError("attempt_of: resuming a service needs its restart policy and process_id")
+    number = process_id.removeprefix(f"{attempt_of}.")
+    if number == process_id or not number.isdigit() or number.startswith("0") or number == "1":
+        raise ValueError(f"process_id: {process_id!r} is not a later attempt of {attempt_of!r}")
+    return int(number)
 
 
 def _checked_name(name: object) -> str | None:

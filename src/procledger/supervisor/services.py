@@ -64,11 +64,13 @@ class Service:
     stop never misses an attempt that was starting."""
 
     def __init__(self, first: Run, policy: RestartPolicy, template: StartRequest) -> None:
-        self.handle, self.first_id = first.handle, first.process_id
+        self.handle, self.first_id = first.handle, template.attempt_of or first.process_id
         self.policy = policy
-        self.template = template  # the first attempt's start request
+        self.template = template  # the first attempt's start request (or the resumed one's)
         self.current = first  # the run of the newest attempt
-        self.attempts: list[str] = [first.process_id]
+        self.attempts = [
+            attempt_id(self.first_id, n) for n in range(1, (template.attempt or 1) + 1)
+        ]
         self.lock = threading.Lock()
         self.cancelled = threading.Event()  # stopped, or the supervisor shuts down
         self.done = threading.Event()  # no attempt will start again

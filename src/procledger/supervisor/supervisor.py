@@ -200,6 +200,7 @@ class Supervisor:
         digest: str | None = None,
         port: int | Literal["auto"] | None = None,
         port_range: tuple[int, int] | None = None,
+        attempt_of: str | None = None,
     ) -> ProcessHandle:
         """Run ``argv`` as ``process_id`` (minted when omitted); returns once the child runs and
         that is recorded (``starting`` is durable first: a retry never runs a program twice).
@@ -209,7 +210,7 @@ class Supervisor:
             disposition, session_id, loop_id: what recovery may do if this supervisor dies
                 (§3.6); where the completion notification goes (both ids, or none sent).
             capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
-            name, digest, port, port_range: a named service, a leased port (§19, ``naming``).
+            name, digest, port, port_range, attempt_of: §19 (``naming``; resuming a service).
             ready: readiness probes (§15): the ``ready`` fact once all hold; past its
                 ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
             restart: start it again as new attempts when it ends (§15); the handle names the
@@ -218,8 +219,7 @@ class Supervisor:
         Raises:
             TypeError, ValueError, OSError (``stdin``), NameTaken, PortTaken: nothing written.
             SupervisorClosed: ``shutdown`` has begun.
-            InvalidTransition: ``process_id`` was started before (``AlreadyTerminal``: ended).
-            LeaseLost: another live owner holds ``process_id``.
+            InvalidTransition, LeaseLost: ``process_id`` was started before, or is held.
             SpawnError: the program could not be started; ``failed`` is recorded first.
         """
         options = {key: value for key, value in locals().items() if key not in ("self", "argv")}

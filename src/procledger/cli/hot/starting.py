@@ -44,7 +44,12 @@ def run(options: Namespace, url: str | None, *, fast: bool) -> int:
         from procledger.cli.running import run_foreground
 
         return run_foreground(url, parsed)
-    process_id = _start_in_agent(url, parsed)
+    if parsed.replace and parsed.name is not None:
+        _replace(url, parsed)
+    try:
+        process_id = _start_in_agent(url, parsed)
+    except _Taken as taken:
+        return _answer_taken(url, parsed, taken, fast=fast)
     if parsed.wait_ready:
         _wait_ready(url, parsed, process_id)
     print_started(url, parsed, process_id, fast=fast)
@@ -68,6 +73,35 @@ def _wait_ready(url: str | None, options: RunOptions, process_id: str) -> None:
         fail("run", StartInterrupted(message), EXIT_STOPPED)
     if how is not None:
         fail("run", NotReady(f"process {process_id} ended before it was ready: {how}"))
+
+
+class _Taken(Exception):
+    """The agent's answer that a live service holds the name: its newest attempt's id."""
+
+    def __init__(self, name: str, process_id: str) -> None:
+        super().__init__(name, process_id)
+        self.name, self.process_id = name, process_id
+
+
+def _answer_taken(url: str | None, options: RunOptions, taken: _Taken, *, fast: bool) -> int:
+    from procledger.cli.naming import answer_taken
+    from procledger.domain.errors import NameTaken
+
+    record = None
+    if options.as_json:
+        with reading(url, fast=fast) as reads:
+            record = reads.record(taken.process_id)
+    return answer_taken(NameTaken(taken.name, taken.process_id), record)
+
+
+def _replace(url: str | None, options: RunOptions) -> None:
+    """``--replace``: the living service named so is stopped and has ended (full path)."""
+    from procledger.cli._app import open_ledger
+    from procledger.cli.naming import stop_named
+
+    assert options.name is not None
+    with open_ledger(url, create=False) as registry:
+        stop_named(registry, options.name, options.grace_s)
 
 
 class NotReady(ProcledgerError):
@@ -112,6 +146,9 @@ def _start_in_agent(url: str | None, options: RunOptions) -> str:
             message = f"the agent died while starting process {process_id}: {how}"
             fail("run", BackgroundStartError(message))
         return process_id
+    taken = answer.get("name_taken")
+    if taken is not None:
+        raise _Taken(taken["name"], taken["process_id"])
     spawn_error = answer.get("spawn_error")
     if spawn_error is not None:  # said as a foreground run says it (sentences.spawn_sentence)
         exc = SpawnError(spawn_error["errno"], one_line(spawn_error["message"]))
@@ -135,4 +172,6 @@ def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
         "restart": None if options.restart is None else options.restart.model_dump(mode="json"),
         "stop_signal": int(options.stop_signal),
         "grace_s": options.grace_s,
+        "name": options.name,
+        "port": options.port,
     }
