@@ -44,6 +44,7 @@ from procledger.cli import (
     recovery,
     retention,
     serve,
+    services,
     table,
     verify,
 )
@@ -75,6 +76,9 @@ def _add_hot(typer_app: typer.Typer, spec: CommandSpec) -> None:
 command = partial(app.command, cls=Command)
 for spec in (table.RUN, table.WAIT, table.PS, table.SHOW, table.LOGS, table.STOP):
     _add_hot(app, spec)
+command(short_help="Start the service file's services (converge).")(services.up)
+command(short_help="Stop the service file's services.")(services.down)
+command(short_help="Stop services and start them again.")(services.restart)
 command()(control.abandon)
 _add_hot(app, table.FEED)
 command(short_help="Serve a live web view of the ledger.")(serve.serve)

@@ -49,14 +49,17 @@ def referenced_by(tx: Tx, process_ids: Iterable[str]) -> set[str]:
 
 
 def delete_unreferenced(tx: Tx, env_refs: Iterable[str]) -> int:
-    """Delete the rows of ``env_refs`` that no remaining record names; returns how many."""
+    """Delete the rows of ``env_refs`` that no remaining record names, nor a service's desired
+    state (what its agent starts it with after a reboot, docs/design.md §19); returns how
+    many."""
     column = tx.dialect.json_text("record", "env_ref")
     deleted = 0
     for env_ref in sorted(env_refs):
         tx.execute(
             f"DELETE FROM {tx.dialect.table('envs')} WHERE env_ref=? AND NOT EXISTS "
-            f"(SELECT 1 FROM {tx.dialect.table('records')} WHERE {column}=?)",
-            (env_ref, env_ref),
+            f"(SELECT 1 FROM {tx.dialect.table('records')} WHERE {column}=?) AND NOT EXISTS "
+            f"(SELECT 1 FROM {tx.dialect.table('services')} WHERE env_ref=?)",
+            (env_ref, env_ref, env_ref),
         )
         deleted += tx.rowcount
     return deleted
