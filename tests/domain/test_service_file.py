@@ -6,8 +6,10 @@ follows what runs, not how the file is written. Also the grammars it shares with
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import textwrap
+import tomllib
 
 import pytest
 from hypothesis import given
@@ -464,6 +466,102 @@ def test_key_places_follow_every_way_to_write_a_key() -> None:
     assert places.find(("jobs", 1, "sub", "m")) == (13, 1)
     assert places.find(("services", "web", "nothing", "here")) == (2, 11)
     assert places.find(("nowhere",)) == (1, 1)
+
+
+TOMLISH = st.text(alphabet=st.sampled_from(list("[]{}=,.#\"'\\ \n\tab1-_")), max_size=60)
+
+
+@given(TOMLISH)
+def test_key_places_end_on_any_text(text: str) -> None:
+    """Only text tomllib accepted is scanned, but a scanner that loops or raises on a
+    construct it does not know must still place the error somewhere."""
+    places = KeyPlaces.of(text)
+    for path in places.offsets:
+        line, column = places.find(path)
+        assert 1 <= line <= text.count("\n") + 1
+        assert column >= 1
+
+
+KEYS = st.sampled_from(["a", "b", "web", "1x", "my app", "x.y", 'q"z', "ü", "=", ""])
+TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=3)
+"""What ``json.dumps`` writes as a valid TOML string (TOML refuses control characters raw)."""
+LEAVES = st.one_of(st.integers(-5, 5), TEXT, st.lists(st.integers(0, 9), max_size=3))
+TREES = st.recursive(
+    LEAVES, lambda inner: st.dictionaries(KEYS, inner, max_size=3), max_leaves=12
+).filter(lambda tree: isinstance(tree, dict))
+
+
+def toml_key(key: str, literal: bool) -> str:
+    if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        return key
+    if literal and "'" not in key:
+        return f"'{key}'"
+    return json.dumps(key, ensure_ascii=False)
+
+
+def inline(value: object, data: st.DataObject) -> str:
+    if isinstance(value, dict):
+        pairs = (
+            f"{toml_key(k, data.draw(st.booleans()))} = {inline(v, data)}" for k, v in value.items()
+        )
+        return "{ " + ", ".join(pairs) + " }" if value else "{}"
+    if isinstance(value, list):
+        return "[\n  " + ",\n  ".join(inline(item, data) for item in value) + "  # x\n]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def write_table(tree: dict, prefix: list[str], data: st.DataObject, lines: list[str]) -> None:
+    """``tree``'s keys under the header ``prefix``, each sub-table inline, dotted or under a
+    header of its own (after the others, as TOML requires)."""
+    later = []
+    for key, value in tree.items():
+        written_key = toml_key(key, data.draw(st.booleans()))
+        style = data.draw(st.sampled_from(["inline", "dotted", "header"]))
+        if isinstance(value, dict) and value and style == "header":
+            later.append((key, value))
+        elif isinstance(value, dict) and value and style == "dotted" and _plain(value):
+            for sub, leaf in value.items():
+                lines.append(f"{written_key} . {toml_key(sub, False)} = {inline(leaf, data)}")
+        else:
+            lines.append(f"{written_key} = {inline(value, data)}")
+    for key, value in later:
+        path = [*prefix, toml_key(key, data.draw(st.booleans()))]
+        lines.append(f"[ {'.'.join(path)} ]  # table")
+        write_table(value, path, data, lines)
+
+
+def _plain(tree: dict) -> bool:
+    return all(not isinstance(value, dict) for value in tree.values())
+
+
+def key_paths(tree: object, prefix: tuple = ()) -> list[tuple[tuple, object]]:
+    found: list[tuple[tuple, object]] = []
+    items = (
+        tree.items()
+        if isinstance(tree, dict)
+        else enumerate(tree)
+        if isinstance(tree, list)
+        else ()
+    )
+    for key, value in items:
+        found.append(((*prefix, key), value))
+        found += key_paths(value, (*prefix, key))
+    return found
+
+
+@given(TREES, st.data())
+def test_key_places_find_every_key_however_it_is_written(tree: dict, data: st.DataObject) -> None:
+    lines: list[str] = []
+    write_table(tree, [], data, lines)
+    text = "\n".join(lines) + "\n"
+    assert tomllib.loads(text) == tree
+    places = KeyPlaces.of(text)
+    for path, _ in key_paths(tree):
+        assert path in places.offsets, (path, text)
+        offset = places.offsets[path]
+        last = path[-1]
+        if isinstance(last, str):
+            assert text[offset:].startswith((toml_key(last, True), toml_key(last, False))), path
 
 
 # -- orders -------------------------------------------------------------------------------------

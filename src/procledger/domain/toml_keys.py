@@ -85,10 +85,12 @@ class _Scanner:
             self.skip_blank(lines=True)
             if self.pos >= len(self.text):
                 return
+            start = self.pos
             if self.text[self.pos] == "[":
                 self.header()
             else:
                 self.key_value(self.table)
+            self.moved_from(start)
 
     def header(self) -> None:
         """``[a.b]`` or ``[[a.b]]``: the table the next keys belong to."""
@@ -175,12 +177,14 @@ class _Scanner:
             if self.text[self.pos] == "]":
                 self.pos += 1
                 return
+            start = self.pos
             self.offsets.setdefault((*path, index), self.pos)
             self.value((*path, index))
             index += 1
             self.skip_blank(lines=True)
             if self.text[self.pos] == ",":
                 self.pos += 1
+            self.moved_from(start)
 
     def inline_table(self, path: KeyPath) -> None:
         self.pos += 1
@@ -189,10 +193,18 @@ class _Scanner:
             if self.text[self.pos] == "}":
                 self.pos += 1
                 return
+            start = self.pos
             self.key_value(path)
             self.skip_blank(lines=True)
             if self.text[self.pos] == ",":
                 self.pos += 1
+            self.moved_from(start)
+
+    def moved_from(self, start: int) -> None:
+        """A loop's turn that read nothing would turn for ever: stop instead (only text
+        ``tomllib`` refused, or a construct this scanner does not know, gets here)."""
+        if self.pos <= start:
+            raise _Stop
 
     def basic_string(self) -> None:
         """``"..."``, whose backslash escapes a quote."""
