@@ -183,3 +183,17 @@ def test_config_alone_shows_its_commands(tmp_path: Path) -> None:
     assert ran.returncode == 2
     assert "check" in ran.stdout + ran.stderr
     assert "show" in ran.stdout + ran.stderr
+
+
+def test_other_commands_say_the_error_unchanged_after_their_name() -> None:
+    """``up`` and the like report a ``ServiceFileError`` through the CLI's one error line:
+    ``error_sentence`` must keep the message whole, its place first."""
+    from procledger.cli.sentences import error_sentence
+    from procledger.domain.errors import ServiceFileError
+    from procledger.domain.service_file import parse_service_file
+
+    text = '[services.web]\ncommand = "x"\nready = { output = "(", timeout = "1  s" }\n'
+    with pytest.raises(ServiceFileError) as caught:
+        parse_service_file(text, path="procledger.toml", base_dir="/srv")
+    assert str(caught.value).startswith("procledger.toml:3:11: services.web.ready.output: ")
+    assert error_sentence(caught.value) == str(caught.value)
