@@ -90,6 +90,7 @@ with _exported(now=True):  # the errors (§9) and the vocabulary's enums: plain 
     from procledger.domain.errors import RegistrationError as RegistrationError
     from procledger.domain.errors import ReplayConflict as ReplayConflict
     from procledger.domain.errors import SchemaTooNew as SchemaTooNew
+    from procledger.domain.errors import ServiceFileError as ServiceFileError
     from procledger.domain.errors import SpawnError as SpawnError
     from procledger.domain.errors import StdinError as StdinError
     from procledger.domain.errors import StoreCorrupt as StoreCorrupt

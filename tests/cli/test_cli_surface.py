@@ -36,6 +36,7 @@ COMMANDS = [
     "table",
     "keygen",
     "agent",
+    "config",
 ]
 
 

@@ -38,6 +38,7 @@ import typer
 
 from procledger.cli import (
     agent,
+    config,
     control,
     keys,
     maintenance,
@@ -92,6 +93,7 @@ command()(maintenance.table)
 command()(keys.keygen)
 _add_hot(agent.agent_app, table.AGENT_STATUS)
 app.add_typer(agent.agent_app, name="agent")  # a group: typer lists groups after commands
+app.add_typer(config.config_app, name="config")
 
 
 __all__ = ["CliState", "app", "main"]

@@ -12,7 +12,6 @@ with several, the first in ``--help`` order is named (the command's words last).
 from __future__ import annotations
 
 import os
-import re
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -22,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from procledger.cli.lines import is_utf8
 from procledger.cli.specs import Argument, Option
 from procledger.cli.values import UsageError, grace, usage_errors
+from procledger.domain import sizes
 from procledger.domain.errors import ProcledgerError
-from procledger.domain.vocabulary import MAX_LEDGER_INT
 
 if TYPE_CHECKING:
     from procledger import Readiness, RestartPolicy
@@ -57,36 +56,21 @@ def _switch(dest: str, flag: str, help: str) -> Option:
     return Option((flag,), dest, help)
 
 
-_SIZE = re.compile(r"([0-9]{1,30})\s*(B|KiB|MiB|GiB|K|M|G)?", re.IGNORECASE)
-"""ASCII digits (``\\d`` would take any script's), and not thousands of them (``int`` refuses
-those with a ``ValueError``): 30 already say more than the ledger can count."""
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
-_SIZE_UNITS |= {"g": 1024**3, "gib": 1024**3}
+_HOST_SIGNALS = {name: int(number) for name, number in signal.Signals.__members__.items()}
+"""This host's signals by name (aliases such as ``SIGIOT`` too), for the domain's parser."""
 
 
 def parse_size(text: str) -> int:
     """``--output-limit``: ``512KiB``, ``1MiB``, ``64MiB`` or plain bytes."""
-    found = _SIZE.fullmatch(text.strip())
-    if found is None:
-        message = f"{text!r} is not a size such as 512KiB, 1MiB, 64MiB or a number of bytes"
-        raise UsageError(message, "--output-limit")
-    size = int(found.group(1)) * _SIZE_UNITS[(found.group(2) or "").lower()]
-    if size > MAX_LEDGER_INT:
-        message = f"{text!r} is more than the ledger can count ({MAX_LEDGER_INT} bytes)"
-        raise UsageError(message, "--output-limit")
-    return size
+    with usage_errors():
+        return sizes.parse_size(text, option="--output-limit")
 
 
 def parse_signal(value: str) -> signal.Signals:
     """``TERM``, ``SIGTERM`` or ``15``; anything else is a usage error (exit 2)."""
-    name = value.strip().upper()
-    try:
-        if name.isdigit():
-            return signal.Signals(int(name))
-        return signal.Signals[name if name.startswith("SIG") else f"SIG{name}"]
-    except (KeyError, ValueError):
-        message = f"{value!r} is not a signal name or number"
-        raise UsageError(message, "--stop-signal") from None
+    with usage_errors():
+        number = sizes.parse_signal(value, option="--stop-signal", names=_HOST_SIGNALS)
+    return signal.Signals(number)
 
 
 def parse_stdin(value: str | None, background: bool) -> StdinSource:

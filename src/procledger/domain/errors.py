@@ -8,6 +8,7 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     ├── RegistrationError                 (.field)
     ├── FilterError                       (.key; also ValueError)
     ├── OptionError                       (.option; also ValueError: a bad duration, port, regex)
+    ├── ServiceFileError                  (.path, .line, .column: "PATH:LINE:COL: KEY: what")
     ├── InvalidTransition                 (.from_state, .kind, .to_state)
     │   └── AlreadyTerminal
     ├── ReplayConflict
@@ -91,6 +92,22 @@ class OptionError(ProcledgerError, ValueError):
     def __init__(self, option: str, message: str) -> None:
         super().__init__(f"{option}: {message}")
         self.option = option
+
+
+class ServiceFileError(ProcledgerError):
+    """A service file (``procledger.toml``) that cannot be read or means nothing. Where a place
+    in it is at fault the one-line message starts ``PATH:LINE:COL:`` (then the key and what is
+    wrong), as a compiler's does, so an editor or a person goes straight there; ``line`` and
+    ``column`` (from 1) are ``None`` only when the file as a whole is at fault (missing,
+    unreadable), and the message then names it."""
+
+    def __init__(
+        self, path: str, message: str, *, line: int | None = None, column: int | None = None
+    ) -> None:
+        super().__init__(message if line is None else f"{path}:{line}:{column}: {message}")
+        self.path = path
+        self.line = line
+        self.column = column
 
 
 class InvalidTransition(ProcledgerError):
