@@ -75,7 +75,7 @@ def test_a_full_service_is_read_as_run_s_flags_would_be() -> None:
     )
     assert loaded.port_range == (20000, 29999)
     db, web = loaded.services["db"], loaded.services["web"]
-    assert db.command == ("postgres", "-D", "my data")
+    assert db.command == ("/bin/sh", "-c", "postgres -D 'my data'")  # a Procfile's line
     assert db.cwd == BASE
     assert db.ready == Readiness(port=5432, timeout_s=30.0)
     assert db.restart == RestartPolicy()  # on-failure, with the policy's defaults
@@ -700,7 +700,7 @@ command = "db"
 AS_INLINE = """\
 [services]
 db = { command = "db" }
-web = { command = "python -m http.server 8000", env = { B = 2, A = 1 }, restart = { window = 60, mode = "always" }, depends_on = ["db"] }
+web = { command = ["python", "-m", "http.server", "8000"], env = { B = 2, A = 1 }, restart = { window = 60, mode = "always" }, depends_on = ["db"] }
 """  # noqa: E501
 AS_DOTTED = """\
 # dotted keys, in another order
@@ -708,7 +708,7 @@ services.web.restart.window = "60s"
 services.web.env.B = "2"
 services.db.command = ["db"]
 services.web.restart.mode = "always"
-services.web.command = 'python -m http.server 8000'
+services.web.command = ['python', '-m', 'http.server', '8000']
 services.web.env.A = "1"
 services.web.depends_on = ["db"]
 """

@@ -295,11 +295,10 @@ def _name(raw: Raw) -> str | None:
         if raw["replace"]:
             raise UsageError("only with --name", "--replace")
         return None
-    from procledger.domain.registration import SERVICE_NAME, SERVICE_NAME_RULE
+    from procledger.domain.service_names import check_service_name
 
-    if not SERVICE_NAME.fullmatch(name):
-        raise UsageError(f"{name!r} is not a service name ({SERVICE_NAME_RULE})", "--name")
-    return str(name)
+    with usage_errors():
+        return check_service_name(name, "--name")
 
 
 def _port(raw: Raw) -> int | Literal["auto"] | None:

@@ -293,8 +293,8 @@ def _down_order(
         known = {d.name for d in registry.services.desired()}
         for name in names:
             if name not in known:
-                raise typer.BadParameter(f"no service {name!r} was brought up here", param_hint="NAME")
+                raise typer.BadParameter(
+                    f"no service {name!r} was brought up here", param_hint="NAME"
+                )
         desired = [d for d in desired if d.name in names]
     return [(d.name, float(d.definition.get("grace_s", 10.0))) for d in reversed(desired)]
-
-

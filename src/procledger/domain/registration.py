@@ -24,15 +24,11 @@ from pydantic import (
 
 from procledger.domain.model import Frozen, Tagged, canonical_json
 from procledger.domain.service import Readiness, RestartPolicy
+from procledger.domain.service_names import check_service_name
 from procledger.domain.vocabulary import RecoveryDisposition
 
 MAX_PROCESS_ID_CHARS = 256
-SERVICE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,61}[A-Za-z0-9_]|[A-Za-z]")
-"""A name people type where an id goes (``stop web``): never a number or ``:PORT``."""
-SERVICE_NAME_RULE = (
-    "1 to 63 ASCII letters, digits, '_', '-' or '.', starting with a letter, "
-    "not ending with '-' or '.'"
-)
+
 ENV_REF_PREFIX = "process-env:sha256:"
 # fullmatch, not match with ``$``: ``$`` lets a trailing newline through.
 _ENV_REF = re.compile(r"process-env:sha256:[0-9a-f]{64}")
@@ -243,9 +239,7 @@ class ProcessRegistration(Frozen):
     @field_validator("name")
     @classmethod
     def _service_name(cls, value: str | None) -> str | None:
-        if value is not None and not SERVICE_NAME.fullmatch(value):
-            raise ValueError(f"name {value!r} is not a service name ({SERVICE_NAME_RULE})")
-        return value
+        return None if value is None else check_service_name(value, "name")
 
     @field_validator("id")
     @classmethod

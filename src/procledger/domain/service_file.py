@@ -43,6 +43,9 @@ __all__ = [
     "parse_service_file",
 ]
 
+SHELL: Final = ("/bin/sh", "-c")
+"""How a command written as one string runs: through the shell, as a Procfile's line does
+(``$PORT`` expanded, pipes and ``&&`` work); an array runs as written, with no shell."""
 DEFAULT_OUTPUT_LIMIT: Final = 64 * 1024 * 1024
 """As ``run --output-limit``'s default: enough for a service's recent story, bounded."""
 DEFAULT_GRACE_S: Final = 10.0
@@ -402,17 +405,16 @@ class _Reader:
     def command(self, value: object, path: KeyPath) -> tuple[str, ...]:
         what = "a command line or an array of its words"
         _expect(value, path, (str, list), what)
-        if isinstance(value, str):
+        if isinstance(value, str):  # a Procfile's line: the shell expands $PORT, pipes...
             try:
                 words = shlex.split(value)
             except ValueError as error:
                 raise _Invalid(path, f"{value!r} cannot be split into words: {error}") from None
             if not words:
                 raise _Invalid(path, "is empty: name the program to run")
-            for word in words:
-                if "\0" in word:
-                    raise _Invalid(path, "holds a NUL character, which no command can")
-            return tuple(words)
+            if "\0" in value:
+                raise _Invalid(path, "holds a NUL character, which no command can")
+            return SHELL + (value,)
         assert isinstance(value, list)
         if not value:
             raise _Invalid(path, "is empty: name the program to run")

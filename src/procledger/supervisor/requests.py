@@ -19,11 +19,10 @@ from typing import Any, Literal
 
 from procledger.domain.registration import (
     ENV_REF_PREFIX,
-    SERVICE_NAME,
-    SERVICE_NAME_RULE,
     env_ref_for,
 )
 from procledger.domain.service import Readiness, RestartPolicy, check_port
+from procledger.domain.service_names import check_service_name
 from procledger.domain.vocabulary import MAX_LEDGER_INT, RecoveryDisposition
 from procledger.supervisor.capture import DEFAULT_OUTPUT_LIMIT
 from procledger.supervisor.execution import Consumer, StopPolicy, checked_argv
@@ -139,9 +138,9 @@ def _attempt(process_id: object, attempt_of: object, restart: object) -> int | N
 def _checked_name(name: object) -> str | None:
     if name is None:
         return None
-    if not isinstance(name, str) or not SERVICE_NAME.fullmatch(name):
-        raise ValueError(f"name: {name!r} is not a service name ({SERVICE_NAME_RULE})")
-    return name
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, not {name!r}")
+    return check_service_name(name, "name")
 
 
 def _checked_port(port: object) -> int | Literal["auto"] | None:
