@@ -15,10 +15,10 @@ from pathlib import Path
 import orjson
 import psutil
 import pytest
+from tests.agent.live_agent import DEADLINE, LiveAgent
 
 from _shared import CLI, Processes, child_env, run_cli, wait_until
 from procledger import ProcessRecord, open_registry
-from tests.agent.live_agent import DEADLINE, LiveAgent
 
 SERVER = "import http.server, os; http.server.HTTPServer(('127.0.0.1', int(os.environ['PORT'])), http.server.BaseHTTPRequestHandler).serve_forever()"  # noqa: E501
 """A service that is ready once it listens on its leased $PORT."""
@@ -96,7 +96,7 @@ def test_twenty_concurrent_runs_of_one_name_start_one_child(
             stderr=subprocess.PIPE,
             text=True,
             env=env,
-        )  # fmt: skip
+        )
         for _ in range(20)
     ]
     for run in runs:
@@ -134,8 +134,10 @@ def test_replace_stops_the_named_service_and_starts_the_command(
     assert again.returncode == 0, again.stderr
     own_children(url, procs)
     old, new = named(url, "web")
-    assert old.id == first.stdout.strip() and old.is_terminal
-    assert new.id == again.stdout.strip() and new.state.value == "running"
+    assert old.id == first.stdout.strip()
+    assert old.is_terminal
+    assert new.id == again.stdout.strip()
+    assert new.state.value == "running"
     assert new.input.argv == ["sleep", "301"]
     assert run_cli("stop", "web", "--wait", url=url).returncode == 0
 
@@ -150,10 +152,13 @@ def test_up_converges_in_dependency_order_and_down_reverses_it(
     own_children(url, procs)
     assert [line.split(":")[0] for line in ran.stdout.splitlines()] == ["db", "web", "worker"]
     db, web, worker = (named(url, name)[-1] for name in ("db", "web", "worker"))
-    assert db.ready_at_ms is not None and web.ready_at_ms is not None
+    assert db.ready_at_ms is not None
+    assert web.ready_at_ms is not None
     assert web.created_at_ms >= db.ready_at_ms  # each dependency ready before its dependents
     assert worker.created_at_ms >= web.ready_at_ms
-    assert db.port is not None and web.port is not None and db.port != web.port
+    assert db.port is not None
+    assert web.port is not None
+    assert db.port != web.port
 
     again = cli_in(tmp_path, url, "up")
     assert again.returncode == 0, again.stderr
@@ -187,7 +192,8 @@ def test_a_dependency_that_never_gets_ready_stops_up(tmp_path: Path, procs: Proc
     ran = cli_in(tmp_path, url, "up")
     own_children(url, procs)
     assert ran.returncode == 1
-    assert ran.stderr.count("\n") == 1 and "db ended before it was ready" in ran.stderr
+    assert ran.stderr.count("\n") == 1
+    assert "db ended before it was ready" in ran.stderr
     assert named(url, "web") == []
 
 
@@ -200,7 +206,8 @@ def test_an_agent_after_a_reboot_like_crash_brings_up_services_back_once(
     own_children(url, procs)
     agent = LiveAgent(url)
     status = agent.status()
-    assert status is not None and status["anchor_pid"] is not None
+    assert status is not None
+    assert status["anchor_pid"] is not None
     before = {name: named(url, name)[-1] for name in ("db", "web", "worker")}
     agent.kill(status["anchor_pid"], "procledger.agent.anchor")  # the host goes down: all of it
     agent.kill(status["pid"])
@@ -212,11 +219,13 @@ def test_an_agent_after_a_reboot_like_crash_brings_up_services_back_once(
     agent.start()  # the host is up again
     for name, old in before.items():
         back = wait_until(lambda n=name: _running_again(url, n), DEADLINE, f"{name} brought back")
-        assert back.attempt == 2 and back.attempt_of == old.id
+        assert back.attempt == 2
+        assert back.attempt_of == old.id
     own_children(url, procs)
     assert [len(named(url, name)) for name in before] == [2, 2, 2]
     db, web = named(url, "db")[-1], named(url, "web")[-1]
-    assert db.port == before["db"].port and web.port == before["web"].port  # same port leased
+    assert db.port == before["db"].port
+    assert web.port == before["web"].port
 
     second = agent.status()  # an agent restart alone adopts what runs: nothing starts again
     assert second is not None

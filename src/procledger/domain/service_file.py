@@ -414,7 +414,7 @@ class _Reader:
                 raise _Invalid(path, "is empty: name the program to run")
             if "\0" in value:
                 raise _Invalid(path, "holds a NUL character, which no command can")
-            return SHELL + (value,)
+            return (*SHELL, value)
         assert isinstance(value, list)
         if not value:
             raise _Invalid(path, "is empty: name the program to run")
