@@ -1,4 +1,4 @@
-"""`procledger config check|show` (docs/service-file.md), run as a person runs it: the file is
+"""`procledger config check|show` (docs/design.md §19.2), run as a person runs it: the file is
 found in the working directory or named with --file; success is one line, a mistake exactly
 one line on stderr starting PATH:LINE:COL: and exit 1, never a traceback."""
 

@@ -22,6 +22,7 @@ RAW = {
     "ready_port": "8080", "ready_output": None, "ready_file": None, "ready_notify": False,
     "ready_timeout": "5s", "wait_ready": True, "restart": "on-failure", "max_restarts": "3",
     "restart_window": None, "backoff_initial": None, "backoff_max": None, "reset_after": None,
+    "name": "web", "replace": False, "port": "auto",
 }  # fmt: skip
 
 
@@ -47,6 +48,7 @@ def test_the_flags_parse_once_into_typed_values() -> None:
     assert (options.ready.port, options.ready.timeout_s) == (8080, 5.0)
     assert options.restart is not None
     assert options.restart.max_restarts == 3
+    assert (options.name, options.replace, options.port) == ("web", False, "auto")
 
 
 def test_the_agent_receives_the_same_options_as_its_start_order(tmp_path: Path) -> None:
@@ -58,6 +60,7 @@ def test_the_agent_receives_the_same_options_as_its_start_order(tmp_path: Path) 
         assert (order.ready, order.restart) == (options.ready, options.restart)
         assert (order.stop_signal, order.grace_s) == (options.stop_signal, options.grace_s)
         assert (order.stdin, order.output_limit) == (str(options.stdin), options.output_limit)
+        assert (order.name, order.port) == ("web", "auto")
 
 
 @pytest.mark.parametrize(

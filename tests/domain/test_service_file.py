@@ -1,4 +1,4 @@
-"""The service file, ``procledger.toml`` (docs/service-file.md): what each key means, that every
+"""The service file, ``procledger.toml`` (docs/design.md §19.2): what each key means, that every
 mistake is one line placed at its line and column, the start and stop orders, and a digest that
 follows what runs, not how the file is written. Also the grammars it shares with ``run``
 (sizes, signals) and the service name rule."""

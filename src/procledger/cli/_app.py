@@ -81,6 +81,12 @@ class Command(TyperCommand):
         pieces = super().collect_usage_pieces(ctx)
         return [piece.replace("{", "").replace("}", "") for piece in pieces]
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """typer names a list argument's type ``<list[str]>``; its metavar (``[NAME]...``)
+        already says it takes several."""
+        super().format_help(ctx, formatter)
+        formatter.buffer[:] = [piece.replace(" <list[str]>", "") for piece in formatter.buffer]
+
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         rest: list[str] = super().parse_args(ctx, args)
         for param in self.get_params(ctx):

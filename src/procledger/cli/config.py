@@ -1,4 +1,4 @@
-"""`procledger config check|show`: the service file (``procledger.toml``, docs/service-file.md)
+"""`procledger config check|show`: the service file (``procledger.toml``, docs/design.md §19.2)
 read and checked without starting or recording anything.
 
 ``check`` is for an editor, a commit hook or CI: silence is not an answer, so success is one

@@ -33,16 +33,23 @@ START_WAIT_S = 120.0
 """How long a start waits for the agent's answer (as `run --background`)."""
 
 Names = Annotated[
-    list[str] | None, typer.Argument(help="Services of the file (default: every one).")
+    list[str] | None,
+    typer.Argument(
+        metavar="NAME", help="Services of the file (default: every one).", show_default=False
+    ),
 ]
 FileOption = Annotated[
     str | None,
-    typer.Option("--file", "-f", help="The service file (default: ./procledger.toml)."),
+    typer.Option(
+        "--file", "-f", metavar="PATH", help="The service file (default: ./procledger.toml)."
+    ),
 ]
 TimeoutOption = Annotated[
     str,
     typer.Option(
-        "--timeout", help="How long a dependency may take to be ready (0.2s, 60s, 5m, 1h)."
+        "--timeout",
+        metavar="DURATION",
+        help="How long a dependency may take to be ready (0.2s, 60s, 5m, 1h).",
     ),
 ]
 
@@ -124,7 +131,10 @@ def down(
 
 def restart(
     ctx: typer.Context,
-    names: Annotated[list[str], typer.Argument(help="The services to restart.")],
+    names: Annotated[
+        list[str],
+        typer.Argument(metavar="NAME", help="The services to restart.", show_default=False),
+    ],
     file: FileOption = None,
     as_json: JsonOption = False,
 ) -> None:

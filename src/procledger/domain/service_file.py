@@ -1,5 +1,5 @@
 """The service file, ``procledger.toml``: the services ``procledger up`` keeps running, read
-from TOML into checked definitions (docs/service-file.md).
+from TOML into checked definitions (docs/design.md §19.2).
 
 Each key means what ``run``'s flag of the same job means -- the same parsers read durations,
 ports, regexes, restart policies, sizes and signals -- so a service moved from a command line
