@@ -76,14 +76,17 @@ def take_name(tx: Tx, name: str, process_id: str, now_ms: int) -> None:
 
 
 def held_name(tx: Tx, name: str) -> str | None:
-    """The id ``name`` was last given to, or ``None``; without a lock (a reader's). A ledger
-    from before names (no table) has none."""
+    """The id ``name`` was last given to, while its record is kept (a pruned service names
+    nothing), or ``None``; without a lock (a reader's). A ledger from before names (no table)
+    has none."""
     if tx.execute(*tx.dialect.table_exists("names")).one() is None:
         return None
     row = tx.execute(
-        f"SELECT process_id FROM {tx.dialect.table('names')} WHERE name=?", (name,)
+        f"SELECT n.process_id FROM {tx.dialect.table('names')} n "
+        f"JOIN {tx.dialect.table('records')} r ON r.process_id=n.process_id WHERE n.name=?",
+        (name,),
     ).one()
-    return None if row is None or not row["process_id"] else str(row["process_id"])
+    return None if row is None else str(row["process_id"])
 
 
 def name_rows(tx: Tx) -> list[Any]:
