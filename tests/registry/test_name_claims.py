@@ -12,10 +12,10 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from tests.registry.conformance import KEY, registration
 
 from procledger import NameTaken, NotFound, ProcessRegistry, RestartPolicy, open_registry
 from procledger.domain.attempts import attempt_id
-from tests.registry.conformance import KEY, registration
 
 NAMES = st.sampled_from(["web", "db"])
 POLICY = RestartPolicy(mode="on-failure")
