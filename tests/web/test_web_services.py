@@ -211,4 +211,7 @@ def test_a_service_page_follows_every_attempt_live(
         if a.os is not None
     )
     expect(output).to_have_text(whole, timeout=10_000)
+    expect(page.locator("#output-note")).to_have_text(
+        "the service is over; this is all of its output"
+    )
     expect(page.locator("#service-attempts tbody tr")).to_have_count(3)

@@ -20,7 +20,7 @@ from anyio import to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from procledger.domain.attempts import first_attempt_id
+from procledger.domain.attempts import first_attempt_id, restart_may_follow
 from procledger.domain.wording import event_details, local_time, outcome, service_lines
 from procledger.web.views import STATUSES, list_query, row, scoped
 
@@ -134,9 +134,18 @@ async def process(request: Request) -> Response:
         service=[service_row(each) for each in view.attempts],
         first=first,
         outputs=orjson.dumps(outputs(view)).decode(),
+        over=over(view),
         said=SAID.get(request.query_params.get("said", "")),
         stream_url="/stream/changes?" + urlencode({**follows, "cursor": head}),
     )
+
+
+def over(view: View) -> bool:
+    """Whether no attempt of the service follows its newest (``restart_may_follow``): the
+    page's output pane then says it has shown all there is."""
+    if not view.whole or not view.record.is_terminal:
+        return False
+    return not restart_may_follow(view.record, first=view.attempts[0])
 
 
 def outputs(view: View) -> list[dict[str, Any]]:

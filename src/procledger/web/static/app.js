@@ -148,7 +148,7 @@
       if (now && next) now.replaceWith(document.importNode(next, true));
     }
     const section = fresh.getElementById("process");
-    if (section) addOutputs(JSON.parse(section.dataset.outputs || "[]"));
+    if (section) addOutputs(JSON.parse(section.dataset.outputs || "[]"), section.dataset.over === "true");
   }
 
   // The output of the process, or of each attempt of a service in turn (each after a header
@@ -173,23 +173,31 @@
     const known = new Set();
     const queue = [];
     let following = false;
+    let over = section.dataset.over === "true"; // no attempt of the service follows
+    let last = null;
+
+    // Once everything queued was shown: say whether more may come.
+    function settle() {
+      if (following || !last) return;
+      if (last.attempt === null) say("the process ended; this is all of its output");
+      else if (over) say("the service is over; this is all of its output");
+      else say("attempt " + last.attempt + " ended; the next attempt's output follows here once it starts");
+    }
 
     function next() {
       const output = queue.shift();
       following = Boolean(output);
-      if (!output) return;
+      if (!output) return settle();
+      last = output;
       note.hidden = true;
       if (output.attempt !== null) {
         const text = pane.textContent;
         const lead = text === "" ? "" : text.endsWith("\n") ? "\n" : "\n\n";
         write(lead + "==> attempt " + output.attempt + " (" + output.id + ") <==\n", "attempt");
       }
-      const ended = output.attempt === null
-        ? "the process ended; this is all of its output"
-        : "attempt " + output.attempt + " ended; a next attempt's output follows here";
       follow(output.url, {
         chunk: (chunk) => write(decode(chunk), chunk.stream),
-        end: (_, __, source) => { source.close(); say(ended); next(); },
+        end: (_, __, source) => { source.close(); next(); },
         unavailable: (info, __, source) => {
           source.close();
           write((info.tail.stdout || "") + (info.tail.stderr || ""), "stdout");
@@ -199,7 +207,8 @@
       });
     }
 
-    function add(outputs) {
+    function add(outputs, isOver) {
+      over = isOver;
       for (const output of outputs) {
         if (known.has(output.url)) continue;
         known.add(output.url);
@@ -208,7 +217,7 @@
       if (!following) next();
     }
 
-    add(JSON.parse(section.dataset.outputs || "[]"));
+    add(JSON.parse(section.dataset.outputs || "[]"), over);
     return add;
   }
 
