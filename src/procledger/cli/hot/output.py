@@ -9,7 +9,6 @@ import time
 from argparse import Namespace
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, Final
 
 from procledger.adapters import output_reading as reading
@@ -83,14 +82,17 @@ def _tag(record: Document) -> dict[str, Any] | None:
     return {"id": record["id"], "attempt": record["attempt"]}
 
 
-@dataclass
 class _Part:
     """One attempt's output: a reader of its files here, or why there is none (with the tail
-    the ledger kept, if any)."""
+    the ledger kept, if any). A plain class: making a dataclass costs the fast path's start-up
+    a millisecond (``cli/specs.py``)."""
 
-    record: Document
-    reader: OutputReader | None
-    gone: OutputUnavailable | None
+    __slots__ = ("gone", "reader", "record")
+
+    def __init__(
+        self, record: Document, reader: OutputReader | None, gone: OutputUnavailable | None
+    ) -> None:
+        self.record, self.reader, self.gone = record, reader, gone
 
 
 class _ServiceLogs:
