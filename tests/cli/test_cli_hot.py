@@ -81,6 +81,8 @@ def test_the_hot_commands_import_none_of_the_heavy_stack(
         ("show", ids[0], "--json"),
         ("logs", ids[0], "--tail", "20"),
         ("logs", ids[0], "-f"),
+        ("logs", _first_of_service(url), "-f"),
+        ("show", _first_of_service(url)),
         ("wait", ids[0], "--until", "exit"),
         ("stop", ids[0]),
         ("feed",),
@@ -125,7 +127,24 @@ CASES = [
     ("run", "--restart", "always", "--max-restarts", "x", "--", "true"),
     ("run", "--wait-ready", "--", "true"),
     ("run", "--", ""),
+    # A service as one (docs/notes-services-view.md): {3} is its first attempt's id.
+    ("show", "{3}"),
+    ("show", "{3}", "--json"),
+    ("show", "{3}.1"),
+    ("logs", "{3}"),
+    ("logs", "{3}", "--json"),
+    ("logs", "{3}", "--tail", "1"),
+    ("logs", "{3}", "-f"),
+    ("logs", "{3}.2", "--json"),
+    ("logs", "{3}", "--since-offset", "1"),
+    ("ps", "--all", "--name", "nosuch"),
 ]
+
+
+def _first_of_service(url: str) -> str:
+    """The fixture's service's first attempt's id: the id that names the whole service."""
+    newest = orjson.loads(cli("ps", "--all", "--json", url=url).stdout)["records"][-1]
+    return str(newest["attempt_of"])
 
 
 @pytest.mark.parametrize("case", CASES, ids=" ".join)
@@ -134,7 +153,7 @@ def test_the_fast_path_and_the_full_path_agree(
 ) -> None:
     url, ids = fixture_ledger
     service = orjson.loads(cli("ps", "--all", "--json", url=url).stdout)["records"][-1]["id"]
-    args = [word.format(*ids, service) for word in case]
+    args = [word.format(*ids, service, _first_of_service(url)) for word in case]
     fast, full = cli(*args, url=url), cli(*args, url=url, fast=False)
     assert (fast.returncode, fast.stdout, fast.stderr) == (
         full.returncode,

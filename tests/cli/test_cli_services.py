@@ -197,7 +197,8 @@ def test_the_issues_crash_loop_in_the_foreground(ledger: str) -> None:
     assert [e["kind"] for e in document["events"]][-1] == "crash_loop"
     text = run_cli("show", row["id"], url=ledger).stdout
     assert text.count("exit 3") >= 6
-    # A prefix of the service's id names the service, not an ambiguous set of attempts.
+    # A prefix of the service's id names the service, not an ambiguous set of attempts: `show`
+    # of a service is its newest attempt (docs/notes-services-view.md).
     by_prefix = run_cli("show", row["attempt_of"][:12], "--json", url=ledger)
     assert by_prefix.returncode == 0, by_prefix.stderr
-    assert orjson.loads(by_prefix.stdout)["record"]["id"] == row["attempt_of"]
+    assert orjson.loads(by_prefix.stdout)["record"]["id"] == row["id"]

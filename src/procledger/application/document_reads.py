@@ -25,7 +25,7 @@ from procledger.adapters.sql.plain_sqlite import NeedsFullPath, Runner, is_share
 from procledger.adapters.sql.record_rows import Condition
 from procledger.adapters.sql.store import Tx, is_stored_int
 from procledger.domain import id_prefix
-from procledger.domain.errors import NotFound, StoreCorrupt
+from procledger.domain.errors import AmbiguousProcessId, NotFound, StoreCorrupt
 from procledger.domain.event_kinds import EVENT_CLASSES, PRODUCER_EVENT, TOPIC_PREFIX
 from procledger.domain.process_keys import process_uuid
 
@@ -89,6 +89,44 @@ class LedgerReads:
             return self.record(process_id).get("attempt") == 1
         except NotFound:
             return False
+
+    def scoped(self, text: str) -> tuple[Document, bool]:
+        """The record ``text`` names for ``show``, ``logs`` and the web view, and whether it
+        stands for its whole service (docs/design.md §15.4): a service is known by its name and
+        by its first attempt's id (what ``run --background`` printed), so those -- and a
+        prefix naming the service -- mean every attempt; an attempt's own id means that attempt
+        alone. ``NAME.N`` (or a prefix naming the service, then ``.N``) is attempt N of that
+        service -- ``ID.1`` too, the first attempt alone, which no stored id names. Composed of
+        ``record`` and ``resolve``, so it reads alike on every path (the agent's too).
+
+        Raises:
+            NotFound, AmbiguousProcessId: as ``resolve``.
+        """
+        base, dot, number = text.rpartition(".")
+        if dot and base and number.isdigit() and not self._stored(text):
+            attempt = self._attempt_named(base, int(number))
+            if attempt is not None:
+                return attempt, False
+        record = self.record(self.resolve(text))
+        return record, record.get("attempt") == 1
+
+    def _stored(self, process_id: str) -> bool:
+        try:
+            self.record(process_id)
+        except NotFound:
+            return False
+        return True
+
+    def _attempt_named(self, text: str, number: int) -> Document | None:
+        """Attempt ``number`` of the service ``text`` names, if it names one that has it."""
+        try:
+            first = self.record(self.resolve(text))
+            if first.get("attempt") != 1:
+                return None
+            later = first if number == 1 else self.record(f"{first['id']}.{number}")
+        except (NotFound, AmbiguousProcessId):
+            return None
+        return later if later is first or later.get("attempt_of") == first["id"] else None
 
     def newest_first(
         self, conditions: list[Condition], limit: int | None, before: tuple[int, str] | None

@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from procledger.domain.wording import command_text, ending, local_time, outcome, shell_word
+from procledger.domain.wording import (
+    command_text,
+    ending,
+    local_time,
+    outcome,
+    shell_word,
+    shown_state,
+)
 
 __all__ = [
     "command_text",
@@ -39,10 +46,12 @@ def short_id(process_id: str) -> str:
     return rest if minted and rest else process_id
 
 
-def state_text(record: Mapping[str, Any], mark: str | None) -> str:
+def state_text(record: Mapping[str, Any], mark: str | None, now_ms: int | None = None) -> str:
     """A record's state, with what this host sees of it beyond the record (``supervisor
-    gone``, ``orphan running``)."""
-    return record["state"] if mark is None else f"{record['state']} ({mark})"
+    gone``, ``orphan running``); given ``now_ms``, a service's attempt waiting out its backoff
+    is ``backoff`` (``wording.shown_state``)."""
+    state = record["state"] if now_ms is None else shown_state(record, now_ms)
+    return state if mark is None else f"{state} ({mark})"
 
 
 def when(ms: int | None, terminal: bool) -> str:

@@ -38,6 +38,7 @@ PS = CommandSpec(
             "STATUS",
         ),
         Option(("--label",), "label", "Only this identity label.", "TEXT"),
+        Option(("--name",), "name", "Only the service(s) of this name (any status).", "NAME"),
         Option(("--since",), "since", "Only created in the last 90s/15m/2h/3d.", "DURATION"),
         Option(("--limit",), "limit", "Only the N newest (by creation).", "N", value=count),
         Option(("--attempts",), "attempts", "Every attempt of a service, not only its newest."),
@@ -51,7 +52,15 @@ SHOW = CommandSpec(
     "Show one process's record and its whole event history.",
     "Show one process's record and its whole event history.\n\nThe record includes the "
     "child's OS pid and process group, and the signal that ended it.",
-    (_ID, _JSON),
+    (
+        Argument(
+            "process_id",
+            "ID",
+            "A process id or a unique prefix of one (or of its random part); a service's name "
+            "or first id: its newest attempt, with every attempt's events; ID.N: attempt N.",
+        ),
+        _JSON,
+    ),
     "procledger.cli.hot.showing:show",
 )
 
@@ -63,7 +72,12 @@ LOGS = CommandSpec(
     "host, prints the tail the ledger kept and says where the rest is; says on stderr when the "
     "head of the output was dropped by the output limit.",
     (
-        _ID,
+        Argument(
+            "process_id",
+            "ID",
+            "A process id or a unique prefix of one (or of its random part); a service's name "
+            "or first id: every attempt's output in turn; ID.N: attempt N alone.",
+        ),
         Option(
             ("--stream",),
             "stream",
@@ -75,11 +89,16 @@ LOGS = CommandSpec(
         Option(
             ("--since-offset",), "since_offset", "From byte K of each stream.", "K", 0, value=count
         ),
-        Option(("--follow", "-f"), "follow", "Wait for new output until the process ends."),
+        Option(
+            ("--follow", "-f"),
+            "follow",
+            "Wait for new output until the process ends (a service: until no attempt follows).",
+        ),
         Option(
             ("--json",),
             "as_json",
-            'One object per chunk: {"stream", "offset", "encoding", "data"}.',
+            'One object per chunk: {"stream", "offset", "encoding", "data"} (a service\'s '
+            'attempt\'s: and "id", "attempt").',
         ),
     ),
     "procledger.cli.hot.output:logs",

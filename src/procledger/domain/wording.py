@@ -1,7 +1,7 @@
 """A process in a few words, for people: its outcome, how it ended, its command line on one
-line. Shared by the CLI's tables (docs/design.md §8) and the web view (§16), so both say the
-same thing; pure text, no I/O. Each takes the model or its JSON document: the CLI's hot commands
-read documents and never build a model (§8.1)."""
+line, a service's attempt and backoff. Shared by the CLI's tables (docs/design.md §8) and the
+web view (§16), so both say the same thing; pure text, no I/O. Each takes the model or its JSON
+document: the CLI's hot commands read documents and never build a model (§8.1)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from procledger.domain.probe_names import probe_names
 from procledger.domain.vocabulary import ProcessState
 
 if TYPE_CHECKING:
@@ -62,6 +63,102 @@ def _facts(record: ProcessRecord | Document) -> Mapping[str, Any]:
         "reason": None if reason is None else reason.value,
         "signal": getattr(record, "signal", None),
     }
+
+
+def _field(record: ProcessRecord | Document, name: str) -> Any:
+    """One field as the JSON document has it (an enum as its value)."""
+    value = record.get(name) if isinstance(record, Mapping) else getattr(record, name)
+    return getattr(value, "value", value)
+
+
+def in_backoff(record: ProcessRecord | Document, now_ms: int) -> bool:
+    """Whether ``record`` is a service's next attempt that waits out its backoff: registered
+    (``starting``) at once when the attempt before ended, but spawned only at ``starts_at_ms``
+    (docs/design.md §15.4). Past that time it is being spawned, no longer waiting."""
+    starts_at = _field(record, "starts_at_ms")
+    return _field(record, "state") == "starting" and starts_at is not None and starts_at > now_ms
+
+
+def shown_state(record: ProcessRecord | Document, now_ms: int) -> str:
+    """The state a list shows: ``backoff`` for an attempt waiting out its backoff (as
+    supervisord's ``BACKOFF``), which the ledger records as ``starting``; else the state."""
+    return "backoff" if in_backoff(record, now_ms) else str(_field(record, "state"))
+
+
+def span(ms: int) -> str:
+    """A stretch of time as a list shows it, short: ``1.2s``, ``29s``, ``4m05s``, ``2h03m``,
+    ``3d04h`` (the web view's ages read the same)."""
+    ms = max(ms, 0)
+    seconds = ms // 1000
+    if ms < 10_000:
+        return f"{ms / 1000:.1f}s"
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86_400:
+        return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+    return f"{seconds // 86_400}d{seconds // 3600 % 24:02d}h"
+
+
+def clock_time(ms: int, now_ms: int) -> str:
+    """A moment near now, in local time: the time of day alone when it is today."""
+    when, today = datetime.fromtimestamp(ms / 1000), datetime.fromtimestamp(now_ms / 1000)
+    return when.strftime("%H:%M:%S" if when.date() == today.date() else "%Y-%m-%d %H:%M:%S")
+
+
+def next_attempt(record: ProcessRecord | Document, now_ms: int) -> str:
+    """When a service's attempt in backoff starts: ``next attempt at 12:00:01 (in 1.2s)``."""
+    starts_at = int(_field(record, "starts_at_ms"))
+    return f"next attempt at {clock_time(starts_at, now_ms)} (in {span(starts_at - now_ms)})"
+
+
+def listed_outcome(record: ProcessRecord | Document, now_ms: int) -> str:
+    """A list's outcome cell: the outcome, and for a service's row which attempt it shows and
+    whether the service gave up -- or, in a backoff, when the attempt starts (``next in 1.2s ·
+    attempt 3``), which is what a person scanning the list needs to know of it."""
+    attempt = _field(record, "attempt")
+    if attempt is None:
+        return outcome(record)
+    if in_backoff(record, now_ms):
+        return f"next in {span(int(_field(record, 'starts_at_ms')) - now_ms)} · attempt {attempt}"
+    gave_up = _field(record, "gave_up")
+    ended = outcome(record)
+    note = f"attempt {attempt}" + (f", gave up ({gave_up})" if gave_up else "")
+    return f"{ended} · {note}" if ended else note
+
+
+def service_lines(
+    record: Document, first: Document | None, attempts: int, now_ms: int
+) -> list[tuple[str, str]]:
+    """What `show` and the web view's process page say of a service beyond the record
+    (docs/design.md §15, §19), as ``(name, value)`` lines: readiness; which attempt of how
+    many (``attempts``); the policy; when the next attempt starts while it waits out its
+    backoff; the leased port; why no attempt follows. ``first``, the service's first attempt,
+    carries a stop of the whole service."""
+    rows: list[tuple[str, str]] = []
+    stopped = (first or record).get("service_stop_requested")
+    if stopped:
+        asked = ", ".join(stopped)
+        rows.append(("service stop", f"requested ({asked}): no further attempt starts"))
+    if record.get("readiness") is not None:
+        ready_at = record.get("ready_at_ms")
+        ready = "not ready" if ready_at is None else local_time(ready_at)
+        probes = ", ".join(probe_names(record["readiness"]))
+        rows.append(("ready", f"{ready} (probes: {probes})"))
+    if record.get("attempt") is not None:
+        rows.append(("attempt", f"{record['attempt']} of {max(attempts, 1)}"))
+    if record.get("restart") is not None:
+        policy = record["restart"]
+        rows.append(("restart", f"{policy['mode']}, at most {policy['max_restarts']} per "
+                                f"{float(policy['window_s']):g} s"))  # fmt: skip
+    if in_backoff(record, now_ms):
+        rows.append(("backoff", next_attempt(record, now_ms)))
+    if record.get("port") is not None:
+        rows.append(("port", str(record["port"])))
+    if record.get("gave_up"):
+        rows.append(("gave up", record["gave_up"]))
+    return rows
 
 
 def shell_word(word: str) -> str:

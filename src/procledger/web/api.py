@@ -3,9 +3,11 @@
 
 - ``GET /api/processes``: ``{"records", "damaged"}`` (``ps --json``), with the list filters
   of the page (``status``, ``state``, ``label``, ``since``) and ``limit``: the newest N.
-- ``GET /api/processes/{id}``: ``{"record", "events"}`` (``show --json``).
+- ``GET /api/processes/{id}``: ``{"record", "events"}`` (``show --json``; a service's:
+  its newest attempt, every attempt's events, and ``"attempts"``).
 - ``GET /api/processes/{id}/output``: ``[{stream, offset, encoding, data}]`` (``logs --json``),
-  from ``since_offset``, one ``stream`` or both.
+  from ``since_offset``, one ``stream`` or both; a service's: every attempt's in turn, each
+  chunk with its ``id`` and ``attempt``.
 - ``GET /api/feed?since=N&limit=N``: ``[{"record", "cursor"}]`` (``feed --json``).
 - ``POST /api/processes/{id}/stop`` (``mode``, ``grace``) and ``.../abandon`` (``reason``):
   ``{"record", "result"}``; a refusal is 409 with ``{"error", "message"}``.
@@ -18,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from anyio import to_thread
 from starlette.responses import JSONResponse, Response
 
-from procledger.web.pages import load
-from procledger.web.views import list_query
+from procledger.web.pages import load_view
+from procledger.web.views import list_query, scoped
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -42,10 +44,14 @@ async def processes(request: Request) -> Response:
 
 
 async def process(request: Request) -> Response:
-    """``show --json``: the record and its whole history; an id prefix works, as in the CLI."""
+    """``show --json``: the record and its whole history; an id prefix or a service's name
+    works, as in the CLI."""
     registry = request.app.state.registry
-    _, record, events = await to_thread.run_sync(load, registry, request.path_params["pid"])
-    return JSONResponse({"record": dump(record), "events": [dump(e) for e in events]})
+    view = await to_thread.run_sync(load_view, registry, request.path_params["pid"])
+    document = {"record": dump(view.record), "events": [dump(e) for e in view.events]}
+    if view.attempts:
+        document["attempts"] = [dump(a) for a in view.attempts]
+    return JSONResponse(document)
 
 
 async def output(request: Request) -> Response:
@@ -60,11 +66,24 @@ async def output(request: Request) -> Response:
 
 
 def read_chunks(registry: Any, text: str, stream: str | None, since: int) -> list[Any]:
+    """``logs --json`` of what ``text`` names: a service's every attempt in turn (each chunk
+    naming its attempt; an offset counts one attempt's bytes, so none is taken), else one
+    process's (a service's attempt's chunks name it too)."""
     from procledger.application.output import chunk_document, read_output
 
-    found = registry.resolve_process_id(text)
-    chunks = read_output(registry, found, stream=stream, since_offset=since)
-    return [chunk_document(c.stream, c.offset, c.data) for c in chunks]
+    found, whole = scoped(registry, text)
+    if whole and since:
+        raise ValueError("since_offset counts bytes of one attempt: name the attempt (ID.N)")
+    record = registry.get(found)
+    shown = registry.attempts(found) if whole else [record]
+    if whole:
+        shown = [a for a in shown if a.os is not None or a.output is not None] or shown[:1]
+    found_chunks: list[Any] = []
+    for each in shown:
+        tag = {} if each.attempt is None else {"id": each.id, "attempt": each.attempt}
+        chunks = read_output(registry, each.id, stream=stream, since_offset=since)
+        found_chunks += [chunk_document(c.stream, c.offset, c.data) | tag for c in chunks]
+    return found_chunks
 
 
 async def feed(request: Request) -> Response:

@@ -9,6 +9,8 @@ what happened by a fixed word (``?said=stopped``), never by echoing text from th
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
@@ -18,9 +20,9 @@ from anyio import to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from procledger.domain.attempts import first_attempt_id
-from procledger.domain.wording import event_details, local_time, outcome
-from procledger.web.views import STATUSES, list_query, row
+from procledger.domain.attempts import first_attempt_id, restart_may_follow
+from procledger.domain.wording import event_details, local_time, outcome, service_lines
+from procledger.web.views import STATUSES, list_query, row, scoped
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -32,6 +34,9 @@ TEMPLATES = Environment(
     autoescape=select_autoescape(default=True, default_for_string=True),
     auto_reload=False,
 )
+OUTPUT_ATTEMPTS = 20
+"""A service's page follows the output of at most its newest 20 attempts (the API and `logs`
+give every one): a crash loop of thousands would otherwise open a stream for each."""
 SAID = {
     "asked": "Stop requested: its supervisor carries it out.",
     "stopped": "Its supervisor was gone: the process was stopped here.",
@@ -83,37 +88,87 @@ async def processes(request: Request) -> Response:
     )
 
 
+@dataclass(frozen=True)
+class View:
+    """What a process's page and ``GET /api/processes/ID`` show (as ``show``): of a service,
+    its newest attempt and every attempt's events; of one attempt or any other process, its
+    own. ``attempts``: every attempt of its service (empty for a process that is none)."""
+
+    record: ProcessRecord
+    attempts: list[ProcessRecord]
+    events: list[ProcessEvent]
+    whole: bool
+
+
+def load_view(registry: Any, text: str) -> View:
+    """The view of the process or service ``text`` names (``views.scoped``)."""
+    found, whole = scoped(registry, text)
+    record = registry.get(found)
+    attempts = registry.attempts(found) if record.attempt is not None else []
+    if whole:
+        record = attempts[-1]
+    shown = attempts if whole else [record]
+    events = [event for each in shown for event in registry.events(each.id)]
+    return View(record, attempts, events, whole)
+
+
 async def process(request: Request) -> Response:
-    """One process: its record, attempts, whole event history and output (filled live)."""
+    """One process, or a whole service: its record (a service's newest attempt), attempts,
+    event history and output (filled live; a service's page follows each new attempt)."""
     registry, hub = request.app.state.registry, request.app.state.hub
     await hub.ready.wait()
     head = hub.head  # before the read, as for the list
-    found, record, events = await to_thread.run_sync(load, registry, request.path_params["pid"])
-    service = await to_thread.run_sync(registry.attempts, found) if record.attempt else []
+    view = await to_thread.run_sync(load_view, registry, request.path_params["pid"])
+    record, first = view.record, (view.attempts[0] if view.attempts else None)
+    numbers = {a.id: a.attempt for a in view.attempts} if view.whole else {}
+    follows = {"service": first.id} if first is not None else {"process": record.id}
     return html(
         request,
         "process.html",
         record=record,
         row=row(record),
-        summary=summary(record),
-        events=[event_row(e) for e in events],
-        attempts=attempts(events),
-        service=[service_row(each) for each in service],
+        summary=summary(record, view.attempts),
+        events=[event_row(e, numbers.get(e.process_id)) for e in view.events],
+        whole=view.whole,
+        attempts=attempts([e for e in view.events if e.process_id == record.id]),
+        service=[service_row(each) for each in view.attempts],
+        first=first,
+        outputs=orjson.dumps(outputs(view)).decode(),
+        over=over(view),
         said=SAID.get(request.query_params.get("said", "")),
-        stream_url="/stream/changes?" + urlencode({"process": found, "cursor": head}),
+        stream_url="/stream/changes?" + urlencode({**follows, "cursor": head}),
     )
 
 
-def load(registry: Any, text: str) -> tuple[str, ProcessRecord, list[ProcessEvent]]:
-    """The process an id or unique id prefix names, its record and its events."""
-    found = registry.resolve_process_id(text)
-    return found, registry.get(found), registry.events(found)
+def over(view: View) -> bool:
+    """Whether no attempt of the service follows its newest (``restart_may_follow``): the
+    page's output pane then says it has shown all there is."""
+    if not view.whole or not view.record.is_terminal:
+        return False
+    return not restart_may_follow(view.record, first=view.attempts[0])
 
 
-def summary(record: ProcessRecord) -> list[tuple[str, str]]:
-    """The record as ``show`` summarises it: one ``name, value`` pair per thing that happened."""
-    rows = [
-        ("id", record.id),
+def outputs(view: View) -> list[dict[str, Any]]:
+    """The output streams the page follows in turn: each attempt's that ran, for a service
+    (with its number, for the header the script writes before it); else the process's."""
+    if not view.whole:
+        return [{"url": f"/processes/{view.record.id}/output/stream", "attempt": None}]
+    ran = [a for a in view.attempts if a.os is not None or a.output is not None]
+    return [
+        {"url": f"/processes/{a.id}/output/stream", "attempt": a.attempt, "id": a.id}
+        for a in ran[-OUTPUT_ATTEMPTS:]
+    ]
+
+
+def summary(
+    record: ProcessRecord, service: list[ProcessRecord] | None = None
+) -> list[tuple[str, str]]:
+    """The record as ``show`` summarises it: one ``name, value`` pair per thing that
+    happened, with a service's name, attempt, policy, backoff, port and end (``service``:
+    every attempt of its service)."""
+    service = service or []
+    rows = [("id", record.id)] + ([("name", record.name)] if record.name else [])
+    rows += [
         ("state", f"{record.state.value} ({record.status.value})"),
         ("outcome", outcome(record)),
         ("disposition", record.disposition.value),
@@ -131,12 +186,16 @@ def summary(record: ProcessRecord) -> list[tuple[str, str]]:
         rows.append(("first started by", record.first_started.owner.owner_id))
     if record.diagnostic:
         rows.append(("diagnostic", record.diagnostic))
-    return rows
+    first = service[0].model_dump(mode="json") if service else None
+    now_ms = int(time.time() * 1000)
+    return rows + service_lines(record.model_dump(mode="json"), first, len(service), now_ms)
 
 
-def event_row(event: ProcessEvent) -> dict[str, Any]:
-    """An event as a row of the history: sequence, time, kind and its telling fields."""
+def event_row(event: ProcessEvent, attempt: int | None = None) -> dict[str, Any]:
+    """An event as a row of the history: sequence, time, kind and its telling fields (and, in
+    a whole service's history, its attempt)."""
     return {
+        "attempt": attempt,
         "sequence": event.sequence,
         "at": local_time(event.occurred_at_ms),
         "kind": event.kind,
@@ -145,10 +204,12 @@ def event_row(event: ProcessEvent) -> dict[str, Any]:
 
 
 def service_row(record: ProcessRecord) -> dict[str, Any]:
-    """One attempt of a service (docs/design.md §15.4), as ``show`` lists it."""
+    """One attempt of a service (docs/design.md §15.4), as ``show`` lists it, linked to its
+    own page (``ID.1`` for the first: its id alone names the whole service)."""
     return {
         "number": record.attempt,
         "id": record.id,
+        "href": f"/processes/{record.id}" + (".1" if record.attempt == 1 else ""),
         "state": record.state.value,
         "outcome": outcome(record),
         "gave_up": record.gave_up or "",

@@ -4,7 +4,8 @@
 browser sends, else the ``cursor`` the page was rendered at -- each event's id being the
 change's position, so a reconnect resumes exactly after the last change the page applied.
 With list filters, a change that leaves the list says so (``match: false``); with
-``process=ID``, only that process's changes are sent.
+``process=ID``, only that process's changes are sent; with ``service=ID`` (a service's first
+id), those of every attempt of that service, so its page sees each new attempt come.
 
 ``/processes/{id}/output/stream``: the captured output from the offsets in ``Last-Event-ID``
 (``stdout,stderr``), chunk by chunk in arrival order, until the process has ended and all of
@@ -21,6 +22,7 @@ import orjson
 from anyio import to_thread
 from starlette.responses import StreamingResponse
 
+from procledger.domain.attempts import first_attempt_id
 from procledger.web.views import list_query
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ def changes(request: Request) -> StreamingResponse:
     hub = request.app.state.hub
     query = list_query(request.query_params)
     only = request.query_params.get("process")
+    service = request.query_params.get("service")
     cursor = cursor_of(request, hub.head)
 
     def render(batch: Iterable[Change]) -> str:
@@ -64,7 +67,9 @@ def changes(request: Request) -> StreamingResponse:
         for change in batch:
             if only is not None and change.record.id != only:
                 continue
-            if only is not None or query.matches(change.record):
+            if service is not None and first_attempt_id(change.record) != service:
+                continue
+            if only is not None or service is not None or query.matches(change.record):
                 data = '{"match":true,"row":' + change.row + "}"
             else:
                 data = orjson.dumps({"match": False, "id": change.record.id}).decode()

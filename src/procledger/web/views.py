@@ -16,7 +16,7 @@ import orjson
 from procledger.domain.attempts import first_attempt_id
 from procledger.domain.service import age_ms
 from procledger.domain.vocabulary import ProcessState
-from procledger.domain.wording import command_text, local_time, outcome
+from procledger.domain.wording import command_text, listed_outcome, local_time, shown_state
 
 if TYPE_CHECKING:
     from procledger import ProcessListFilter, ProcessScan
@@ -32,16 +32,23 @@ class QueryError(ValueError):
     """A list filter in a URL that names no state, status or duration."""
 
 
-def row(record: ProcessRecord) -> dict[str, Any]:
-    """A record as a row of the processes table: what ``ps`` prints, plus the times the
-    page's script needs to show ages."""
+def row(record: ProcessRecord, now_ms: int | None = None) -> dict[str, Any]:
+    """A record as a row of the processes table: what ``ps`` prints (a service's name, its
+    newest attempt, ``backoff`` while that waits), plus the times the page's script needs to
+    show ages and to count a backoff down (``starts_at_ms``). A service's row links to the
+    service (its first id), whose page follows every attempt."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    starting = record.state is ProcessState.starting
     return {
         "id": record.id,
         "service": first_attempt_id(record),
         "attempt": record.attempt or 0,
+        "name": record.name or "",
         "state": record.state.value,
+        "shown_state": shown_state(record, now),
+        "starts_at_ms": record.starts_at_ms if starting else None,
         "status": record.status.value,
-        "outcome": outcome(record),
+        "outcome": listed_outcome(record, now),
         "created_ms": record.created_at_ms,
         "updated": local_time(record.updated_at_ms),
         "command": command_text(record),
@@ -52,6 +59,17 @@ def row(record: ProcessRecord) -> dict[str, Any]:
 
 def row_json(record: ProcessRecord) -> str:
     return orjson.dumps(row(record)).decode()
+
+
+def scoped(registry: ProcessRegistry, text: str) -> tuple[str, bool]:
+    """The process ``text`` names and whether it stands for its whole service, by the rule
+    ``show`` and ``logs`` follow (``LedgerReads.scoped``, docs/design.md §15.4): a service's
+    name or first id is the service, ``ID.N`` one attempt."""
+    from procledger.application.document_reads import LedgerReads
+
+    reads = LedgerReads(registry.run_read, store_key="", close=lambda: None, registry=registry)
+    record, whole = reads.scoped(text)
+    return str(record["id"]), whole
 
 
 @dataclass(frozen=True)

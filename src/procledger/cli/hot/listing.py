@@ -13,7 +13,7 @@ from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading
 from procledger.cli.lines import EXIT_STOPPED, warn, write_json
 from procledger.cli.values import UsageError
-from procledger.domain.wording import command_text, outcome
+from procledger.domain.wording import command_text, listed_outcome, outcome
 
 _STATES = (
     "starting",
@@ -49,8 +49,10 @@ def parse_states(values: list[str]) -> set[str]:
 
 def list_conditions(options: Namespace, wanted: set[str]) -> tuple[list[Condition], bool]:
     """The conditions `ps`'s options name, and whether it shows the running view (the
-    default): a state or a status given widens it to every process of that state or status."""
-    status = options.status or ("any" if options.show_all or wanted else "running")
+    default): a state, a status or a name given widens it to every process of that state or
+    status, or every service of that name."""
+    widened = options.show_all or wanted or options.name is not None
+    status = options.status or ("any" if widened else "running")
     if status not in _STATUSES:
         message = f"must be one of {', '.join(_STATUSES)}, not {status!r}"
         raise UsageError(message, "--status")
@@ -66,14 +68,16 @@ def list_conditions(options: Namespace, wanted: set[str]) -> tuple[list[Conditio
         except OptionError as error:
             raise UsageError(str(error).removeprefix("--since: "), "--since") from None
         conditions.append(("created_at_ms", ">=", int(time.time() * 1000) - ago))
-    return conditions, status == "running" and not wanted
+    return conditions, status == "running" and not (wanted or options.name is not None)
 
 
 def ps(options: Namespace, url: str | None, *, fast: bool) -> int:
     wanted = parse_states(options.state or [])
     conditions, running_view = list_conditions(options, wanted)
     with reading(url, fast=fast) as reads:
-        records, damaged = select(reads, conditions, wanted, options.limit, options.attempts)
+        records, damaged = select(
+            reads, conditions, wanted, options.limit, options.attempts, name=options.name
+        )
         if running_view:
             records = _with_kept_orphans(reads, conditions, records, options)
         marks = {} if options.as_json else marking.marks(reads, records)[0]
@@ -93,16 +97,19 @@ def select(
     wanted: set[str],
     limit: int | None,
     attempts: bool,
+    *,
+    name: str | None = None,
 ) -> tuple[list[Document], list[str]]:
     """What `ps` lists, oldest created first, and the damaged ids: pages read newest first;
-    states kept after reading; a service as one row, its newest attempt (§5.2, §15.4)."""
+    states (and a service's name) kept after reading; a service as one row, its newest attempt
+    (§5.2, §15.4)."""
     rows: dict[str, Document] = {}
     damaged: list[str] = []
     before = None
     while limit != 0:
         page, bad, before = reads.newest_first(conditions, limit, before)
         damaged += bad
-        if not _take(rows, page, wanted, attempts, limit) or before is None:
+        if not _take(rows, page, (wanted, name), attempts, limit) or before is None:
             break
     return list(rows.values())[::-1], damaged
 
@@ -110,13 +117,17 @@ def select(
 def _take(
     rows: dict[str, Document],
     page: list[Document],
-    wanted: set[str],
+    keep: tuple[set[str], str | None],
     attempts: bool,
     limit: int | None,
 ) -> bool:
-    """Add ``page`` to ``rows``; whether more pages are wanted."""
+    """Add ``page`` to ``rows``, those of the states and name ``keep`` names (if any); whether
+    more pages are wanted."""
+    wanted, name = keep
     for record in page:
         if wanted and record["state"] not in wanted:
+            continue
+        if name is not None and record.get("name") != name:
             continue
         key = record["id"] if attempts else (record.get("attempt_of") or record["id"])
         held = rows.get(key)
@@ -162,31 +173,29 @@ def _warn_marked(marks: dict[str, str]) -> None:
 
 
 def _print_processes(records: list[Document], *, everything: bool, marks: dict[str, str]) -> None:
+    """The rows for people: a NAME column when any row is a named service (so a ledger without
+    names prints as it always did), and a service waiting out its backoff as ``backoff`` with
+    when its next attempt starts (docs/design.md §15.4)."""
     if not records:
         what = "processes match" if everything else "running processes (ps --all lists every one)"
         warn(f"no {what}")
         return
-    terminal = to_terminal()
+    terminal, now_ms = to_terminal(), int(time.time() * 1000)
+    named = any(record.get("name") for record in records)
     rows = [
         (
             short_id(record["id"]) if terminal else record["id"],
-            state_text(record, marks.get(record["id"])),
+            *((record.get("name") or "",) if named else ()),
+            state_text(record, marks.get(record["id"]), now_ms),
             record["status"],
-            outcome(record) + _attempt_note(record),
+            listed_outcome(record, now_ms),
             when(record["updated_at_ms"], terminal),
             command_text(record),
         )
         for record in records
     ]
-    write_table(("ID", "STATE", "STATUS", "OUTCOME", "UPDATED", "COMMAND"), rows)
-
-
-def _attempt_note(record: Document) -> str:
-    """A service's row says which attempt it shows, and whether it was given up."""
-    if record.get("attempt") is None:
-        return ""
-    gave_up = f", gave up ({record['gave_up']})" if record.get("gave_up") else ""
-    return f" · attempt {record['attempt']}{gave_up}"
+    header = ("ID", *(("NAME",) if named else ()), "STATE", "STATUS", "OUTCOME", "UPDATED")
+    write_table((*header, "COMMAND"), rows)
 
 
 def feed(options: Namespace, url: str | None, *, fast: bool) -> int:

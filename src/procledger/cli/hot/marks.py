@@ -47,6 +47,34 @@ def is_terminal(record: Document) -> bool:
     return bool(record["status"] != "running")
 
 
+def restart_may_follow(record: Document, first: Document | None) -> bool:
+    """``domain.attempts.restart_may_follow`` over stored documents (a test holds the two
+    equal): whether another attempt of ``record``'s service may still start after it --
+    ended, not given up, stopped (itself or, on ``first``, the whole service), shut down or
+    lost, and its policy restarts such an end. What tells `logs -f` a service is over."""
+    policy = record.get("restart")
+    if policy is None or not is_terminal(record) or record.get("gave_up") is not None:
+        return False
+    if record.get("stop_requested") or record.get("reason") == "runner_shutdown":
+        return False
+    if record.get("service_stop_requested") or (first or {}).get("service_stop_requested"):
+        return False
+    if record["state"] in ("lost_on_restore", "abandoned") or policy["mode"] == "never":
+        return False
+    return bool(policy["mode"] == "always" or record["status"] == "failed")
+
+
+def starter_gone(record: Document) -> bool:
+    """Whether the supervisor that started ``record`` is provably dead on this host: a
+    service's next attempt is registered by that supervisor alone, so none will come
+    (a dead supervisor's backoff schedule is not resumed, docs/design.md §15.4)."""
+    started = record.get("first_started")
+    if started is None:
+        return False
+    liveness = started["owner"].get("liveness") or {}
+    return holder_dead(liveness, _me(), live_process_start)
+
+
 def orphan_running(record: Document) -> bool:
     """Whether ``record`` is ``lost`` while its recorded child still runs on this host."""
     facts = record.get("os")

@@ -1,9 +1,15 @@
 """`show`: one process's record, its service's attempts and its whole event history
-(docs/design.md §8, §8.1)."""
+(docs/design.md §8, §8.1, §15.4).
+
+Of a service (its name, its first attempt's id, a prefix naming it: ``scoped``), the newest
+attempt's record and every attempt's events, since that is the service's history; of one
+attempt's id (``ID.3``, ``NAME.3``; ``ID.1`` for the first alone), that attempt's.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 from argparse import Namespace
 from typing import Any
 
@@ -12,15 +18,19 @@ from procledger.cli._format import command_text, local_time, outcome, write_tabl
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading
 from procledger.cli.lines import write_json
-from procledger.domain.probe_names import probe_names
-from procledger.domain.wording import event_details
+from procledger.domain.wording import event_details, service_lines
 
-__all__ = ["resolve", "show"]
+__all__ = ["resolve", "scoped", "show"]
 
 
 def resolve(reads: LedgerReads, text: str) -> str:
     """The process id ``text`` names. Text that is not valid UTF-8 -- a shell can pass any
     bytes -- names no process."""
+    _check_utf8(text)
+    return reads.resolve(text)
+
+
+def _check_utf8(text: str) -> None:
     from procledger.cli.lines import is_utf8
     from procledger.domain.errors import NotFound
 
@@ -28,15 +38,22 @@ def resolve(reads: LedgerReads, text: str) -> str:
         import os
 
         raise NotFound(f"no process {os.fsencode(text)!r}: a process id is UTF-8 text")
-    return reads.resolve(text)
+
+
+def scoped(reads: LedgerReads, text: str) -> tuple[Document, bool]:
+    """The record ``text`` names, and whether it stands for its whole service
+    (``LedgerReads.scoped``); text that is not UTF-8 names no process."""
+    _check_utf8(text)
+    return reads.scoped(text)
 
 
 def show(options: Namespace, url: str | None, *, fast: bool) -> int:
     with reading(url, fast=fast) as reads:
-        found = resolve(reads, options.process_id)
-        record = reads.record(found)
-        events = reads.events(found)
-        attempts = reads.attempts(found) if record.get("attempt") is not None else []
+        record, whole = scoped(reads, options.process_id)
+        attempts = reads.attempts(record["id"]) if record.get("attempt") is not None else []
+        record = attempts[-1] if whole else record
+        shown = attempts if whole else [record]
+        events = [event for each in shown for event in reads.events(each["id"])]
         marks, gone = ({}, {}) if options.as_json else marking.marks(reads, [record])
     if options.as_json:
         document = {"record": record, "events": events}
@@ -44,16 +61,27 @@ def show(options: Namespace, url: str | None, *, fast: bool) -> int:
         return 0
     mark = marks.get(record["id"])
     hint = None if mark is None else _hint(record, mark, gone.get(record["id"]))
-    _print_summary(record, mark, attempts[0] if attempts else None, hint)
+    _print_summary(record, mark, attempts, hint)
     sys.stdout.write("\n")
     if attempts:
         _print_attempts(attempts)
+    numbers = {a["id"]: str(a["attempt"]) for a in attempts} if whole else None
+    _print_events(events, numbers)
+    return 0
+
+
+def _print_events(events: list[Document], numbers: dict[str, str] | None) -> None:
+    """The event history; a whole service's (``numbers``: each attempt's number by its id)
+    names each event's attempt."""
     rows = [
         (str(e["sequence"]), local_time(e["occurred_at_ms"]), e["kind"], event_details(e))
         for e in events
     ]
-    write_table(("SEQ", "AT", "KIND", "DETAILS"), rows)
-    return 0
+    if numbers is None:
+        write_table(("SEQ", "AT", "KIND", "DETAILS"), rows)
+        return
+    numbered = [(numbers[e["process_id"]], *row) for e, row in zip(events, rows, strict=True)]
+    write_table(("ATTEMPT", "SEQ", "AT", "KIND", "DETAILS"), numbered)
 
 
 def _print_attempts(attempts: list[Document]) -> None:
@@ -73,14 +101,16 @@ def _print_attempts(attempts: list[Document]) -> None:
 
 
 def _print_summary(
-    record: Document, mark: str | None, first: Document | None, hint: str | None
+    record: Document, mark: str | None, attempts: list[Document], hint: str | None
 ) -> None:
     """`show`'s header: one ``name  value`` line for each thing that happened; ``mark`` what
-    this host sees of it beyond the record and ``hint`` what to do about it, ``first`` its
-    service's first attempt."""
+    this host sees of it beyond the record and ``hint`` what to do about it, ``attempts`` its
+    service's attempts (none for a process that is not a service)."""
     status = record["status"] + (f"; {mark}" if mark else "")
-    rows = [
-        ("id", record["id"]),
+    rows = [("id", record["id"])]
+    if record.get("name"):
+        rows.append(("name", record["name"]))
+    rows += [
         ("command", command_text(record)),
         ("state", f"{record['state']} ({status})"),
         ("outcome", outcome(record)),
@@ -100,7 +130,8 @@ def _print_summary(
         rows.append(("diagnostic", " ".join(record["diagnostic"].split())))
     if record.get("output") is not None:
         rows.append(("output", output_line(record["output"])))
-    rows += _service_lines(record, first)
+    first = attempts[0] if attempts else None
+    rows += service_lines(record, first, len(attempts), int(time.time() * 1000))
     if hint is not None:
         rows.append(("hint", hint))
     width = max(len(name) for name, _ in rows)
@@ -129,31 +160,6 @@ def _hint(record: Document, mark: str, holder: Any) -> str:
     else:
         what = f"its child is gone too: procledger abandon {record['id']} records it given up"
     return f"its supervisor is gone, so nothing will record how it ends: {what}"
-
-
-def _service_lines(record: Document, first: Document | None) -> list[tuple[str, str]]:
-    """`show`'s readiness and restart lines (docs/design.md §15); ``first``, the service's
-    first attempt, carries a stop of the whole service."""
-    rows: list[tuple[str, str]] = []
-    stopped = (first or record).get("service_stop_requested")
-    if stopped:
-        asked = ", ".join(stopped)
-        rows.append(("service stop", f"requested ({asked}): no further attempt starts"))
-    if record.get("readiness") is not None:
-        ready_at = record.get("ready_at_ms")
-        ready = "not ready" if ready_at is None else local_time(ready_at)
-        probes = ", ".join(probe_names(record["readiness"]))
-        rows.append(("ready", f"{ready} (probes: {probes})"))
-    if record.get("attempt") is not None:
-        of = f" of {record['attempt_of']}" if record.get("attempt_of") else ""
-        rows.append(("attempt", f"{record['attempt']}{of}"))
-    if record.get("restart") is not None:
-        policy = record["restart"]
-        rows.append(("restart", f"{policy['mode']}, at most {policy['max_restarts']} per "
-                                f"{float(policy['window_s']):g} s"))  # fmt: skip
-    if record.get("gave_up"):
-        rows.append(("gave up", record["gave_up"]))
-    return rows
 
 
 def output_line(output: Document) -> str:

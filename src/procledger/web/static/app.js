@@ -34,6 +34,34 @@
     return Math.floor(s / 86400) + "d" + String(Math.floor(s / 3600) % 24).padStart(2, "0") + "h";
   }
 
+  // A stretch of time as `ps` writes it (wording.span): 1.2s, 29s, 4m05s, 2h03m, 3d04h.
+  function span(ms) {
+    ms = Math.max(0, ms);
+    if (ms < 10000) return (ms / 1000).toFixed(1) + "s";
+    const s = Math.floor(ms / 1000);
+    if (s < 60) return s + "s";
+    if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor(s / 60) % 60).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d" + String(Math.floor(s / 3600) % 24).padStart(2, "0") + "h";
+  }
+
+  // A service's attempt waiting out its backoff counts down to its start (the server wrote
+  // the row when it changed; nothing changes in the ledger while it waits).
+  function tickBackoffs() {
+    const now = Date.now();
+    for (const tr of document.querySelectorAll("#processes tbody tr[data-starts-at]")) {
+      const at = Number(tr.dataset.startsAt);
+      const waits = at > now;
+      tr.querySelector("td.state").textContent = waits ? "backoff" : tr.dataset.state;
+      tr.querySelector("td.outcome").textContent =
+        (waits ? "next in " + span(at - now) + " · " : "") + "attempt " + tr.dataset.attempt;
+    }
+    for (const dd of document.querySelectorAll("dd[data-until]")) {
+      const left = span(Number(dd.dataset.until) - now);
+      dd.textContent = dd.textContent.replace(/\(in [^)]*\)$/, "(in " + left + ")");
+    }
+  }
+
   function tickAges() {
     for (const tr of document.querySelectorAll("#processes tbody tr")) {
       const cell = tr.querySelector("td.age");
@@ -41,7 +69,7 @@
     }
   }
 
-  const COLUMNS = ["id", "state", "status", "outcome", "age", "updated", "command"];
+  const COLUMNS = ["id", "name", "state", "status", "outcome", "age", "updated", "command"];
 
   function fill(tr, row) {
     // A service is one row (its newest attempt, as `ps` shows it): keyed by its first id.
@@ -51,6 +79,8 @@
     tr.dataset.id = row.id;
     tr.dataset.created = String(row.created_ms);
     tr.dataset.state = row.state;
+    if (row.starts_at_ms) tr.dataset.startsAt = String(row.starts_at_ms);
+    else delete tr.dataset.startsAt;
     tr.className = row.ended ? "ended" : "active";
     for (const name of COLUMNS) {
       let cell = tr.querySelector("td." + name);
@@ -61,11 +91,13 @@
       }
       if (name === "id") {
         const link = document.createElement("a");
-        link.href = "/processes/" + encodeURIComponent(row.id);
+        link.href = "/processes/" + encodeURIComponent(row.service); // a service: all of it
         link.textContent = row.id;
         cell.replaceChildren(link);
       } else if (name === "age") {
         cell.textContent = age(row.created_ms);
+      } else if (name === "state") {
+        cell.textContent = row.shown_state;
       } else {
         cell.textContent = row[name];
       }
@@ -100,21 +132,27 @@
     follow(table.dataset.stream, { row: onRow });
     tickAges();
     setInterval(tickAges, 1000);
+    setInterval(tickBackoffs, 250);
   }
 
-  async function refreshProcess() {
+  async function refreshProcess(addOutputs) {
     // The server renders the record, attempts and events; take them from a fresh copy of
-    // this page, parsed inertly (DOMParser runs no script).
+    // this page, parsed inertly (DOMParser runs no script). A service's page learns there of
+    // a new attempt's output, followed once the one before has all been shown.
     const response = await fetch(location.pathname, { credentials: "same-origin" });
     if (!response.ok) return;
     const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
-    for (const id of ["record", "attempts", "events", "actions", "command"]) {
+    for (const id of ["record", "service", "attempts", "events", "actions", "command"]) {
       const now = document.getElementById(id);
       const next = fresh.getElementById(id);
       if (now && next) now.replaceWith(document.importNode(next, true));
     }
+    const section = fresh.getElementById("process");
+    if (section) addOutputs(JSON.parse(section.dataset.outputs || "[]"), section.dataset.over === "true");
   }
 
+  // The output of the process, or of each attempt of a service in turn (each after a header
+  // line, as `procledger logs` prints a service's): one stream at a time, in order.
   function outputPane(section) {
     const pane = document.getElementById("output");
     const note = document.getElementById("output-note");
@@ -124,33 +162,76 @@
       return new TextDecoder().decode(bytes);
     };
     const say = (text) => { note.textContent = text; note.hidden = false; };
-    follow(section.dataset.output, {
-      chunk: (chunk) => {
-        const span = document.createElement("span");
-        span.className = chunk.stream;
-        span.textContent = decode(chunk);
-        const atEnd = pane.scrollTop + pane.clientHeight >= pane.scrollHeight - 4;
-        pane.appendChild(span);
-        if (atEnd) pane.scrollTop = pane.scrollHeight;
-      },
-      end: (_, __, source) => { source.close(); say("the process ended; this is all of its output"); },
-      unavailable: (info, __, source) => {
-        source.close();
-        pane.textContent = (info.tail.stdout || "") + (info.tail.stderr || "");
-        say(info.message);
-      },
-    });
+    const write = (text, kind) => {
+      const span = document.createElement("span");
+      span.className = kind;
+      span.textContent = text;
+      const atEnd = pane.scrollTop + pane.clientHeight >= pane.scrollHeight - 4;
+      pane.appendChild(span);
+      if (atEnd) pane.scrollTop = pane.scrollHeight;
+    };
+    const known = new Set();
+    const queue = [];
+    let following = false;
+    let over = section.dataset.over === "true"; // no attempt of the service follows
+    let last = null;
+
+    // Once everything queued was shown: say whether more may come.
+    function settle() {
+      if (following || !last) return;
+      if (last.attempt === null) say("the process ended; this is all of its output");
+      else if (over) say("the service is over; this is all of its output");
+      else say("attempt " + last.attempt + " ended; the next attempt's output follows here once it starts");
+    }
+
+    function next() {
+      const output = queue.shift();
+      following = Boolean(output);
+      if (!output) return settle();
+      last = output;
+      note.hidden = true;
+      if (output.attempt !== null) {
+        const text = pane.textContent;
+        const lead = text === "" ? "" : text.endsWith("\n") ? "\n" : "\n\n";
+        write(lead + "==> attempt " + output.attempt + " (" + output.id + ") <==\n", "attempt");
+      }
+      follow(output.url, {
+        chunk: (chunk) => write(decode(chunk), chunk.stream),
+        end: (_, __, source) => { source.close(); next(); },
+        unavailable: (info, __, source) => {
+          source.close();
+          write((info.tail.stdout || "") + (info.tail.stderr || ""), "stdout");
+          say(info.message);
+          next();
+        },
+      });
+    }
+
+    function add(outputs, isOver) {
+      over = isOver;
+      for (const output of outputs) {
+        if (known.has(output.url)) continue;
+        known.add(output.url);
+        queue.push(output);
+      }
+      if (!following) next();
+    }
+
+    add(JSON.parse(section.dataset.outputs || "[]"), over);
+    return add;
   }
 
   function processPage(section) {
     let pending = Promise.resolve();
+    const addOutputs = outputPane(section);
+    const refresh = () => refreshProcess(addOutputs);
     follow(section.dataset.stream, {
       row: (change, event) => {
         state.seen.push(event.lastEventId);
-        pending = pending.then(refreshProcess, refreshProcess);
+        pending = pending.then(refresh, refresh);
       },
     });
-    outputPane(section);
+    setInterval(tickBackoffs, 250);
   }
 
   document.addEventListener("DOMContentLoaded", () => {
