@@ -72,6 +72,7 @@ class ReadOrder(_Order):
         "attempts",
         "newest_attempt",
         "holders",
+        "wanted_up",
     ]
     args: list[object] = Field(max_length=4)
 

@@ -80,6 +80,11 @@ class LedgerReads:
     def _matching(self, prefix: str, limit: int) -> list[str]:
         return list(self._run(lambda tx: record_rows.matching_ids(tx, prefix, limit)))
 
+    def wanted_up(self, name: str) -> bool:
+        """Whether ``up`` left the service ``name`` desired: the next agent of its host brings
+        it back, so a dead supervisor is not the end of it (docs/design.md §19.4)."""
+        return bool(self._run(lambda tx: service_rows.wanted_up(tx, name)))
+
     def _named(self, name: str) -> str | None:
         holder: str | None = self._run(lambda tx: service_rows.held_name(tx, name))
         return holder

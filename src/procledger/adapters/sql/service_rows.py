@@ -170,6 +170,16 @@ def set_down(tx: Tx, name: str, now_ms: int) -> bool:
     )
 
 
+def wanted_up(tx: Tx, name: str) -> bool:
+    """Whether ``up`` left ``name`` desired (an agent brings it back after its own end)."""
+    if tx.execute(*tx.dialect.table_exists("services")).one() is None:
+        return False
+    row = tx.execute(
+        f"SELECT desired FROM {tx.dialect.table('services')} WHERE name=?", (name,)
+    ).one()
+    return row is not None and row["desired"] == "up"
+
+
 def desired_rows(tx: Tx, host_id: str | None = None) -> list[Any]:
     """Every row of ``services`` (of one host), by name. A ledger from before has none."""
     if tx.execute(*tx.dialect.table_exists("services")).one() is None:

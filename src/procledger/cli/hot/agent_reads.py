@@ -74,6 +74,9 @@ class _AgentReads(LedgerReads):
     def newest_attempt(self, process_id: str) -> Document:
         return self._ask("newest_attempt", process_id)  # type: ignore[no-any-return]
 
+    def wanted_up(self, name: str) -> bool:
+        return bool(self._ask("wanted_up", name))
+
     def holders(self, process_ids: Iterable[str]) -> dict[str, Document]:
         wanted = list(process_ids)
         return {} if not wanted else self._ask("holders", wanted)

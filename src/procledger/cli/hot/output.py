@@ -242,7 +242,8 @@ class _ServiceLogs:
         first = newest if number == 1 else self._attempt(1)
         if not marking.restart_may_follow(newest, first):
             return True
-        if marking.starter_gone(newest):
+        name = newest.get("name")
+        if marking.starter_gone(newest) and not (name and self.reads.wanted_up(name)):
             warn(
                 f"the supervisor of service {self.first_id} is gone: no attempt will follow "
                 f"attempt {number} (a supervisor's backoff schedule is not resumed)"
