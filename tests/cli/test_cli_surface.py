@@ -25,6 +25,7 @@ COMMANDS = [
     "logs",
     "stop",
     "abandon",
+    "ports",
     "feed",
     "serve",
     "restore",

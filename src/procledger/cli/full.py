@@ -41,6 +41,7 @@ from procledger.cli import (
     control,
     keys,
     maintenance,
+    ports,
     recovery,
     retention,
     serve,
@@ -76,6 +77,7 @@ command = partial(app.command, cls=Command)
 for spec in (table.RUN, table.WAIT, table.PS, table.SHOW, table.LOGS, table.STOP):
     _add_hot(app, spec)
 command()(control.abandon)
+command()(ports.ports)
 _add_hot(app, table.FEED)
 command(short_help="Serve a live web view of the ledger.")(serve.serve)
 command()(control.restore)
