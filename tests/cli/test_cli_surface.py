@@ -28,6 +28,7 @@ COMMANDS = [
     "down",
     "restart",
     "abandon",
+    "ports",
     "feed",
     "serve",
     "restore",

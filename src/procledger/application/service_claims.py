@@ -120,9 +120,11 @@ def holds(tx: Tx, row: Any, now_ms: int) -> bool:
     holder = str(row["process_id"])
     if not holder:
         return False
-    if record_rows.is_terminal(tx, holder) is None:
+    terminal = record_rows.is_terminal(tx, holder)
+    if terminal is None:
         return now_ms - int(row["claimed_at_ms"]) < RESERVATION_MS
-    return live_attempt(tx, holder) is not None
+    # An unended first attempt is a live service (its later attempts come after it ends).
+    return not terminal or live_attempt(tx, holder) is not None
 
 
 def reserve_port(
@@ -131,39 +133,90 @@ def reserve_port(
     """Lease the lowest port of ``port_range`` that no live process of the ledger holds and
     nothing on this host is bound to, for the start that will register ``first_id``.
 
-    Candidates are locked in ascending order, so concurrent reservations queue rather than
-    deadlock, and each takes a different port.
+    The range's rows are read once and a held one is stepped over without a lock; a port that
+    looks free is locked (its row created if missing) and looked at again, so concurrent
+    reservations queue on it rather than both taking it, and -- locks being taken in ascending
+    order -- never deadlock. A port found taken under its lock was taken by a transaction that
+    committed meanwhile: the rows are read again, so the next look skips all it and the others
+    took (docs/design.md §19).
 
     Raises:
         PortTaken: every port of the range is leased or bound.
     """
     low, high = port_range
-    held = {
-        int(row["port"]): row
-        for row in service_rows.port_rows(tx, host_id)
-        if low <= int(row["port"]) <= high
-    }
-    for port in range(low, high + 1):
-        row = held.get(port)
-        if row is not None and holds(tx, row, now_ms):
-            continue
-        if not is_bindable(port):
-            continue
-        if holds(tx, service_rows.lock_port(tx, host_id, port), now_ms):
-            continue  # taken meanwhile by a transaction that committed first
-        service_rows.take_port(tx, host_id, port, first_id, now_ms)
-        return port
+    held = _HeldPorts(tx, host_id, port_range, now_ms)
+    port = low
+    while port <= high:
+        if held.holds(port) or not is_bindable(port):
+            port += 1
+        elif holds(tx, service_rows.lock_port(tx, host_id, port), now_ms):
+            held = _HeldPorts(tx, host_id, port_range, now_ms)
+            port += 1
+        else:
+            service_rows.take_port(tx, host_id, port, first_id, now_ms)
+            return port
     raise PortTaken(f"no free port in {low}-{high}: every one is leased or in use")
 
 
+_MANY_LEASES = 16
+"""From this many leases in a range on, ``_HeldPorts`` reads the ids of the ledger's unended
+processes in one query, so a lease whose holder runs is judged without a lookup of its own."""
+
+
+class _HeldPorts:
+    """The leases of a range of one host's ports as read at one moment, each judged
+    (``holds``) when the scan comes to its port -- at once when its holder is among the
+    unended processes read with them."""
+
+    def __init__(self, tx: Tx, host_id: str, port_range: tuple[int, int], now_ms: int) -> None:
+        low, high = port_range
+        self._tx, self._now_ms = tx, now_ms
+        self._rows = {
+            int(row["port"]): row
+            for row in service_rows.port_rows(tx, host_id)
+            if low <= int(row["port"]) <= high
+        }
+        many = len(self._rows) >= _MANY_LEASES
+        self._running = frozenset(record_rows.non_terminal_ids(tx) if many else ())
+
+    def holds(self, port: int) -> bool:
+        row = self._rows.get(port)
+        if row is None:
+            return False
+        # An unended first attempt holds (as ``holds`` would say, reading its record).
+        return str(row["process_id"]) in self._running or holds(self._tx, row, self._now_ms)
+
+
 def is_bindable(port: int) -> bool:
-    """Whether a TCP listener could bind ``port`` on every address of this host now (a port
-    in ``TIME_WAIT`` counts as taken: a server started there might fail to bind)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    """Whether a TCP listener could bind ``port`` on every address of this host now: the IPv4
+    wildcard, and the IPv6 one where the host has IPv6 -- a program listening on ``[::1]``
+    alone takes the port from a server that binds ``[::]`` as surely as one on ``0.0.0.0``.
+    A port in ``TIME_WAIT`` counts as taken (the probe does not set ``SO_REUSEADDR``): a
+    server started there might fail to bind."""
+    return _bindable(socket.AF_INET, ("0.0.0.0", port)) and _bindable(socket.AF_INET6, ("::", port))
+
+
+_NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT, errno.EADDRNOTAVAIL})
+"""What binding ``[::]`` fails with on a host (or a container) without IPv6."""
+
+
+def _bindable(family: socket.AddressFamily, address: tuple[str, int]) -> bool:
+    six = family is socket.AF_INET6
+    try:
+        probe = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        if six and error.errno in _NO_IPV6:
+            return True
+        raise
+    with probe:
         try:
-            probe.bind(("0.0.0.0", port))
+            if six:  # IPv6 only: the IPv4 side was probed on its own
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            probe.bind(address)
         except OSError as error:
             if error.errno in (errno.EADDRINUSE, errno.EACCES):
                 return False
+            if six and error.errno in _NO_IPV6:
+                return True
             raise
     return True

@@ -21,6 +21,7 @@ from procledger.cli._app import IdArgument, JsonOption, cli_state, dump, open_le
 from procledger.cli._format import command_text, ending
 from procledger.cli._owner import cli_notifier, cli_owner
 from procledger.cli.lines import write_json
+from procledger.cli.ports import port_holder
 from procledger.supervisor.control import (
     NobodyToStop,
     StillOwned,
@@ -37,16 +38,23 @@ if TYPE_CHECKING:
 __all__ = ["NobodyToStop", "StillOwned", "abandon", "live_owner", "restore", "stop_here"]
 
 
-def stop_here(options: Any, url: str | None) -> int:
+def stop_here(options: Any, url: str | None, port: int | None = None) -> int:
     """`stop`'s full path (``cli.hot.stopping``): ask the live supervisor, or stop the orphaned
-    tree here, or say why nobody can; with ``--wait``, then wait until it has ended."""
+    tree here, or say why nobody can; with ``--wait``, then wait until it has ended. ``port``
+    (``stop :PORT``): the process holding that port here, if procledger started it
+    (``cli.ports.port_holder``), instead of the id."""
     mode = StopMode(options.mode)
     with open_ledger(url, create=False) as registry:
-        found = resolve_id(registry, options.process_id)
+        if port is None:
+            found = resolve_id(registry, options.process_id)
+        else:
+            found = port_holder(registry, port)
         done = stop_target(registry, found, mode, options.grace, cli_owner())
         if done.how == "asked":
             _tell_agent(registry, done.record.id)
         said, record = _stop_message(done, mode), done.record
+        if port is not None:
+            said = f"port {port}: {said}"
         if options.wait and done.how == "asked":
             if not options.as_json:
                 sys.stdout.write(said + "\n")

@@ -42,6 +42,7 @@ from procledger.cli import (
     control,
     keys,
     maintenance,
+    ports,
     recovery,
     retention,
     serve,
@@ -81,6 +82,7 @@ command(short_help="Start the service file's services (converge).")(services.up)
 command(short_help="Stop the service file's services.")(services.down)
 command(short_help="Stop services and start them again.")(services.restart)
 command()(control.abandon)
+command()(ports.ports)
 _add_hot(app, table.FEED)
 command(short_help="Serve a live web view of the ledger.")(serve.serve)
 command()(control.restore)

@@ -139,7 +139,9 @@ STOP = CommandSpec(
     "supervisor is gone and the child still runs on this host -- stops the tree here and "
     "records how it ended. With neither, nothing is recorded and it exits 1 (see abandon). Any "
     "attempt's id stops its service: no attempt starts after the stop is recorded. A lost "
-    "process whose child still runs here (restore --keep-orphans) has that child stopped.",
+    "process whose child still runs here (restore --keep-orphans) has that child stopped. "
+    "ID may be :PORT: the process holding that port on this host (its lease, else its "
+    "listener), only if procledger started it.",
     (
         _ID,
         Option(
