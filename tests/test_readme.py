@@ -47,6 +47,7 @@ def test_readme_sections_come_in_order() -> None:
         "The host agent",
         "Logs",
         "Readiness, waits and restarts",
+        "Services",
         "Web view",
         "The lifecycle table",
         "Library",

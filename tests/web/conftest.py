@@ -99,10 +99,12 @@ def server(ledger: str, procs: Processes) -> Iterator[Server]:
     running.kill()
 
 
-def background(url: str, procs: Processes, *argv: str) -> dict[str, Any]:
-    """``procledger run --background -- ARGV``: the record once the command runs; its
+def background(
+    url: str, procs: Processes, *argv: str, options: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``procledger run --background [OPTIONS] -- ARGV``: the record once the command runs; its
     supervisor and child are recorded for cleanup by exact pid."""
-    ran = run_cli("run", "--background", "--json", "--", *argv, url=url)
+    ran = run_cli("run", "--background", "--json", *options, "--", *argv, url=url)
     assert ran.returncode == 0, ran.stderr
     record: dict[str, Any] = orjson.loads(ran.stdout)
     for pid in (record["first_started"]["owner"]["liveness"]["pid"], record["os_pid"]):

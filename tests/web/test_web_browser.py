@@ -42,9 +42,11 @@ def test_a_new_process_appears_live_and_turns_exited(
     expect(row(page, record["id"]).locator("td.outcome")).to_have_text("exit 0")
     assert page.evaluate("document.querySelectorAll('#processes tbody tr').length") == 1
     background(ledger, procs, "sleep", "600")
+    named = background(ledger, procs, "sleep", "600", options=("--name", "web"))
     run_cli("run", "--", "sh", "-c", "exit 3", url=ledger)
     run_cli("run", "--", "sh", "-c", "echo hello from a supervised child", url=ledger)
-    expect(page.locator("#processes tbody tr")).to_have_count(4)
+    expect(page.locator("#processes tbody tr")).to_have_count(5)
+    expect(row(page, named["id"])).to_contain_text("web")  # the web view shows names
     shot = page.screenshot(path=str(tmp_path / "web-processes.png"), full_page=True)
     assert shot.startswith(b"\x89PNG")
     if os.environ.get("PROCLEDGER_WRITE_SCREENSHOT") == "1":
