@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -159,6 +160,20 @@ def procs(tmp_path: Path) -> Iterator[Processes]:
     processes = Processes(tmp_path)
     yield processes
     processes.kill_all()
+
+
+@pytest.fixture
+def services(ledger: str, procs: Processes) -> Iterator[Any]:
+    """Named services on the test's ``ledger``, run by a Supervisor in this process
+    (``_services.Services``), shut down at the end after every child is killed by pid."""
+    from _services import Services
+
+    made = Services(ledger, procs)
+    try:
+        yield made
+    finally:
+        procs.kill_all()
+        made.close()
 
 
 @pytest.fixture(autouse=True)

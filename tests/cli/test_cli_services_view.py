@@ -1,4 +1,4 @@
-"""A service followed as one (issue 30, docs/notes-services-view.md): `logs`, `show` and `ps` of a
+"""A service followed as one (issue 30, docs/design.md §19.6): `logs`, `show` and `ps` of a
 named service started by a real Supervisor, across its attempts.
 
 The Supervisor runs in this test process on the test's ledger and is shut down at the end (its
@@ -9,77 +9,20 @@ sleeps to synchronise: each wait polls a condition, bounded.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import psutil
-import pytest
 
+from _services import CRASH_LOOP, LONG_BACKOFF, Services
 from _shared import CLI, Processes, child_env, run_cli, run_python, wait_until
 from procledger import (
     LeaseOwner,
-    ProcessHandle,
     ProcessRecord,
-    ProcessRegistry,
-    RestartPolicy,
-    StopPolicy,
-    Supervisor,
-    open_registry,
 )
-
-CRASH_LOOP = RestartPolicy(
-    mode="on-failure", max_restarts=2, backoff_initial_s=0.2, backoff_max_s=0.4
-)
-"""Three attempts (two restarts), then ``crash_loop``."""
-LONG_BACKOFF = RestartPolicy(mode="on-failure", backoff_initial_s=30, backoff_max_s=30)
-
-
-class Services:
-    """A Supervisor on the test's ledger, and the registry it writes through."""
-
-    def __init__(self, url: str, procs: Processes) -> None:
-        self.registry: ProcessRegistry = open_registry(url)
-        owner = LeaseOwner.local_process(f"test-{uuid.uuid4().hex[:8]}")
-        self.supervisor = Supervisor(self.registry, owner=owner, stop=StopPolicy(grace_s=5.0))
-        self.procs = procs
-
-    def start(self, script: str, name: str, policy: RestartPolicy) -> ProcessHandle:
-        return self.supervisor.start(["sh", "-c", script], name=name, restart=policy)
-
-    def crash_loop(self, name: str = "svc") -> list[ProcessRecord]:
-        """``sh -c 'echo attempt; exit 1'`` until it gives up: its three attempts."""
-        handle = self.start("echo attempt; exit 1", name, CRASH_LOOP)
-        newest = self.supervisor.wait(handle, timeout=60)
-        assert (newest.attempt, newest.gave_up) == (3, "crash_loop")
-        return self.registry.attempts(handle.process_id)
-
-    def attempt(self, first: str, number: int) -> ProcessRecord | None:
-        """Attempt ``number`` of ``first``'s service once registered; its child is known."""
-        found = [a for a in self.registry.attempts(first) if a.attempt == number]
-        if found and found[0].os is not None:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                self.procs.add(found[0].os.pid)
-        return found[0] if found else None
-
-    def close(self) -> None:
-        self.supervisor.shutdown(grace_s=1.0)
-        self.registry.close()
-
-
-@pytest.fixture
-def services(ledger: str, procs: Processes) -> Iterator[Services]:
-    made = Services(ledger, procs)
-    try:
-        yield made
-    finally:
-        procs.kill_all()
-        made.close()
 
 
 def cli(*args: str, url: str, fast: bool = True) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""The web view of a named service (issue 30, docs/notes-services-view.md): one row per service
+"""The web view of a named service (issue 30, docs/design.md §19.6): one row per service
 with its name, its backoff and whether it gave up; a service's page with its newest attempt,
 its history and every attempt's output; the API in the CLI's ``--json`` shapes.
 
@@ -9,75 +9,17 @@ bounded polls or Playwright's own; nothing sleeps to synchronise.
 
 from __future__ import annotations
 
-import contextlib
 import html
 import re
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
-import psutil
-import pytest
 
-from _shared import Processes, run_cli, wait_until
-from procledger import (
-    LeaseOwner,
-    ProcessHandle,
-    ProcessRecord,
-    ProcessRegistry,
-    RestartPolicy,
-    StopPolicy,
-    Supervisor,
-    open_registry,
-)
+from _services import CRASH_LOOP, LONG_BACKOFF, Services
+from _shared import run_cli, wait_until
 
 from .conftest import Server
-
-CRASH_LOOP = RestartPolicy(
-    mode="on-failure", max_restarts=2, backoff_initial_s=0.2, backoff_max_s=0.4
-)
-LONG_BACKOFF = RestartPolicy(mode="on-failure", backoff_initial_s=30, backoff_max_s=30)
-
-
-class Services:
-    """A Supervisor on the served ledger, and the registry it writes through."""
-
-    def __init__(self, url: str, procs: Processes) -> None:
-        self.registry: ProcessRegistry = open_registry(url)
-        owner = LeaseOwner.local_process(f"test-{uuid.uuid4().hex[:8]}")
-        self.supervisor = Supervisor(self.registry, owner=owner, stop=StopPolicy(grace_s=5.0))
-        self.procs = procs
-
-    def start(self, script: str, name: str, policy: RestartPolicy) -> ProcessHandle:
-        return self.supervisor.start(["sh", "-c", script], name=name, restart=policy)
-
-    def crash_loop(self, name: str = "svc") -> list[ProcessRecord]:
-        handle = self.start("echo attempt; exit 1", name, CRASH_LOOP)
-        assert self.supervisor.wait(handle, timeout=60).gave_up == "crash_loop"
-        return self.registry.attempts(handle.process_id)
-
-    def attempt(self, first: str, number: int) -> ProcessRecord | None:
-        found = [a for a in self.registry.attempts(first) if a.attempt == number]
-        if found and found[0].os is not None:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                self.procs.add(found[0].os.pid)
-        return found[0] if found else None
-
-    def close(self) -> None:
-        self.supervisor.shutdown(grace_s=1.0)
-        self.registry.close()
-
-
-@pytest.fixture
-def services(ledger: str, procs: Processes) -> Iterator[Services]:
-    made = Services(ledger, procs)
-    try:
-        yield made
-    finally:
-        procs.kill_all()
-        made.close()
 
 
 def cli_json(*args: str, url: str) -> Any:
