@@ -233,7 +233,11 @@ def test_an_agent_after_a_reboot_like_crash_brings_up_services_back_once(
     agent.await_serving(other_than=second["pid"])
     assert [len(named(url, name)) for name in before] == [2, 2, 2]
     assert all(named(url, name)[-1].state.value == "running" for name in before)
-    assert cli_in(tmp_path, url, "down").returncode == 0
+    elsewhere = tmp_path / "elsewhere"  # no file here: down stops what up left desired
+    elsewhere.mkdir()
+    down = cli_in(elsewhere, url, "down")
+    assert down.returncode == 0, down.stderr
+    assert [line.split(":")[0] for line in down.stdout.splitlines()] == ["worker", "web", "db"]
 
 
 def _alive(pid: int) -> bool:

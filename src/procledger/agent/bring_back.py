@@ -25,7 +25,7 @@ from procledger.domain.errors import NotFound
 from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 
-__all__ = ["Return", "returns", "should_come_back"]
+__all__ = ["Return", "dependency_order", "returns", "should_come_back"]
 
 log = logging.getLogger("procledger.agent")
 
@@ -65,7 +65,7 @@ def returns(registry: ProcessRegistry, host_id: str, mint: Any) -> list[Return]:
     process id for a service whose records are gone. Reads only."""
     wanted = {d.name: d for d in registry.services.desired(host_id) if d.desired == "up"}
     found: list[Return] = []
-    for name in _dependency_order(wanted):
+    for name in dependency_order(wanted):
         desired = wanted[name]
         try:
             back = _return_of(registry, desired, mint)
@@ -118,7 +118,7 @@ def _record(registry: ProcessRegistry, process_id: str) -> ProcessRecord | None:
         return None
 
 
-def _dependency_order(wanted: dict[str, DesiredService]) -> Sequence[str]:
+def dependency_order(wanted: dict[str, DesiredService]) -> Sequence[str]:
     """Names with every desired dependency first (ties by name); a cycle -- which ``up``
     refuses -- is broken where it is met."""
     order: list[str] = []

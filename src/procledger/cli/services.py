@@ -289,7 +289,8 @@ def _down_order(
     registry: ProcessRegistry, file: str | None, names: list[str] | None
 ) -> list[tuple[str, float]]:
     """The services to stop, dependents first, each with its stop grace: from the file when
-    there is one (or one is named), else every service desired up on this ledger."""
+    there is one (or one is named), else every service desired up on this ledger, in the
+    reverse of the order its agent would bring them back in."""
     from procledger.adapters.service_files import DEFAULT_FILE_NAME
 
     if file is not None or os.path.exists(DEFAULT_FILE_NAME):
@@ -298,13 +299,12 @@ def _down_order(
             (name, services.services[name].grace_s)
             for name in services.dependents_first(names or None)
         ]
-    desired = [d for d in registry.services.desired() if d.desired == "up"]
-    if names:
-        known = {d.name for d in registry.services.desired()}
-        for name in names:
-            if name not in known:
-                raise typer.BadParameter(
-                    f"no service {name!r} was brought up here", param_hint="NAME"
-                )
-        desired = [d for d in desired if d.name in names]
+    from procledger.agent.bring_back import dependency_order
+
+    every = {d.name: d for d in registry.services.desired()}
+    for name in names or ():
+        if name not in every:
+            raise typer.BadParameter(f"no service {name!r} was brought up here", param_hint="NAME")
+    wanted = {n: d for n, d in every.items() if d.desired == "up" and (not names or n in names)}
+    desired = [wanted[name] for name in dependency_order(wanted)]
     return [(d.name, float(d.definition.get("grace_s", 10.0))) for d in reversed(desired)]
