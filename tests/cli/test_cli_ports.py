@@ -141,7 +141,8 @@ def test_stop_port_stops_the_service_holding_it_and_releases_the_lease(
     child = procs.add(record.os.pid if record.os else 0)
     ran = run_cli("stop", f":{record.port}", "--mode", "terminate", url=url)
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.startswith(f"port {record.port}: service {record.id} stopped"), ran.stdout
+    said = f"port {record.port}: service api ({record.id}) stopped"
+    assert ran.stdout.startswith(said), ran.stdout
     final = supervisor.wait(handle, timeout=30)
     assert (final.id, final.state.value) == (record.id, "terminated")
     assert is_dead(child)

@@ -72,7 +72,8 @@ def _stop_message(done: Stopped, mode: StopMode) -> str:
     if done.how == "orphan":
         return _orphan_message(done)
     if done.service is not None:
-        said = f"service {done.service} stopped: no further attempt starts; "
+        service = done.service if record.name is None else f"{record.name} ({done.service})"
+        said = f"service {service} stopped: no further attempt starts; "
         if done.how == "ended":
             return said + f"its newest attempt {record.id} had ended: {ending(record)}"
         if done.how == "asked":
@@ -83,9 +84,10 @@ def _stop_message(done: Stopped, mode: StopMode) -> str:
         return f"service {first} already ended: its newest attempt {record.id} {ending(record)}"
     if done.how == "ended":
         return f"process {record.id} already ended: {record.state.value}"
+    named = "" if record.name is None else f" ({record.name})"
     if done.how == "asked":
-        return f"{asked} for process {record.id}"
-    return f"stopped process {record.id} here, {gone}"
+        return f"{asked} for process {record.id}{named}"
+    return f"stopped process {record.id}{named} here, {gone}"
 
 
 def _orphan_message(done: Stopped) -> str:
