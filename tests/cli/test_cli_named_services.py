@@ -8,6 +8,7 @@ agent's tree is killed by ``tests/conftest.py``'s autouse fixture.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import textwrap
 from pathlib import Path
@@ -267,3 +268,32 @@ def test_up_json_and_show_by_name(tmp_path: Path, procs: Processes) -> None:
     assert shown.returncode == 0, shown.stderr
     assert orjson.loads(shown.stdout)["record"]["name"] == "web"
     assert cli_in(tmp_path, url, "down").returncode == 0
+
+
+def test_a_service_on_a_named_port_restarts_on_it_after_serving_connections(
+    tmp_path: Path, procs: Processes
+) -> None:
+    """The connections a server closed leave its port in TIME_WAIT; a server rebinds there
+    (``SO_REUSEADDR``), so `--replace` on the same `--port` must not call it taken."""
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    (tmp_path / "server.py").write_text(SERVER)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    argv = ("run", "--background", "--wait-ready", "--name", "web", "--port", port)
+    first = cli_in(tmp_path, url, *argv, "--", "python3", "server.py")
+    assert first.returncode == 0, first.stderr
+    own_children(url, procs)
+    for _ in range(3):  # the server closes each connection first: TIME_WAIT on its side
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=10) as client:
+            client.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            while client.recv(4096):
+                pass
+    again = cli_in(tmp_path, url, *argv, "--replace", "--", "python3", "server.py")
+    assert again.returncode == 0, again.stderr
+    own_children(url, procs)
+    old, new = named(url, "web")
+    assert old.is_terminal
+    assert new.state.value == "running"
+    assert new.port == int(port)
+    assert run_cli("stop", "web", "--wait", url=url).returncode == 0

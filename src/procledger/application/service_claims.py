@@ -187,20 +187,25 @@ class _HeldPorts:
         return str(row["process_id"]) in self._running or holds(self._tx, row, self._now_ms)
 
 
-def is_bindable(port: int) -> bool:
+def is_bindable(port: int, *, listening_only: bool = False) -> bool:
     """Whether a TCP listener could bind ``port`` on every address of this host now: the IPv4
     wildcard, and the IPv6 one where the host has IPv6 -- a program listening on ``[::1]``
     alone takes the port from a server that binds ``[::]`` as surely as one on ``0.0.0.0``.
     A port in ``TIME_WAIT`` counts as taken (the probe does not set ``SO_REUSEADDR``): a
-    server started there might fail to bind."""
-    return _bindable(socket.AF_INET, ("0.0.0.0", port)) and _bindable(socket.AF_INET6, ("::", port))
+    server started there might fail to bind. ``listening_only`` (a port named outright, not
+    chosen): only a socket bound there counts -- the probe sets ``SO_REUSEADDR``, as servers
+    do, so the connections a service just stopped left in ``TIME_WAIT`` do not refuse its
+    restart on its own port."""
+    return _bindable(socket.AF_INET, ("0.0.0.0", port), listening_only) and _bindable(
+        socket.AF_INET6, ("::", port), listening_only
+    )
 
 
 _NO_IPV6 = frozenset({errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT, errno.EADDRNOTAVAIL})
 """What binding ``[::]`` fails with on a host (or a container) without IPv6."""
 
 
-def _bindable(family: socket.AddressFamily, address: tuple[str, int]) -> bool:
+def _bindable(family: socket.AddressFamily, address: tuple[str, int], reuse: bool) -> bool:
     six = family is socket.AF_INET6
     try:
         probe = socket.socket(family, socket.SOCK_STREAM)
@@ -212,6 +217,8 @@ def _bindable(family: socket.AddressFamily, address: tuple[str, int]) -> bool:
         try:
             if six:  # IPv6 only: the IPv4 side was probed on its own
                 probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if reuse:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(address)
         except OSError as error:
             if error.errno in (errno.EADDRINUSE, errno.EACCES):

@@ -78,7 +78,7 @@ def _check_free(registry: ProcessRegistry, port: int, process_id: str) -> None:
     for lease in registry.services.ports(host_id(), port):
         if lease.live and not lease.process_id.startswith(process_id):
             raise PortTaken(f"port {port} is leased to process {lease.process_id!r}", port)
-    if not is_bindable(port):
+    if not is_bindable(port, listening_only=True):
         raise PortTaken(
             f"port {port} is in use on this host by a program procledger did not start", port
         )
