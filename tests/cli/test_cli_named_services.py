@@ -174,6 +174,12 @@ def test_up_converges_in_dependency_order_and_down_reverses_it(
     assert [len(named(url, name)) for name in ("db", "web", "worker")] == [1, 1, 2]
     assert named(url, "worker")[0].is_terminal
 
+    restarted = cli_in(tmp_path, url, "restart", "web")  # just that one
+    assert restarted.returncode == 0, restarted.stderr
+    own_children(url, procs)
+    assert restarted.stdout.startswith("web: restarted (")
+    assert [len(named(url, name)) for name in ("db", "web", "worker")] == [1, 2, 2]
+
     down = cli_in(tmp_path, url, "down")
     assert down.returncode == 0, down.stderr
     assert [line.split(":")[0] for line in down.stdout.splitlines()] == ["worker", "web", "db"]
@@ -297,3 +303,16 @@ def test_a_service_on_a_named_port_restarts_on_it_after_serving_connections(
     assert new.state.value == "running"
     assert new.port == int(port)
     assert run_cli("stop", "web", "--wait", url=url).returncode == 0
+
+
+@pytest.mark.parametrize("command", ["up", "down", "restart"])
+def test_a_service_not_in_the_file_is_a_usage_error_and_records_nothing(
+    tmp_path: Path, command: str
+) -> None:
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    service_file(tmp_path)
+    ran = cli_in(tmp_path, url, command, "cache")
+    assert ran.returncode == 2
+    assert ran.stderr.count("\n") == 1
+    assert "no service 'cache' in procledger.toml (db, web, worker)" in ran.stderr
+    assert not (tmp_path / "ledger.db").exists()

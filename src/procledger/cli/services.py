@@ -92,7 +92,8 @@ def up(
     with option_errors():
         ready_s = parse_duration(timeout, option="--timeout")
     services = _load(file)
-    order = services.order(names or None)
+    with option_errors():
+        order = services.order(names or None)
     awaited = {dep for name in order for dep in services.services[name].depends_on}
     done: list[Converged] = []
     with open_ledger(cli_state(ctx).url) as registry:
@@ -118,8 +119,9 @@ def down(
     from procledger.cli.naming import stop_named
 
     done: list[Converged] = []
+    planned = _file_down_order(file, names)
     with open_ledger(cli_state(ctx).url, create=False) as registry:
-        for name, grace_s in _down_order(registry, file, names):
+        for name, grace_s in planned or _desired_down_order(registry, names):
             registry.services.want_down(name)
             ended = stop_named(registry, name, grace_s)
             converged = Converged(name, "down" if ended is None else "stopped", ended)
@@ -141,13 +143,12 @@ def restart(
     """Stop the services and start them again from the file (each waits for the one before to
     end; their dependencies are left running)."""
     services = _load(file)
-    for name in names:
-        if name not in services.services:
-            raise typer.BadParameter(f"no service {name!r} in {services.path}", param_hint="NAME")
+    with option_errors():
+        order = services.order(names)  # a name not in the file: a usage error, nothing done
     done: list[Converged] = []
     with open_ledger(cli_state(ctx).url) as registry:
         places = _agent(cli_state(ctx).url)
-        for name in services.order(names):
+        for name in order:
             if name in names:
                 converged = _converge(registry, places, services, name, replace=True)
                 done.append(converged)
@@ -285,20 +286,24 @@ def _until_ready(registry: ProcessRegistry, name: str, process_id: str, timeout_
         )
 
 
-def _down_order(
-    registry: ProcessRegistry, file: str | None, names: list[str] | None
-) -> list[tuple[str, float]]:
-    """The services to stop, dependents first, each with its stop grace: from the file when
-    there is one (or one is named), else every service desired up on this ledger, in the
-    reverse of the order its agent would bring them back in."""
+def _file_down_order(file: str | None, names: list[str] | None) -> list[tuple[str, float]]:
+    """The services to stop, dependents first, each with its stop grace, from the file when
+    there is one (or one is named; checked before the ledger is opened); else none."""
     from procledger.adapters.service_files import DEFAULT_FILE_NAME
 
-    if file is not None or os.path.exists(DEFAULT_FILE_NAME):
-        services = _load(file)
-        return [
-            (name, services.services[name].grace_s)
-            for name in services.dependents_first(names or None)
-        ]
+    if file is None and not os.path.exists(DEFAULT_FILE_NAME):
+        return []
+    services = _load(file)
+    with option_errors():
+        order = services.dependents_first(names or None)
+    return [(name, services.services[name].grace_s) for name in order]
+
+
+def _desired_down_order(
+    registry: ProcessRegistry, names: list[str] | None
+) -> list[tuple[str, float]]:
+    """Without a file: every service desired up on this ledger (or those named), in the
+    reverse of the order its agent would bring them back in."""
     from procledger.agent.bring_back import dependency_order
 
     every = {d.name: d for d in registry.services.desired()}
