@@ -20,6 +20,11 @@ __all__ = ["agent_reads"]
 
 READ_TIMEOUT_S = 30.0
 """A read rides through what the agent's store rides through (a database restart)."""
+PING_TIMEOUT_S = 5.0
+"""How long an agent that accepted the connection may take to answer before the command takes
+the full path instead: a machine busy for a moment (twenty interpreters starting on two cores)
+delays an answer by seconds, and the full path would be slower still there. An agent that is
+not running is known at once (no socket, or a refused connection)."""
 
 
 def agent_reads(store_key: str) -> LedgerReads:
@@ -27,7 +32,7 @@ def agent_reads(store_key: str) -> LedgerReads:
     when none answers."""
     try:
         places = AgentPlaces.of(store_key, create=False)
-        answered = ping(places) is not None
+        answered = ping(places, timeout=PING_TIMEOUT_S) is not None
     except (ProcledgerError, OSError):
         answered = False
     if not answered:
