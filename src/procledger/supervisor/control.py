@@ -87,6 +87,9 @@ def stop_process(
         return registry.request_stop(record.id, mode.reason), True
     from procledger.supervisor.orphans import stop_orphan
 
+    record = registry.get(record.id)  # its owner released the lease as it wrote its end?
+    if record.is_terminal:
+        raise AlreadyTerminal(record.state.value, "stop", "stop", process_id=record.id)
     _child_to_stop(record)
     return stop_orphan(registry, record, mode, grace_s), False
 
@@ -165,7 +168,7 @@ def _stop_service(
     if newest.is_terminal and not restart_may_follow(newest, first=first):
         return _stop_kept(registry, newest, mode, grace_s, me)
     if not newest.is_terminal and live_owner(registry, newest.id, me) is None:
-        _child_to_stop(newest)
+        _child_to_stop(registry.get(newest.id))  # unless it ended (its lease released) meanwhile
     if first is not None:
         registry.request_service_stop(first_id, mode.reason)
     newest = registry.newest_attempt(newest.id)
@@ -185,9 +188,13 @@ def _first_attempt(registry: ProcessRegistry, first_id: str) -> ProcessRecord | 
 
 def _child_to_stop(record: ProcessRecord) -> None:
     """For an unended process with no live owner: ``NobodyToStop`` (before anything is
-    recorded) unless its recorded child runs here, for this process to stop."""
+    recorded) unless its recorded child runs here, for this process to stop. ``record`` read
+    after its lease was found dead: one that ended meanwhile -- its owner releases the lease as
+    it writes the end -- has nothing to stop, and no one is missing."""
     from procledger.supervisor.orphans import find_live_child
 
+    if record.is_terminal:
+        return
     if find_live_child(record) is None:
         raise NobodyToStop(
             f"process {record.id} has no live supervisor and no live child on this host, so "
