@@ -15,6 +15,7 @@ from procledger.domain.wording import local_time
 
 def ran(url: str, *command: str) -> dict:
     done = run_cli("run", "--json", "--", *command, url=url)
+    assert done.stdout, done.stderr
     record: dict = orjson.loads(done.stdout)
     return record
 

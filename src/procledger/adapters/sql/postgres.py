@@ -18,6 +18,7 @@ import psycopg
 from eventsourcing.persistence import StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore, PostgresFactory
 from eventsourcing.utils import Environment
+from psycopg import IsolationLevel
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 from psycopg.pq import TransactionStatus
@@ -96,6 +97,10 @@ class PostgresConnections:
             fresh = connection is None
             if connection is None:
                 connection = self._connect()
+            # A read sees one snapshot for all its statements (a log and its head row read by
+            # two, a commit between them, would not verify); writes stay READ COMMITTED, where
+            # their row locks and ``ON CONFLICT`` read what committed meanwhile.
+            connection.isolation_level = None if write else IsolationLevel.REPEATABLE_READ
             transaction = connection.transaction(force_rollback=not write)
             try:
                 transaction.__enter__()
