@@ -167,9 +167,8 @@ def _named(tx: Tx, name: str) -> NamedService | None:
 
 def _named_row(tx: Tx, row: Any) -> NamedService:
     first_id = str(row["process_id"])
-    live = service_claims.live_attempt(tx, first_id)
-    newest = live if live is not None else service_claims.newest_attempt_in(tx, first_id)[1]
-    return NamedService(str(row["name"]), first_id, newest, live is not None)
+    first, newest = service_claims.newest_attempt_in(tx, first_id)  # read once
+    return NamedService(str(row["name"]), first_id, newest, service_claims.holds_on(first, newest))
 
 
 def _lease(tx: Tx, row: Any, now_ms: int) -> PortLease:

@@ -29,6 +29,7 @@ __all__ = [
     "RESERVATION_MS",
     "claim_registered",
     "holds",
+    "holds_on",
     "is_bindable",
     "live_attempt",
     "newest_attempt_in",
@@ -74,11 +75,15 @@ def live_attempt(tx: Tx, first_id: str) -> ProcessRecord | None:
             is over, and a claim fails rather than guess (``rebuild`` restores the record).
     """
     first, newest = newest_attempt_in(tx, first_id)
+    return newest if holds_on(first, newest) else None
+
+
+def holds_on(first: ProcessRecord | None, newest: ProcessRecord | None) -> bool:
+    """Whether a service whose first and newest attempts are these is not over: its newest
+    has not ended, or has ended and its policy may still start another."""
     if newest is None:
-        return None
-    if not newest.is_terminal or restart_may_follow(newest, first=first):
-        return newest
-    return None
+        return False
+    return not newest.is_terminal or restart_may_follow(newest, first=first)
 
 
 def claim_registered(tx: Tx, registrations: Sequence[ProcessRegistration], now_ms: int) -> None:

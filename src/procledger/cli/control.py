@@ -35,7 +35,15 @@ from procledger.supervisor.modes import StopMode
 if TYPE_CHECKING:
     from procledger import ProcessRecord, ProcessRegistry
 
-__all__ = ["NobodyToStop", "StillOwned", "abandon", "live_owner", "restore", "stop_here"]
+__all__ = [
+    "NobodyToStop",
+    "StillOwned",
+    "abandon",
+    "live_owner",
+    "restore",
+    "stop_here",
+    "tell_agent",
+]
 
 
 def stop_here(options: Any, url: str | None, port: int | None = None) -> int:
@@ -51,7 +59,7 @@ def stop_here(options: Any, url: str | None, port: int | None = None) -> int:
             found = port_holder(registry, port)
         done = stop_target(registry, found, mode, options.grace, cli_owner())
         if done.how == "asked":
-            _tell_agent(registry, done.record.id)
+            tell_agent(registry, done.record.id)
         said, record = _stop_message(done, mode), done.record
         if port is not None:
             said = f"port {port}: {said}"
@@ -106,7 +114,7 @@ def _orphan_message(done: Stopped) -> str:
     return f"stopped {who} here by its recorded identity (sent {sent}{ended}{survivors})"
 
 
-def _tell_agent(registry: ProcessRegistry, process_id: str) -> None:
+def tell_agent(registry: ProcessRegistry, process_id: str) -> None:
     """The stop is on record: this host's agent, if it holds the process, acts on it now."""
     from procledger.agent.launch import tell_of_stop
     from procledger.application.outbox import store_key

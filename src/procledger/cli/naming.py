@@ -42,9 +42,8 @@ def stop_named(registry: ProcessRegistry, name: str, grace_s: float) -> str | No
     Raises:
         TimeoutError: it did not end within its grace and ``REPLACE_WAIT_S``.
     """
-    from procledger.agent.launch import tell_of_stop
-    from procledger.application.outbox import store_key
     from procledger.cli._owner import cli_owner
+    from procledger.cli.control import tell_agent
     from procledger.supervisor.control import stop_target
     from procledger.supervisor.modes import StopMode
 
@@ -53,6 +52,6 @@ def stop_named(registry: ProcessRegistry, name: str, grace_s: float) -> str | No
         return None
     done = stop_target(registry, named.newest.id, StopMode.terminate, grace_s, cli_owner())
     if done.how == "asked":
-        tell_of_stop(store_key(registry.location), done.record.id)
+        tell_agent(registry, done.record.id)
     ended = registry.await_end(done.record.id, timeout=grace_s * 2 + REPLACE_WAIT_S)
     return ended.id

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from procledger.cli._app import JsonOption, cli_state, open_ledger, option_errors
+from procledger.cli.config import FileOption
 from procledger.cli.lines import write_json, write_line
 from procledger.domain.durations import parse_duration
-from procledger.domain.errors import ProcledgerError
+from procledger.domain.errors import NameTaken, ProcledgerError, SpawnError
 
 if TYPE_CHECKING:
     from procledger import ProcessRegistry
@@ -36,12 +37,6 @@ Names = Annotated[
     list[str] | None,
     typer.Argument(
         metavar="NAME", help="Services of the file (default: every one).", show_default=False
-    ),
-]
-FileOption = Annotated[
-    str | None,
-    typer.Option(
-        "--file", "-f", metavar="PATH", help="The service file (default: ./procledger.toml)."
     ),
 ]
 TimeoutOption = Annotated[
@@ -255,17 +250,17 @@ def _start(places: AgentPlaces, order: dict[str, Any]) -> str:
     import time
 
     from procledger.agent.launch import ask
+    from procledger.cli.hot.starting import started_id
     from procledger.supervisor.minting import new_process_id
 
     process_id = new_process_id(int(time.time() * 1000))
     answer = ask(places, {**order, "process_id": process_id}, timeout=START_WAIT_S)
-    taken = answer.get("name_taken")
-    if taken is not None:
-        return str(taken["process_id"])
-    spawn_error = answer.get("spawn_error")
-    if spawn_error is not None:
-        raise ServiceFailed(f"service {order['name']}: {spawn_error['message']}")
-    return str(answer["process_id"])
+    try:
+        return started_id(answer)
+    except NameTaken as taken:
+        return taken.process_id
+    except SpawnError as error:
+        raise ServiceFailed(f"service {order['name']}: {error.strerror}") from None
 
 
 def _until_ready(registry: ProcessRegistry, name: str, process_id: str, timeout_s: float) -> None:

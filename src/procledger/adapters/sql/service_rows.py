@@ -55,6 +55,12 @@ def create_statements(store: Store) -> list[str]:
     ]
 
 
+def _missing(tx: Tx, table: str) -> bool:
+    """A ledger of schema version 1, opened read-only (no step ran), has none of these tables:
+    its reads find no names, ports or desired state rather than fail."""
+    return tx.execute(*tx.dialect.table_exists(table)).one() is None
+
+
 def lock_name(tx: Tx, name: str) -> str:
     """The id holding ``name`` (``""``: none yet), its row created if missing and locked until
     commit -- one statement, as ``lease_rows.ensure_locked``: two starts of one name queue here
@@ -79,7 +85,7 @@ def held_name(tx: Tx, name: str) -> str | None:
     """The id ``name`` was last given to, while its record is kept (a pruned service names
     nothing), or ``None``; without a lock (a reader's). A ledger from before names (no table)
     has none."""
-    if tx.execute(*tx.dialect.table_exists("names")).one() is None:
+    if _missing(tx, "names"):
         return None
     row = tx.execute(
         f"SELECT n.process_id FROM {tx.dialect.table('names')} n "
@@ -119,7 +125,7 @@ def take_port(tx: Tx, host_id: str, port: int, process_id: str, now_ms: int) -> 
 def port_rows(tx: Tx, host_id: str | None = None, port: int | None = None) -> list[Any]:
     """``(host_id, port, process_id, claimed_at_ms)`` rows ever claimed, by host and port;
     narrowed to one host, or one host's port. A ledger from before ports has none."""
-    if tx.execute(*tx.dialect.table_exists("ports")).one() is None:
+    if _missing(tx, "ports"):
         return []
     where, params = ["process_id<>''"], list[object]()
     if host_id is not None:
@@ -172,7 +178,7 @@ def set_down(tx: Tx, name: str, now_ms: int) -> bool:
 
 def wanted_up(tx: Tx, name: str) -> bool:
     """Whether ``up`` left ``name`` desired (an agent brings it back after its own end)."""
-    if tx.execute(*tx.dialect.table_exists("services")).one() is None:
+    if _missing(tx, "services"):
         return False
     row = tx.execute(
         f"SELECT desired FROM {tx.dialect.table('services')} WHERE name=?", (name,)
@@ -182,7 +188,7 @@ def wanted_up(tx: Tx, name: str) -> bool:
 
 def desired_rows(tx: Tx, host_id: str | None = None) -> list[Any]:
     """Every row of ``services`` (of one host), by name. A ledger from before has none."""
-    if tx.execute(*tx.dialect.table_exists("services")).one() is None:
+    if _missing(tx, "services"):
         return []
     where, params = ("WHERE host_id=? ", [host_id]) if host_id is not None else ("", [])
     return tx.execute(

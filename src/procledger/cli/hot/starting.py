@@ -20,9 +20,16 @@ from procledger.cli.lines import (
     write_line,
 )
 from procledger.cli.run_options import RunOptions
-from procledger.domain.errors import ProcledgerError, SpawnError
+from procledger.domain.errors import NameTaken, ProcledgerError, SpawnError
 
-__all__ = ["BackgroundStartError", "NotReady", "StartInterrupted", "run", "start_order"]
+__all__ = [
+    "BackgroundStartError",
+    "NotReady",
+    "StartInterrupted",
+    "run",
+    "start_order",
+    "started_id",
+]
 
 START_WAIT_S = 120.0
 """How long `run --background` waits for the agent's answer: a start writes twice to the
@@ -48,7 +55,7 @@ def run(options: Namespace, url: str | None, *, fast: bool) -> int:
         _replace(url, parsed)
     try:
         process_id = _start_in_agent(url, parsed)
-    except _Taken as taken:
+    except NameTaken as taken:
         return _answer_taken(url, parsed, taken, fast=fast)
     if parsed.wait_ready:
         _wait_ready(url, parsed, process_id)
@@ -75,23 +82,14 @@ def _wait_ready(url: str | None, options: RunOptions, process_id: str) -> None:
         fail("run", NotReady(f"process {process_id} ended before it was ready: {how}"))
 
 
-class _Taken(Exception):
-    """The agent's answer that a live service holds the name: its newest attempt's id."""
-
-    def __init__(self, name: str, process_id: str) -> None:
-        super().__init__(name, process_id)
-        self.name, self.process_id = name, process_id
-
-
-def _answer_taken(url: str | None, options: RunOptions, taken: _Taken, *, fast: bool) -> int:
+def _answer_taken(url: str | None, options: RunOptions, taken: NameTaken, *, fast: bool) -> int:
     from procledger.cli.naming import answer_taken
-    from procledger.domain.errors import NameTaken
 
     record = None
     if options.as_json:
         with reading(url, fast=fast) as reads:
             record = reads.record(taken.process_id)
-    return answer_taken(NameTaken(taken.name, taken.process_id), record)
+    return answer_taken(taken, record)
 
 
 def _replace(url: str | None, options: RunOptions) -> None:
@@ -146,14 +144,26 @@ def _start_in_agent(url: str | None, options: RunOptions) -> str:
             message = f"the agent died while starting process {process_id}: {how}"
             fail("run", BackgroundStartError(message))
         return process_id
+    try:
+        return started_id(answer)
+    except SpawnError as exc:  # said as a foreground run says it (sentences.spawn_sentence)
+        fail("run", exc, spawn_exit_code(exc.errno))
+
+
+def started_id(answer: dict[str, Any]) -> str:
+    """The id of the process the agent's ``start`` reply says it runs.
+
+    Raises:
+        NameTaken: a live service holds the order's name (nothing was started).
+        SpawnError: the program could not be started (recorded ``failed``).
+    """
     taken = answer.get("name_taken")
     if taken is not None:
-        raise _Taken(taken["name"], taken["process_id"])
+        raise NameTaken(taken["name"], taken["process_id"])
     spawn_error = answer.get("spawn_error")
-    if spawn_error is not None:  # said as a foreground run says it (sentences.spawn_sentence)
-        exc = SpawnError(spawn_error["errno"], one_line(spawn_error["message"]))
-        fail("run", exc, spawn_exit_code(spawn_error["errno"]))
-    return process_id
+    if spawn_error is not None:
+        raise SpawnError(spawn_error["errno"], one_line(spawn_error["message"]))
+    return str(answer["process_id"])
 
 
 def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
