@@ -14,7 +14,7 @@ and its registration is the claim.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,7 @@ from procledger.application.service_book import DesiredService
 from procledger.domain.attempts import attempt_id, restart_may_follow
 from procledger.domain.errors import NotFound
 from procledger.domain.records import ProcessRecord
+from procledger.domain.service_file import start_order
 from procledger.domain.vocabulary import ProcessState, TerminalReason
 
 __all__ = ["Return", "dependency_order", "returns", "should_come_back"]
@@ -65,7 +66,7 @@ def returns(registry: ProcessRegistry, host_id: str, mint: Any) -> list[Return]:
     process id for a service whose records are gone. Reads only."""
     wanted = {d.name: d for d in registry.services.desired(host_id) if d.desired == "up"}
     found: list[Return] = []
-    for name in dependency_order(wanted):
+    for name in dependency_order(wanted.values()):
         desired = wanted[name]
         try:
             back = _return_of(registry, desired, mint)
@@ -118,20 +119,8 @@ def _record(registry: ProcessRegistry, process_id: str) -> ProcessRecord | None:
         return None
 
 
-def dependency_order(wanted: dict[str, DesiredService]) -> Sequence[str]:
-    """Names with every desired dependency first (ties by name); a cycle -- which ``up``
-    refuses -- is broken where it is met."""
-    order: list[str] = []
-    seen: set[str] = set()
-
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        if name in seen or name in path or name not in wanted:
-            return
-        for dependency in wanted[name].definition.get("depends_on", ()):
-            visit(str(dependency), (*path, name))
-        seen.add(name)
-        order.append(name)
-
-    for name in sorted(wanted):
-        visit(name, ())
-    return order
+def dependency_order(desired: Iterable[DesiredService]) -> list[str]:
+    """The names of ``desired`` dependencies first, ties by name (``service_file.start_order``
+    over the ``depends_on`` each ``up`` recorded)."""
+    graph = {d.name: tuple(d.definition.get("depends_on", ())) for d in desired}
+    return start_order({name: graph[name] for name in sorted(graph)})

@@ -306,5 +306,5 @@ def _desired_down_order(
         if name not in every:
             raise typer.BadParameter(f"no service {name!r} was brought up here", param_hint="NAME")
     wanted = {n: d for n, d in every.items() if d.desired == "up" and (not names or n in names)}
-    desired = [wanted[name] for name in dependency_order(wanted)]
+    desired = [wanted[name] for name in dependency_order(wanted.values())]
     return [(d.name, float(d.definition.get("grace_s", 10.0))) for d in reversed(desired)]

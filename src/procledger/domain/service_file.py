@@ -98,6 +98,25 @@ class ServiceDefinition(Frozen):
         return "sha256:" + hashlib.sha256(canonical_json(document)).hexdigest()
 
 
+def start_order(depends_on: Mapping[str, Sequence[str]]) -> list[str]:
+    """The names in an order to start them in: each after every name it depends on that is
+    among them; of those free to start, the one listed first. A cycle (a file with one is
+    refused when read; the desired state of several ``up`` runs may still hold one) is
+    broken by starting its first name."""
+    placed: set[str] = set()
+    started: list[str] = []
+    pending = list(depends_on)
+    while pending:
+        ready = (
+            n for n in pending if all(d in placed or d not in depends_on for d in depends_on[n])
+        )
+        name = next(ready, pending[0])
+        pending.remove(name)
+        placed.add(name)
+        started.append(name)
+    return started
+
+
 class ServiceFile(Frozen):
     """A whole service file: its services in file order, each dependency among them, none in
     a cycle (checked when built)."""
@@ -122,19 +141,9 @@ class ServiceFile(Frozen):
         only ``names`` (all by default) and what they depend on, transitively. A name not in
         the file: ``OptionError`` naming ``NAME`` and listing the services."""
         wanted = self._closure(names, lambda name: self.services[name].depends_on)
-        placed: set[str] = set()
-        started: list[str] = []
-        pending = [name for name in self.services if name in wanted]
-        while pending:
-            name = next(
-                name
-                for name in pending
-                if all(needed in placed for needed in self.services[name].depends_on)
-            )
-            pending.remove(name)
-            placed.add(name)
-            started.append(name)
-        return started
+        return start_order(
+            {name: service.depends_on for name, service in self.services.items() if name in wanted}
+        )
 
     def dependents_first(self, names: Sequence[str] | None = None) -> list[str]:
         """The order to stop in (``down``): ``order`` reversed, so nothing is stopped before
