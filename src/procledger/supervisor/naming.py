@@ -75,9 +75,11 @@ def named_opened(
 
 
 def _check_free(registry: ProcessRegistry, port: int, process_id: str) -> None:
+    ours = (process_id, f"{process_id}.")  # a retried start of this service, or its attempt
     for lease in registry.services.ports(host_id(), port):
-        if lease.live and not lease.process_id.startswith(process_id):
-            raise PortTaken(f"port {port} is leased to process {lease.process_id!r}", port)
+        if lease.live and not (lease.process_id == ours[0] or lease.process_id.startswith(ours[1])):
+            message = f"port {port} is leased to process {lease.process_id!r}"
+            raise PortTaken(message, port, lease.process_id)
     if not is_bindable(port, listening_only=True):
         raise PortTaken(
             f"port {port} is in use on this host by a program procledger did not start", port
