@@ -51,6 +51,7 @@ from procledger import (
     lifecycle_table,
 )
 from procledger.adapters.liveness import ProcProbe
+from procledger.domain.input import InputWait, SentInput, WaitKind
 from procledger.domain.leases import Liveness
 from procledger.domain.process import Process, process_uuid
 from procledger.domain.records import OsFacts, OutputSummary, StoppedOrphan, StreamOutput
@@ -1400,6 +1401,12 @@ class RegistryConformance(StoreCase):
         main.append_producer_event("signal.ready", nested, replay_key="rk-ü", at_ms=now)
         main.append_producer_event("signal.done-1", None, replay_key="rk-none", at_ms=now)
         main.clear_wake_target("s-1", at_ms=now)
+        wait = InputWait(WaitKind.password, "Pässword: ", 77, "read(fd 0)")
+        main.record_waiting(wait, at_ms=now)
+        main.record_input(SentInput("cmd-ü", b"secret\n", redacted=True), at_ms=now)
+        main.record_waiting(wait, at_ms=now)
+        main.record_wait_ended(at_ms=now)
+        main.record_input(SentInput("cmd-2", b"\xff\x00 ok", eof=True), at_ms=now)
         main.complete(
             "exited",
             "exited",

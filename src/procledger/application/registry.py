@@ -66,6 +66,7 @@ from procledger.domain.errors import (
     StoreUnavailable,
     WriteConflict,
 )
+from procledger.domain.input import InputWait, SentInput
 from procledger.domain.leases import Acquired, Busy, CompletionAuthority, Lease, LeaseOwner
 from procledger.domain.notification import ProcessCompletionNotification
 from procledger.domain.outcome import Outcome
@@ -637,6 +638,32 @@ class ProcessRegistry:
         return self._ledger.write(
             process_id, lambda p, now: p.record_ready(ready_at_ms, probes, at_ms=now)
         )
+
+    def record_input(self, process_id: str, sent: SentInput) -> tuple[ProcessRecord, bool]:
+        """Journal a send to the running process's input before its bytes are written
+        (docs/design.md §20.2): ``(record, True)`` when it is new, ``(record, False)`` when
+        its command id is on record already -- a retry, whose bytes must not be written again.
+
+        Raises:
+            ReplayConflict: the command id was used with other input.
+            InvalidTransition: the process is not running (``AlreadyTerminal``: it ended).
+        """
+        applied = False
+
+        def decide(process: Process, now: int) -> None:
+            nonlocal applied
+            applied = process.record_input(sent, at_ms=now)
+
+        return self._ledger.write(process_id, decide), applied
+
+    def record_waiting(self, process_id: str, wait: InputWait) -> ProcessRecord:
+        """Record that the process waits for input (docs/design.md §20.3); a no-op once it
+        ended or while a wait is on record."""
+        return self._ledger.write(process_id, lambda p, now: p.record_waiting(wait, at_ms=now))
+
+    def record_wait_ended(self, process_id: str) -> ProcessRecord:
+        """The wait on record is over without a send; a no-op when none is."""
+        return self._ledger.write(process_id, lambda p, now: p.record_wait_ended(at_ms=now))
 
     def record_crash_loop(
         self, process_id: str, *, restarts: int, window_s: float

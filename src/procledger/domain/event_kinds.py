@@ -36,5 +36,8 @@ EVENT_CLASSES: Final[dict[str, tuple[str, int]]] = {
     "CrashLoop": ("crash_loop", 1),
     "ServiceStopRequested": ("service_stop_requested", 1),
     "OrphanStopped": ("orphan_stopped", 1),
+    "InputSent": ("input_sent", 1),
+    "WaitingForInput": ("waiting_for_input", 1),
+    "InputWaitEnded": ("input_wait_ended", 1),
 }
 """Class name -> (kind, the class's ``class_version``)."""

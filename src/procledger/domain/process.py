@@ -45,6 +45,7 @@ from procledger.domain.errors import (
     ReplayConflict,
     UndeclaredEventType,
 )
+from procledger.domain.input import InputWait, SentInput
 from procledger.domain.leases import CompletionAuthority, LeaseOwner, authority_payload
 from procledger.domain.lifecycle_table import check_row, check_transition
 from procledger.domain.outcome import (
@@ -245,6 +246,7 @@ class Process(Aggregate):
             process.reason = REASONS[self.reason]
             process.finished_at_ms = self.at_ms
             process.wait = None
+            process.waiting_json = None
             process.terminal_event = self
             process.remember(self)
 
@@ -429,6 +431,55 @@ class Process(Aggregate):
         def evolve(self, process: Process) -> None:
             process.orphan_stopped = True
 
+    class InputSent(Event):
+        """Input was written to the process's terminal or stdin (docs/design.md §20.2): journalled
+        before the bytes are written, under the sender's ``command_id``, so a retried send
+        finds it here and writes nothing more. ``data`` is the bytes (base64), or null when
+        ``redacted`` (the terminal's echo was off: a password); ``size`` is always told;
+        ``eof``: the input was closed (Ctrl-D on a terminal) after them."""
+
+        TOPIC = "procledger:Process.InputSent"
+        class_version = 1
+        command_id: str
+        size: int
+        digest: str
+        data: str | None
+        redacted: bool
+        eof: bool
+
+        def evolve(self, process: Process) -> None:
+            process.input_commands[self.command_id] = self.digest
+            process.waiting_json = None
+
+    class WaitingForInput(Event):
+        """The process blocked reading its terminal or stdin (docs/design.md §20.3): ``kind``
+        (``password``, ``question``, ``prompt``, ``input``), the last line it wrote, and which
+        ``pid`` reads, ``how``. Not a lifecycle move; ended by input or ``InputWaitEnded``."""
+
+        TOPIC = "procledger:Process.WaitingForInput"
+        class_version = 1
+        kind: str
+        last_line: str
+        pid: int
+        how: str
+
+        def evolve(self, process: Process) -> None:
+            process.waiting_json = {
+                "kind": self.kind,
+                "last_line": self.last_line,
+                "since_ms": self.at_ms,
+            }
+
+    class InputWaitEnded(Event):
+        """The process stopped waiting without ``send`` (typed into while attached, or it
+        went on by itself): ``waiting_for_input`` is null again."""
+
+        TOPIC = "procledger:Process.InputWaitEnded"
+        class_version = 1
+
+        def evolve(self, process: Process) -> None:
+            process.waiting_json = None
+
     class OutputTruncated(Event):
         """Bytes ``[start, end)`` of ``stream`` were dropped past the output limit, the oldest
         first (docs/design.md §14)."""
@@ -501,6 +552,8 @@ class Process(Aggregate):
         self.terminal_event: Process.Terminal | None = None
         self.event_ids: dict[str, str] = {}
         self.replay_keys: dict[str, tuple[str, int]] = {}
+        self.input_commands: dict[str, str] = {}
+        self.waiting_json: dict[str, Any] | None = None
 
     @classmethod
     def register(cls, registration: ProcessRegistration, *, at_ms: int) -> Process:
@@ -908,6 +961,39 @@ class Process(Aggregate):
             replay_key=replay_key,
         )
         return self.version
+
+    def record_input(self, sent: SentInput, *, at_ms: int) -> bool:
+        """Journal a send before its bytes are written: ``False`` (nothing written) when its
+        command id is on record already -- the retry of a send that was made."""
+        recorded = self.input_commands.get(sent.command_id)
+        if recorded is not None:
+            if recorded != sent.digest:
+                raise ReplayConflict(
+                    f"process {self.process_id!r}: command id {sent.command_id!r} was used "
+                    "with other input"
+                )
+            return False
+        self._refuse_if_terminal("input_sent")
+        if self.state is not ProcessState.running:
+            raise InvalidTransition(
+                self.state.value, "input_sent", self.state.value, process_id=self.process_id
+            )
+        self._emit(self.InputSent, at_ms, **sent.fields())
+        return True
+
+    def record_waiting(self, wait: InputWait, *, at_ms: int) -> bool:
+        """The process waits for input; a no-op once it ended or while a wait is on record."""
+        if self.state.is_terminal or self.waiting_json is not None:
+            return False
+        self._emit(self.WaitingForInput, at_ms, **wait.fields())
+        return True
+
+    def record_wait_ended(self, *, at_ms: int) -> bool:
+        """The wait on record is over; a no-op when none is."""
+        if self.waiting_json is None:
+            return False
+        self._emit(self.InputWaitEnded, at_ms)
+        return True
 
     def record_ready(self, ready_at_ms: int, probes: Sequence[str], *, at_ms: int) -> bool:
         """Readiness is told once, while the process runs (the first report wins)."""

@@ -126,6 +126,14 @@ class OutputSummary(Frozen):
     stopped: str | None = None
 
 
+class InputWaitState(Frozen):
+    """A process blocked reading its input, as the ``waiting_for_input`` fact told it."""
+
+    kind: str
+    last_line: str
+    since_ms: int
+
+
 class ProcessRecord(Frozen):
     """One process at its latest state, as lists, the feed and ``get`` return it."""
 
@@ -189,6 +197,10 @@ class ProcessRecord(Frozen):
     digest: str | None = None
     port: int | None = None
     starts_at_ms: int | None = None
+    #: Run on a pseudo-terminal: ``stdout`` holds its one merged stream (docs/design.md §20).
+    pty: bool | None = None
+    #: While it waits for input: what kind, its last line and since when (docs/design.md §20.3).
+    waiting_for_input: InputWaitState | None = None
     change_seq: int
 
     @property

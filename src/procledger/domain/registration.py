@@ -216,6 +216,9 @@ class ProcessRegistration(Frozen):
     digest: str | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     starts_at_ms: int | None = Field(default=None, ge=0)
+    # Run on a pseudo-terminal (docs/design.md §20): its stdout stream is the terminal's one
+    # merged stream, and it takes input by ``send``. Null (not false) when not: left out.
+    pty: bool | None = None
 
     @model_serializer(mode="wrap")
     def _omit_unset_service_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -278,7 +281,17 @@ class ProcessRegistration(Frozen):
 
 
 OPTIONAL_REGISTRATION_KEYS = frozenset(
-    {"readiness", "restart", "attempt_of", "attempt", "name", "digest", "port", "starts_at_ms"}
+    {
+        "readiness",
+        "restart",
+        "attempt_of",
+        "attempt",
+        "name",
+        "digest",
+        "port",
+        "starts_at_ms",
+        "pty",
+    }
 )
 """Registration keys a stored document may lack (registrations made before they existed)."""
 

@@ -19,7 +19,7 @@ from procledger.domain.caches import RegistrationCache
 from procledger.domain.event_kinds import EVENT_CLASSES
 from procledger.domain.model import Frozen, assemble
 from procledger.domain.process import Process
-from procledger.domain.records import Identity, ProcessEvent, ProcessRecord
+from procledger.domain.records import Identity, InputWaitState, ProcessEvent, ProcessRecord
 from procledger.domain.registration import input_identity
 from procledger.domain.vocabulary import ProcessStatus, coarse_status
 
@@ -188,6 +188,16 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     optional_registered_field("digest"),
     optional_registered_field("port"),
     optional_registered_field("starts_at_ms"),
+    optional_registered_field("pty"),
+    RecordField(
+        "waiting_for_input",
+        lambda process: process.waiting_json,
+        lambda process: (
+            None
+            if process.waiting_json is None
+            else InputWaitState.model_validate(process.waiting_json)
+        ),
+    ),
 )
 
 if (*(field.name for field in RECORD_FIELDS), "change_seq") != tuple(ProcessRecord.model_fields):
