@@ -72,6 +72,7 @@ with _exported(now=True):  # the errors (§9) and the vocabulary's enums: plain 
     from procledger.domain.errors import ExecutionError as ExecutionError
     from procledger.domain.errors import FilterError as FilterError
     from procledger.domain.errors import IdempotencyCollision as IdempotencyCollision
+    from procledger.domain.errors import InputRefused as InputRefused
     from procledger.domain.errors import Interrupted as Interrupted
     from procledger.domain.errors import InvalidTransition as InvalidTransition
     from procledger.domain.errors import LeaseLost as LeaseLost
@@ -112,6 +113,7 @@ with _exported():  # the rest (§10), on first use: pydantic, the stores, the su
     from procledger.application.bootstrap import open_registry as open_registry
     from procledger.application.registry import ProcessRegistry as ProcessRegistry
     from procledger.application.verify import VerifyReport as VerifyReport
+    from procledger.domain.input import WaitKind as WaitKind
     from procledger.domain.leases import Acquired as Acquired
     from procledger.domain.leases import Busy as Busy
     from procledger.domain.leases import CompletionAuthority as CompletionAuthority
@@ -162,6 +164,7 @@ with _exported():  # the rest (§10), on first use: pydantic, the stores, the su
     from procledger.supervisor.supervisor import ProcessHandle as ProcessHandle
     from procledger.supervisor.supervisor import StopMode as StopMode
     from procledger.supervisor.supervisor import Supervisor as Supervisor
+    from procledger.supervisor.terminal import TerminalSize as TerminalSize
 
 globals()["__all__"] = tuple(_PUBLIC)
 # (`__all__`, derived from the statements above, is set so that a type checker does not read it

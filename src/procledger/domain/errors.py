@@ -30,6 +30,7 @@ process id, field, key or URL concerned, so a log line is enough to find the cul
     │   ├── SpawnError                    (also OSError)
     │   ├── StdinError                    (__cause__ is the BrokenPipeError)
     │   └── Interrupted
+    ├── InputRefused                      (send/attach: no terminal or input pipe; ended)
     ├── SupervisorClosed
     ├── CipherError                       (env values: no key, a wrong or malformed key)
     └── StoreError                        (the store failed; never a driver exception)
@@ -252,6 +253,11 @@ class SpawnError(ExecutionError, OSError):
 
 class StdinError(ExecutionError):
     """The input could not be written whole; ``__cause__`` is the ``BrokenPipeError``."""
+
+
+class InputRefused(ProcledgerError):
+    """The process takes no input from ``send``/``attach``: it was started without a terminal
+    or an input pipe, it ended, or no agent here holds it (docs/design.md §20.2)."""
 
 
 class Interrupted(ExecutionError):

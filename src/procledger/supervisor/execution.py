@@ -32,6 +32,7 @@ Design, and why:
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import threading
@@ -43,6 +44,7 @@ from typing import Final, Protocol, final
 from procledger.domain.errors import Interrupted
 from procledger.supervisor import os_seam
 from procledger.supervisor.pump import Borrower, Consumer, Pump, ReaderGone
+from procledger.supervisor.terminal import Terminal, TerminalSize, open_terminal, relayed
 
 __all__ = [
     "Borrower",
@@ -275,6 +277,7 @@ class OwnedChild:
         self._returncode: int | None = None
         self._killed = False
         self._failure: Exception | None = None  # met by ``advance``; ``wait`` handles it
+        self.terminal: Terminal | None = None  # its pseudo-terminal's master, if it has one
 
     @classmethod
     def spawn(
@@ -291,6 +294,7 @@ class OwnedChild:
         marker: str | None = None,
         files: tuple[int, int] | None = None,
         hold_zombie: bool = False,
+        pty: TerminalSize | None = None,
     ) -> OwnedChild:
         """Start ``argv`` in a new process group; ``SpawnError`` (naming it) if it cannot start.
 
@@ -302,20 +306,34 @@ class OwnedChild:
         child's stdout and stderr as two descriptors it writes itself (no consumer then).
         ``hold_zombie``: once it exits, read its status but leave it unreaped until
         ``release`` (after its terminal is recorded), so that a crash in between leaves the
-        status to the anchor (docs/design.md §18.6).
+        status to the anchor (docs/design.md §18.6). ``pty``: run it on a new pseudo-terminal
+        of that size (``terminal``), its one merged stream read as its stdout -- by ``stdout``,
+        else appended to ``files``' first -- and its input written through ``terminal``.
         """
         args = checked_argv(argv)
         data = _encoded(stdin)
-        child = os_seam.spawn(
-            args,
-            cwd=cwd,
-            env=env if marker is None else os_seam.marked_env(env, marker),
-            stdin_pipe=data is not None,
-            stdout_pipe=stdout is not None,
-            stderr_pipe=stderr is not None,
-            stdin_source=stdin_source,
-            files=files,
-        )
+        terminal, child_side = open_terminal(pty) if pty is not None else (None, None)
+        try:
+            child = os_seam.spawn(
+                args,
+                cwd=cwd,
+                env=env if marker is None else os_seam.marked_env(env, marker),
+                stdin_pipe=data is not None,
+                stdout_pipe=stdout is not None and terminal is None,
+                stderr_pipe=stderr is not None and terminal is None,
+                stdin_source=stdin_source,
+                files=files,
+                terminal=child_side,
+            )
+        except BaseException:
+            if terminal is not None:
+                terminal.close()
+            raise
+        finally:
+            if child_side is not None:
+                os.close(child_side)
+        if terminal is not None:
+            stdout, stderr = relayed(child, terminal, stdout, files), None
         exit_signal = None
         try:
             exit_signal = os_seam.watch_exit(child.pid)
@@ -326,7 +344,9 @@ class OwnedChild:
                 exit_signal.close()
             raise
         command = os_seam.describe(args)
-        return cls(child, exit_signal, pump, command, stop, marker=marker, hold_zombie=hold_zombie)
+        owned = cls(child, exit_signal, pump, command, stop, marker=marker, hold_zombie=hold_zombie)
+        owned.terminal = terminal
+        return owned
 
     @property
     def pid(self) -> int:
@@ -523,6 +543,8 @@ class OwnedChild:
                 self._reaped, self._returncode = True, returncode
         self._exit_signal.close()
         os_seam.close_pipes(self._child)
+        if self.terminal is not None:
+            self.terminal.close()
         return returncode
 
     def release(self) -> None:

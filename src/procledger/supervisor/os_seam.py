@@ -21,6 +21,7 @@ psutil query per function, so that policy can be read without knowing the platfo
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import mmap
 import os
@@ -33,9 +34,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 from procledger.domain.errors import SpawnError
+from procledger.supervisor.terminal import take_terminal
 
 if TYPE_CHECKING:
     import psutil
@@ -73,6 +75,7 @@ def spawn(
     stderr_pipe: bool,
     stdin_source: int | None = subprocess.DEVNULL,
     files: tuple[int, int] | None = None,
+    terminal: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``argv`` as the leader of a new process group; ``SpawnError`` if it cannot start.
 
@@ -80,21 +83,22 @@ def spawn(
     never block in a read or write it cannot interrupt. Without a stdin pipe the child reads
     ``stdin_source`` (``subprocess.DEVNULL``, ``None`` to inherit ours, or a descriptor);
     absent stdout/stderr are inherited, or are ``files`` (two open descriptors the child
-    writes itself: no pipe to us, so it outlives us -- docs/design.md §14.1).
+    writes itself: no pipe to us, so it outlives us -- docs/design.md §14.1). ``terminal``:
+    the child's side of a pseudo-terminal, which is then all three and its controlling
+    terminal, in a session of its own (``supervisor.terminal``).
     """
     out, err = files if files is not None else (None, None)
+    wiring: dict[str, Any] = {
+        "stdin": subprocess.PIPE if stdin_pipe else stdin_source,
+        "stdout": subprocess.PIPE if stdout_pipe else out,
+        "stderr": subprocess.PIPE if stderr_pipe else err,
+        "process_group": 0,
+    }
+    if terminal is not None:  # the leader of a session of its own, on its terminal (§20.1)
+        wiring = {"stdin": terminal, "stdout": terminal, "stderr": terminal}
+        wiring.update(start_new_session=True, preexec_fn=take_terminal)
     try:
-        child = subprocess.Popen(
-            list(argv),
-            bufsize=0,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE if stdin_pipe else stdin_source,
-            stdout=subprocess.PIPE if stdout_pipe else out,
-            stderr=subprocess.PIPE if stderr_pipe else err,
-            close_fds=True,
-            process_group=0,
-        )
+        child = subprocess.Popen(list(argv), bufsize=0, cwd=cwd, env=env, close_fds=True, **wiring)
     except (OSError, ValueError) as exc:
         raise _spawn_error(argv, cwd, exc) from exc
     for pipe in (child.stdin, child.stdout, child.stderr):
@@ -182,6 +186,10 @@ def read_available(pipe: IO[bytes]) -> bytes | None:
         return os.read(pipe.fileno(), READ_CHUNK)
     except BlockingIOError:
         return None
+    except OSError as exc:  # as in ``read_into``
+        if exc.errno == errno.EIO:
+            return b""
+        raise
 
 
 def read_into(pipe: IO[bytes], buffer: bytearray | mmap.mmap) -> int | None:
@@ -192,6 +200,10 @@ def read_into(pipe: IO[bytes], buffer: bytearray | mmap.mmap) -> int | None:
         return os.readv(pipe.fileno(), [buffer])
     except BlockingIOError:
         return None
+    except OSError as exc:  # a terminal's master, once the child's side hung up: its EOF
+        if exc.errno == errno.EIO:
+            return 0
+        raise
 
 
 def write_available(pipe: IO[bytes], data: memoryview) -> int:

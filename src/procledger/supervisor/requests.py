@@ -26,6 +26,7 @@ from procledger.domain.service_names import check_service_name
 from procledger.domain.vocabulary import MAX_LEDGER_INT, RecoveryDisposition
 from procledger.supervisor.capture import DEFAULT_OUTPUT_LIMIT
 from procledger.supervisor.execution import Consumer, StopPolicy, checked_argv
+from procledger.supervisor.terminal import DEFAULT_SIZE, TerminalSize
 
 __all__ = [
     "NotifyTo",
@@ -78,6 +79,7 @@ class StartRequest:
     port: int | Literal["auto"] | None = None
     port_range: tuple[int, int] | None = None
     starts_at_ms: int | None = None
+    pty: TerminalSize | None = None  # docs/design.md §20: run on a pseudo-terminal this size
 
     @property
     def notify_to(self) -> NotifyTo | None:
@@ -119,7 +121,24 @@ def checked_request(argv: Sequence[str], **options: Any) -> StartRequest:
         digest=options.get("digest"),
         port=_checked_port(options.get("port")),
         port_range=_checked_range(options.get("port_range")),
+        pty=_checked_pty(options.get("pty"), options["stdin"]),
     )
+
+
+def _checked_pty(pty: object, stdin: object) -> TerminalSize | None:
+    """``pty``: ``True`` (24x80), a ``TerminalSize``, or false; its terminal is the child's
+    stdin, so no other stdin may be named with it."""
+    if pty is None or pty is False:
+        return None
+    size = DEFAULT_SIZE if pty is True else pty
+    if not isinstance(size, TerminalSize):
+        raise TypeError(f"pty must be a bool or a procledger.TerminalSize, not {pty!r}")
+    if stdin != "null":
+        raise ValueError(
+            f"stdin={stdin!r} with pty: the terminal is the child's stdin; "
+            "give it input with send()"
+        )
+    return size
 
 
 def _attempt(process_id: object, attempt_of: object, restart: object) -> int | None:

@@ -46,8 +46,30 @@ class Restorer:
         self._writer, self._publisher = terminals
 
     def restore(self, mine: set[str], *, keep_orphans: bool) -> list[ProcessRecord]:
-        """The records written: delivered outcomes first, then the rest in process-id order;
-        ``mine`` are the processes this supervisor itself keeps (never taken over)."""
+        """Account for this owner's processes left behind by a supervisor that is gone;
+        ``mine`` are the processes this supervisor itself keeps (never taken over).
+
+        First the outbox is delivered (``deliver_outbox``): an outcome the gone supervisor knew
+        but could not record is recorded as it was, with its exit code. Then each non-terminal
+        process this owner started whose holder is gone (lease released, expired, or held by a
+        provably dead holder) is taken over:
+
+        - its recorded child still runs (same OS pid and start time on this host; a zombie
+          counts as dead): its tree is stopped -- SIGTERM, SIGKILL after the stop policy's
+          grace -- and it is recorded ``lost`` (its exit status cannot be known: it is not our
+          child) with a diagnostic naming the pid, the signals sent, the one that ended it and
+          any survivors; with ``keep_orphans`` it is left running and the diagnostic says so;
+        - otherwise it is recorded ``lost``, and nothing is signalled.
+
+        Each one's completion notification is published again with the same command id, so a
+        receiver that already had it can tell. Processes whose holder is alive are left alone.
+
+        Returns:
+            The records written: delivered outcomes first, then the rest in process-id order.
+
+        Raises:
+            StoreError: the store failed; what was written so far stands.
+        """
         written = self._deliver()
         for record in self._registry.list_processes({"status": "running"}):
             if _restorable(record, self._owner.owner_id, mine):

@@ -141,6 +141,7 @@ class Starter:
             digest=request.digest,
             port=None if request.port == "auto" else request.port,
             starts_at_ms=request.starts_at_ms,
+            pty=True if request.pty is not None else None,
         )
 
     def kept(
@@ -196,6 +197,7 @@ class Starter:
                 marker=ticket.ids.run_marker,
                 files=wiring.files,
                 hold_zombie=self._output_files,
+                pty=request.pty,
             )
         except SpawnError as error:
             if watch is not None:

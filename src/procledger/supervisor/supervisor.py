@@ -41,6 +41,7 @@ from procledger.supervisor.capture import DEFAULT_OUTPUT_LIMIT
 from procledger.supervisor.completion import Completion, Settle, Watch, terminal_record
 from procledger.supervisor.decide import STOP_REASONS
 from procledger.supervisor.execution import Consumer, StopPolicy
+from procledger.supervisor.input import deliver
 from procledger.supervisor.modes import StopMode
 from procledger.supervisor.naming import named_opened, prepared_names
 from procledger.supervisor.owners import HelperThreads, OwnerThreads
@@ -58,6 +59,7 @@ from procledger.supervisor.services import ServiceRunner
 from procledger.supervisor.starter import Starter
 from procledger.supervisor.stopper import Stopper
 from procledger.supervisor.subreaper import Subreaper
+from procledger.supervisor.terminal import Terminal, TerminalSize
 from procledger.supervisor.terminals import Notice, TerminalWriter
 from procledger.supervisor.ticker import Ticker
 
@@ -201,6 +203,7 @@ class Supervisor:
         port: int | Literal["auto"] | None = None,
         port_range: tuple[int, int] | None = None,
         attempt_of: str | None = None,
+        pty: bool | TerminalSize = False,
     ) -> ProcessHandle:
         """Run ``argv`` as ``process_id`` (minted when omitted); returns once the child runs and
         that is recorded (``starting`` is durable first: a retry never runs a program twice).
@@ -215,6 +218,8 @@ class Supervisor:
                 ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
             restart: start it again as new attempts when it ends (§15); the handle names the
                 service (``wait``/``stop`` act on its current attempt). ``stop``: its policy.
+            pty: run it on a pseudo-terminal (§20), its output one merged stream (``stdout``),
+                its input written by ``send``; ``True`` is 24x80.
 
         Raises:
             TypeError, ValueError, OSError (``stdin``), NameTaken, PortTaken: nothing written.
@@ -343,15 +348,27 @@ class Supervisor:
 
     def returncode(self, handle: ProcessHandle | str) -> int | None:
         """The child's status as ``subprocess`` reports it (negative: the signal that ended
-        it); ``None`` while it runs. The record keeps the terminal, not the signal number: the
-        CLI needs it for its ``128 + signal`` exit code.
-
-        Raises:
-            NotFound: ``handle`` was not started by this supervisor.
+        it; the CLI's ``128 + signal``); ``None`` while it runs. ``NotFound``: not started here.
         """
         service = self._services.find(handle)
         run = self._table.find(handle) if service is None else service.current
         return run.returncode if isinstance(run, Ended) else run.current_returncode()
+
+    def send(self, handle: ProcessHandle | str, data: bytes | str, **options: Any) -> bool:
+        """Write ``data`` (str: UTF-8) to a process started with ``pty``, journalled first
+        (``supervisor.input.deliver``: ``command_id``, ``eof``, ``redact``, what it raises);
+        ``False`` when that command id is on record already: nothing is written again."""
+        raw = data.encode() if isinstance(data, str) else data
+        return deliver(self._registry, *self._terminal_of(handle), raw, **options)
+
+    def terminal(self, handle: ProcessHandle | str) -> Terminal | None:
+        """The master of a running process's pseudo-terminal (to relay, resize), else None."""
+        return self._terminal_of(handle)[1]
+
+    def _terminal_of(self, handle: ProcessHandle | str) -> tuple[str, Terminal | None]:
+        service = self._services.find(handle)
+        run = self._table.find(handle) if service is None else service.current
+        return run.process_id, None if isinstance(run, Ended) else run.child.terminal
 
     def stop(
         self, handle: ProcessHandle | str, mode: StopMode | str, grace_s: float | None = None
@@ -407,28 +424,11 @@ class Supervisor:
     # -- restore and shutdown ----------------------------------------------------------------------
 
     def restore(self, *, keep_orphans: bool = False) -> list[ProcessRecord]:
-        """Account for this owner's processes left behind by a supervisor that is gone.
-
-        First the outbox is delivered (``deliver_outbox``): an outcome the gone supervisor knew
-        but could not record is recorded as it was, with its exit code. Then each non-terminal
-        process this owner started whose holder is gone (lease released, expired, or held by a
-        provably dead holder) is taken over:
-
-        - its recorded child still runs (same OS pid and start time on this host; a zombie
-          counts as dead): its tree is stopped -- SIGTERM, SIGKILL after the stop policy's
-          grace -- and it is recorded ``lost`` (its exit status cannot be known: it is not our
-          child) with a diagnostic naming the pid, the signals sent, the one that ended it and
-          any survivors; with ``keep_orphans`` it is left running and the diagnostic says so;
-        - otherwise it is recorded ``lost``, and nothing is signalled.
-
-        Each one's completion notification is published again with the same command id, so a
-        receiver that already had it can tell. Processes whose holder is alive are left alone.
-
-        Returns:
-            The records written: delivered outcomes first, then the rest in process-id order.
-
-        Raises:
-            StoreError: the store failed; what was written so far stands.
+        """Account for this owner's processes left behind by a supervisor that is gone
+        (``Restorer.restore``, docs/design.md §6.2): the outbox delivered first, then each
+        whose holder is gone recorded ``lost`` -- its child still running stopped first,
+        unless ``keep_orphans`` -- and its notification published again. Returns the records
+        written. Raises ``StoreError``: what was written so far stands.
         """
         with self._lock:
             mine = {run.process_id for run in self._table.active()}
