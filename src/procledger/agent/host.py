@@ -22,6 +22,7 @@ journals their exits, and the next agent adopts them.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import functools
 import logging
@@ -30,6 +31,7 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -40,6 +42,7 @@ from procledger.agent.anchor import CANNOT_SERVE
 from procledger.agent.bring_back import returns
 from procledger.agent.control_client import START_REQUEST_BYTES
 from procledger.agent.control_socket import ControlServer
+from procledger.agent.fd_store import FdStore
 from procledger.agent.held import (
     JOURNAL_WAIT_S,
     ExitWatch,
@@ -49,10 +52,19 @@ from procledger.agent.held import (
     unknown_status,
 )
 from procledger.agent.launch import ALREADY_SERVED, ledger_key
-from procledger.agent.orders import ReadOrder, ShutdownOrder, StartOrder, StopOrder, checked
+from procledger.agent.orders import (
+    KeysOrder,
+    ReadOrder,
+    SendOrder,
+    ShutdownOrder,
+    StartOrder,
+    StopOrder,
+    checked,
+)
 from procledger.agent.places import AgentPlaces
+from procledger.agent.sessions import PTY_KEY, STDIN_KEY, Session, Sessions
 from procledger.agent.takeover import Takeover, TakeoverReport
-from procledger.aio.supervisor import AsyncSupervisor
+from procledger.aio.supervisor import AsyncProcessHandle, AsyncSupervisor
 from procledger.application.bootstrap import open_registry
 from procledger.application.document_reads import LedgerReads
 from procledger.application.outbox import store_key
@@ -68,8 +80,10 @@ from procledger.notifications.notifier import Notifier
 from procledger.supervisor.control import host_owner, owner_session
 from procledger.supervisor.execution import StopPolicy
 from procledger.supervisor.file_capture import FileCapture
+from procledger.supervisor.input import PipeInput
 from procledger.supervisor.minting import new_process_id
 from procledger.supervisor.publishing import Publisher
+from procledger.supervisor.terminal import TerminalSize
 from procledger.supervisor.terminals import TerminalWriter
 from procledger.supervisor.ticker import STOP_POLL_S
 
@@ -130,6 +144,8 @@ class AgentHost:
         self._reads = LedgerReads(
             registry.run_read, store_key=key, close=_nothing, registry=registry
         )
+        self._store = FdStore.from_environment()
+        self.sessions = Sessions(registry, self._store)
 
     # -- the whole life ---------------------------------------------------------------------
 
@@ -186,8 +202,12 @@ class AgentHost:
         anchor_gone = not anchor_alive(self.anchor_pid)
         run = functools.partial(takeover.run, anchor_gone=anchor_gone)
         self._report = await supervisor.run_sync(run)
+        handed = await asyncio.to_thread(self._store.take_all) if self._store else {}
         for held in self._report.held:
             self._hold(held)
+            assert held.child is not None
+            self.sessions.adopt(held.process_id, held.child.pid, handed, self._stdout_of(held))
+        self.sessions.forget_unheld(handed)
         report = self._report
         log.info(
             "took over in %.3f s: %d outcomes delivered, %d exits journaled, %d held, %d lost",
@@ -224,6 +244,12 @@ class AgentHost:
                 "process %s not ready: %s; starting its dependents anyway", process_id, error
             )
 
+    def _stdout_of(self, held: HeldRun) -> Path | None:
+        capture = held.ticket.capture
+        if not isinstance(capture, FileCapture) or capture.folder is None:
+            return None
+        return stream_paths(capture.folder)[0]
+
     def _folder_of(self, process_id: str) -> Path | None:
         key = store_key(self.registry.location)
         return None if key is None else folder_for(output_root(), key, process_id)
@@ -237,6 +263,8 @@ class AgentHost:
             "status": self._status,
             "shutdown": self._shutdown,
             "read": self._read,
+            "send": self._send,
+            "keys": self._keys,
         }
 
     async def _start(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +276,15 @@ class AgentHost:
         return await self._launch(order)
 
     async def _launch(self, order: StartOrder) -> dict[str, Any]:
+        with input_for(order) as (stdin, pipe):
+            answer = await self._spawn(order, stdin)
+            if isinstance(answer, AsyncProcessHandle):
+                if order.pty is not None or pipe is not None:
+                    await self._keep_session(answer, pipe)
+                return {"process_id": answer.process_id}
+        return answer
+
+    async def _spawn(self, order: StartOrder, stdin: Any) -> dict[str, Any] | AsyncProcessHandle:
         session_id, _ = owner_session(_cli_owner_id())
         try:
             handle = await self._supervisor.start(
@@ -255,7 +292,8 @@ class AgentHost:
                 process_id=order.process_id,
                 cwd=order.cwd,
                 env=order.env,
-                stdin="null" if order.stdin == "null" else Path(order.stdin),
+                stdin=stdin,
+                pty=False if order.pty is None else TerminalSize(*order.pty),
                 background=True,
                 session_id=session_id,
                 loop_id=self._loop_id,
@@ -274,7 +312,49 @@ class AgentHost:
             return {"spawn_error": {"message": str(error), "errno": error.errno}}
         except NameTaken as taken:  # not an error: the caller is told which one runs
             return {"name_taken": {"name": taken.name, "process_id": taken.process_id}}
-        return {"process_id": handle.process_id}
+        return handle
+
+    async def _keep_session(self, handle: AsyncProcessHandle, pipe: int | None) -> None:
+        """Hold a new run's input (its terminal, or its stdin pipe's write end, taken from
+        ``input_for``) as a session, let go when the run ends."""
+        process_id = handle.process_id
+        record = await handle.record()
+        terminal = self._supervisor.supervisor.terminal(handle.sync)
+        if pipe is not None:
+            target: Any = PipeInput(pipe)
+            key = STDIN_KEY.format(process_id)
+        elif terminal is not None:
+            target, key = terminal, PTY_KEY.format(process_id)
+        else:
+            return  # it ended already
+        self.sessions.add(Session(process_id, target, record.os_pid or 0, key, owned=pipe is None))
+        ending = asyncio.ensure_future(self._end_session(handle))
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+
+    async def _end_session(self, handle: AsyncProcessHandle) -> None:
+        with contextlib.suppress(Exception):  # however its end went, its input is over
+            await handle.wait()
+        self.sessions.end(handle.process_id)
+
+    async def _send(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``send``: journalled, then written (``Sessions.send``)."""
+        order = checked(SendOrder, request)
+        await self._ready.wait()
+        data = base64.b64decode(order.data, validate=True)
+        applied = await self.sessions.send(
+            order.process_id, data, command_id=order.command_id, eof=order.eof,
+            redact=order.redact,
+        )  # fmt: skip
+        return {"applied": applied}
+
+    async def _keys(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``attach``: keystrokes and the window size, written as they come."""
+        order = checked(KeysOrder, request)
+        await self._ready.wait()
+        size = None if order.size is None else TerminalSize(*order.size)
+        data = base64.b64decode(order.data, validate=True)
+        return {"written": self.sessions.keys(order.process_id, data, size)}
 
     async def _stop(self, request: dict[str, Any]) -> dict[str, Any]:
         """A stop request was just recorded: look for it now, not at the next poll."""
@@ -400,6 +480,7 @@ class AgentHost:
             pause = min(pause * 2, 0.1)
         why = unknown_status(not anchor_alive(self.anchor_pid) or not held.anchored)
         self._unfollow(held.ticket.capture)
+        self.sessions.end(held.process_id)
         try:
             await self._supervisor.run_sync(self._holder.terminal, held, exit, why)
         except Exception:  # left running on record: the next agent's takeover settles it
@@ -484,6 +565,23 @@ class AgentHost:
                 files = capture.files()
                 if files is not None:
                     files.enforce_bound()
+
+
+@contextlib.contextmanager
+def input_for(order: StartOrder) -> Iterator[tuple[Any, int | None]]:
+    """What the child reads, and the write end this agent keeps when that is a pipe (``send``
+    writes it); the child's end is closed here once it has its own."""
+    if order.stdin == "pipe":
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        try:
+            yield read_end, write_end
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        return
+    yield ("null" if order.stdin == "null" else Path(order.stdin)), None
 
 
 def _cli_owner_id() -> str:

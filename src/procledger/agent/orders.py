@@ -14,7 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from procledger.domain.service import Readiness, RestartPolicy
 from procledger.domain.vocabulary import MAX_LEDGER_INT
 
-__all__ = ["OrderError", "ReadOrder", "ShutdownOrder", "StartOrder", "StopOrder", "checked"]
+__all__ = [
+    "KeysOrder",
+    "OrderError",
+    "ReadOrder",
+    "SendOrder",
+    "ShutdownOrder",
+    "StartOrder",
+    "StopOrder",
+    "checked",
+]
 
 
 class _Order(BaseModel):
@@ -24,7 +33,8 @@ class _Order(BaseModel):
 class StartOrder(_Order):
     """``run --background``: the command, where and with what it runs, and how it is kept.
     ``env`` is the caller's environment (the child's, as if the caller had spawned it);
-    ``stdin`` ``null`` or an absolute path to a readable file."""
+    ``stdin`` ``null``, ``pipe`` (the agent holds its write end: ``send``) or an absolute path
+    to a readable file; ``pty`` ``[rows, cols]``: run it on a pseudo-terminal (§20)."""
 
     op: Literal["start"] = "start"
     argv: list[str] = Field(min_length=1)
@@ -45,6 +55,9 @@ class StartOrder(_Order):
     digest: str | None = Field(default=None, max_length=200)
     port: Annotated[int, Field(ge=1, le=65535)] | Literal["auto"] | None = None
     port_range: (
+        tuple[Annotated[int, Field(ge=1, le=65535)], Annotated[int, Field(ge=1, le=65535)]] | None
+    ) = None
+    pty: (
         tuple[Annotated[int, Field(ge=1, le=65535)], Annotated[int, Field(ge=1, le=65535)]] | None
     ) = None
 
@@ -75,6 +88,30 @@ class ReadOrder(_Order):
         "wanted_up",
     ]
     args: list[object] = Field(max_length=4)
+
+
+class SendOrder(_Order):
+    """``send``: input for a session's terminal or stdin pipe, journalled as ``input_sent``
+    under ``command_id`` before it is written (docs/design.md §20.2). ``data`` is base64."""
+
+    op: Literal["send"] = "send"
+    process_id: str = Field(min_length=1, max_length=200)
+    data: str = Field(max_length=90_000)
+    command_id: str = Field(min_length=1, max_length=200)
+    eof: bool = False
+    redact: bool = False
+
+
+class KeysOrder(_Order):
+    """``attach``: what was typed, written as it is -- keystrokes are not journalled (a
+    terminal's typing is not a command; ``send`` is) -- and the window's size, if it changed."""
+
+    op: Literal["keys"] = "keys"
+    process_id: str = Field(min_length=1, max_length=200)
+    data: str = Field(default="", max_length=90_000)
+    size: (
+        tuple[Annotated[int, Field(ge=1, le=65535)], Annotated[int, Field(ge=1, le=65535)]] | None
+    ) = None
 
 
 class ShutdownOrder(_Order):

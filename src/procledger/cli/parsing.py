@@ -69,7 +69,8 @@ def _parser(spec: CommandSpec) -> _Parser:
                 param.dest, metavar=param.metavar, nargs=argparse.REMAINDER, help=param.help
             )
         elif isinstance(param, Argument):
-            parser.add_argument(param.dest, metavar=param.metavar, help=param.help)
+            nargs = "?" if param.optional else None
+            parser.add_argument(param.dest, metavar=param.metavar, nargs=nargs, help=param.help)
         elif param.metavar is None:
             parser.add_argument(*param.flags, dest=param.dest, action="store_true", help=param.help)
         else:

@@ -27,7 +27,7 @@ from procledger.domain.errors import ProcledgerError
 if TYPE_CHECKING:
     from procledger import Readiness, RestartPolicy
 
-StdinSource = Literal["inherit", "null"] | Path
+StdinSource = Literal["inherit", "null", "pipe"] | Path
 """What the child reads: ``Supervisor.start``'s ``stdin`` (docs/design.md §6.2)."""
 
 Raw = Mapping[str, Any]
@@ -78,8 +78,11 @@ def parse_stdin(value: str | None, background: bool) -> StdinSource:
     readable file, checked before anything is recorded."""
     if value is None:
         return "null" if background else "inherit"
-    if value == "null":
-        return "null"
+    if value in ("null", "pipe"):
+        if value == "pipe" and not background:
+            message = "--stdin pipe is a background run's (send writes to it)"
+            raise UsageError(message, "--stdin")
+        return value
     if value == "inherit":
         if background:
             message = "a background run has no stdin to inherit (use null or a file)"
@@ -87,7 +90,7 @@ def parse_stdin(value: str | None, background: bool) -> StdinSource:
         return "inherit"
     path = Path(value).absolute()
     if not path.is_file() or not os.access(path, os.R_OK):
-        message = f"{value!r} is neither inherit, null nor a readable file"
+        message = f"{value!r} is neither inherit, null, pipe nor a readable file"
         raise UsageError(message, "--stdin")
     return path
 
@@ -188,9 +191,10 @@ _STOP_SIGNAL = _text(
 _STDIN = _text(
     "stdin",
     "--stdin",
-    "inherit|null|PATH",
+    "inherit|null|pipe|PATH",
     "The command's stdin: this terminal or pipe (inherit; the default in the foreground), "
-    "/dev/null (null; the default with --background), or a file.",
+    "/dev/null (null; the default with --background), a pipe the agent holds for send "
+    "(pipe; --background only), or a file.",
 )
 _JSON = _switch(
     "as_json", "--json", "Print the final record as JSON (the command's stdout goes to stderr)."

@@ -38,12 +38,15 @@ class Option:
 
 class Argument:
     """A positional word (a process id); ``rest``: every word from here on, options or not
-    (``run``'s command and its arguments)."""
+    (``run``'s command and its arguments); ``optional``: it may be left out (``None``)."""
 
-    __slots__ = ("dest", "help", "metavar", "rest")
+    __slots__ = ("dest", "help", "metavar", "optional", "rest")
 
-    def __init__(self, dest: str, metavar: str, help: str, *, rest: bool = False) -> None:
+    def __init__(
+        self, dest: str, metavar: str, help: str, *, rest: bool = False, optional: bool = False
+    ) -> None:
         self.dest, self.metavar, self.help, self.rest = dest, metavar, help, rest
+        self.optional = optional
 
 
 Params = tuple[Option | Argument, ...]

@@ -217,7 +217,66 @@ RUN = CommandSpec(
     usage="procledger run [OPTIONS] [--] CMD [ARG]...",
 )
 
-HOT: tuple[CommandSpec, ...] = (RUN, WAIT, PS, SHOW, LOGS, STOP, FEED, AGENT_STATUS)
+SEND = CommandSpec(
+    ("send",),
+    "Write input to a background process's terminal or stdin.",
+    "Write input to a background process's terminal or stdin.\n\nFor a process started with "
+    "run --background --pty (or --stdin pipe). TEXT is sent as given -- add \\n yourself, or "
+    "use --line -- or --file PATH's bytes, or standard input's when neither is given and it is "
+    "not a terminal. Each send is recorded (an input_sent fact) before it is written, under "
+    "--command-id (one is made when omitted): sent again with the same id, nothing more is "
+    "written. The bytes are kept in the ledger unless the terminal hides what is typed (a "
+    "password prompt) or --redact. Exit 0 once written; 3 when the id was used already.",
+    (
+        Argument(
+            "process_id",
+            "ID|NAME",
+            "A process id (or a unique prefix), or a service's name: its newest attempt.",
+        ),
+        Argument("text", "TEXT", "What to send (bytes of this UTF-8 text).", optional=True),
+        Option(("--line", "-l"), "line", "Add a newline (Enter) after TEXT."),
+        Option(("--file", "-f"), "file", "Send this file's bytes (at most 64 KiB).", "PATH"),
+        Option(("--eof",), "eof", "End the input after it (Ctrl-D on a terminal; a pipe closes)."),
+        Option(
+            ("--command-id",),
+            "command_id",
+            "The send's id: a retry with the same id writes nothing more.",
+            "ID",
+        ),
+        Option(("--redact",), "redact", "Keep only the byte count in the ledger, not the bytes."),
+        _JSON,
+    ),
+    "procledger.cli.hot.sending:send",
+)
+
+ATTACH = CommandSpec(
+    ("attach",),
+    "Join a background process's terminal; detach and leave it running.",
+    "Join a background process's terminal; detach and leave it running.\n\nFor a process "
+    "started with run --background --pty. What you type goes to it (not recorded: send is); "
+    "its output is shown as it comes, the last screenful first; the window size follows "
+    "yours. Detach with Ctrl-P then Ctrl-Q (--detach-keys to change): the process runs on. "
+    "Exits 0 on detach, or with a line saying how it ended.",
+    (
+        Argument(
+            "process_id",
+            "ID|NAME",
+            "A process id (or a unique prefix), or a service's name: its newest attempt.",
+        ),
+        Option(
+            ("--detach-keys",),
+            "detach_keys",
+            "The key sequence that detaches, as docker writes it.  [default: ctrl-p,ctrl-q]",
+            "KEYS",
+            "ctrl-p,ctrl-q",
+        ),
+    ),
+    "procledger.cli.hot.attaching:attach",
+)
+
+HOT: tuple[CommandSpec, ...] = (
+    RUN, WAIT, PS, SHOW, LOGS, STOP, SEND, ATTACH, FEED, AGENT_STATUS,
+)  # fmt: skip
 """In the order of ``procledger --help``."""
 
 

@@ -16,7 +16,7 @@ from procledger.application.document_reads import Document, LedgerReads, NeedsFu
 from procledger.domain import errors
 from procledger.domain.errors import AgentError, ProcledgerError
 
-__all__ = ["agent_reads"]
+__all__ = ["agent_reads", "raised_again"]
 
 READ_TIMEOUT_S = 30.0
 """A read rides through what the agent's store rides through (a database restart)."""
@@ -51,7 +51,7 @@ class _AgentReads(LedgerReads):
                 self._places, {"op": "read", "method": method, "args": list(args)}, READ_TIMEOUT_S
             )
         except AgentError as error:
-            raise _raised_again(error) from None
+            raise raised_again(error) from None
         return answer["value"]
 
     def record(self, process_id: str) -> Document:
@@ -87,13 +87,14 @@ class _AgentReads(LedgerReads):
         return {} if not wanted else self._ask("holders", wanted)
 
 
-def _raised_again(error: AgentError) -> Exception:
+def raised_again(error: AgentError, fallback: Exception | None = None) -> Exception:
     """The agent's error reply as the error the full path would have raised: a
     ``ProcledgerError`` of the class it names, with its message; any other reply (the agent
-    went away, a reply too large) sends the command down the full path."""
+    went away, a reply too large) is ``fallback`` -- by default, the command goes down the
+    full path."""
     kind = getattr(errors, error.type, None)
     if not (isinstance(kind, type) and issubclass(kind, ProcledgerError)) or kind is AgentError:
-        return NeedsFullPath()
+        return NeedsFullPath() if fallback is None else fallback
     again = kind.__new__(kind)
     Exception.__init__(again, error.message)
     return again

@@ -184,4 +184,17 @@ def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
         "grace_s": options.grace_s,
         "name": options.name,
         "port": options.port,
+        "pty": _terminal_size() if getattr(options, "pty", None) else None,
     }
+
+
+def _terminal_size() -> list[int]:
+    """A background terminal's first size: this terminal's, else 24x80 (``attach`` sets
+    the attaching terminal's)."""
+    for fd in (1, 0, 2):
+        try:
+            size = os.get_terminal_size(fd)
+        except OSError:
+            continue
+        return [size.lines, size.columns]
+    return [24, 80]
