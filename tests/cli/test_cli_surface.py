@@ -24,6 +24,8 @@ COMMANDS = [
     "show",
     "logs",
     "stop",
+    "send",
+    "attach",
     "up",
     "down",
     "restart",

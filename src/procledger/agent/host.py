@@ -54,6 +54,7 @@ from procledger.agent.held import (
 from procledger.agent.launch import ALREADY_SERVED, ledger_key
 from procledger.agent.orders import (
     KeysOrder,
+    OrderError,
     ReadOrder,
     SendOrder,
     ShutdownOrder,
@@ -174,10 +175,12 @@ class AgentHost:
             bringing = asyncio.ensure_future(self._bring_back())
             self._loop.add_reader(self._follower.fileno(), self._on_output)
             ticking = asyncio.ensure_future(self._tick_held())
+            watching = asyncio.ensure_future(self.sessions.watch_waits())
             listening = self._listen()
             log.info("serving %s on %s", self.places.key, server.path)
             await self._stopping.wait()
             ticking.cancel()
+            watching.cancel()
             bringing.cancel()
             if listening is not None:
                 listening.close()
@@ -276,6 +279,8 @@ class AgentHost:
         return await self._launch(order)
 
     async def _launch(self, order: StartOrder) -> dict[str, Any]:
+        if order.restart is not None and (order.pty is not None or order.stdin == "pipe"):
+            raise OrderError("restart: a service that restarts cannot hold a session (pty, pipe)")
         with input_for(order) as (stdin, pipe):
             answer = await self._spawn(order, stdin)
             if isinstance(answer, AsyncProcessHandle):
@@ -327,7 +332,10 @@ class AgentHost:
             target, key = terminal, PTY_KEY.format(process_id)
         else:
             return  # it ended already
-        self.sessions.add(Session(process_id, target, record.os_pid or 0, key, owned=pipe is None))
+        folder = self._folder_of(process_id)
+        output = None if folder is None or not record.input.argv else stream_paths(folder)[0]
+        session = Session(process_id, target, record.os_pid or 0, key, output, owned=pipe is None)
+        self.sessions.add(session)
         ending = asyncio.ensure_future(self._end_session(handle))
         self._ending.add(ending)
         ending.add_done_callback(self._ending.discard)

@@ -15,11 +15,15 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from procledger.adapters.input_waits import InputSource, InputWaitWatch, Waiting
 from procledger.domain.errors import InputRefused
+from procledger.domain.input import InputWait, WaitKind
 from procledger.supervisor.input import InputTarget, PipeInput, deliver
 from procledger.supervisor.terminal import Terminal, TerminalSize
 
@@ -33,6 +37,10 @@ log = logging.getLogger("procledger.agent")
 PTY_KEY: Final = "{}/pty"
 STDIN_KEY: Final = "{}/stdin"
 RELAY_CHUNK: Final = 65_536
+WATCH_S: Final = 0.2
+"""How often each session is looked at: a wait settles in two looks, so it is told within
+about half a second (the issue's bound: 1 s)."""
+LAST_LINE_BYTES: Final = 4096
 
 
 class DescriptorStore(Protocol):
@@ -57,6 +65,9 @@ class Session:
     owned: bool = True
     appender: int = -1  # the output file, opened for a relay
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    watch: InputWaitWatch | None = None
+    seen: int = 0  # how much of the output file the watch has seen
+    waiting: bool = False  # a wait is on record
 
     @property
     def terminal(self) -> Terminal | None:
@@ -66,10 +77,15 @@ class Session:
 class Sessions:
     """The sessions by process id, each descriptor kept in the anchor's store as well."""
 
-    def __init__(self, registry: ProcessRegistry, store: DescriptorStore | None) -> None:
-        self._registry, self._store = registry, store
+    def __init__(
+        self,
+        registry: ProcessRegistry,
+        store: DescriptorStore | None,
+        told: Callable[[str, Waiting], None] | None = None,
+    ) -> None:
+        """``told``: called (in a worker thread) once a wait is on record, to notify."""
+        self._registry, self._store, self._told = registry, store, told
         self._by_id: dict[str, Session] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -97,6 +113,7 @@ class Sessions:
                 log.warning("process %s: its input is not kept by the anchor: %s",
                             session.process_id, error)  # fmt: skip
         self._by_id[session.process_id] = session
+        self._watch(session)
 
     def adopt(self, process_id: str, pid: int, fds: dict[str, int], output: Path | None) -> None:
         """A run an earlier agent spawned and this one holds: take its descriptors back from
@@ -109,11 +126,12 @@ class Sessions:
             session.owned, session.output = False, output
             self._by_id[process_id] = session
             self._relay(session)
+            self._watch(session)
         elif stdin_fd is not None:
             key = STDIN_KEY.format(process_id)
-            self._by_id[process_id] = Session(
-                process_id, PipeInput(stdin_fd), pid, key, owned=False
-            )
+            session = Session(process_id, PipeInput(stdin_fd), pid, key, output, owned=False)
+            self._by_id[process_id] = session
+            self._watch(session)
 
     def forget_unheld(self, fds: dict[str, int]) -> None:
         """Descriptors of runs that ended while no agent ran: closed and dropped."""
@@ -142,6 +160,9 @@ class Sessions:
             applied: bool = await asyncio.to_thread(
                 deliver, self._registry, process_id, session.target, data, **options
             )
+        if session.watch is not None:
+            session.watch.note_input()
+            session.waiting = False  # the input_sent fact ended the wait on record
         return applied
 
     def keys(self, process_id: str, data: bytes, size: TerminalSize | None) -> int:
@@ -159,6 +180,75 @@ class Sessions:
             return 0
         except OSError as error:
             raise InputRefused(f"process {process_id!r}: its input is closed ({error})") from None
+
+    # -- knowing when one waits for input (docs/design.md §20.3) ---------------------------
+
+    def _watch(self, session: Session) -> None:
+        target = session.target
+        source = (
+            InputSource.of_terminal(target.fileno())
+            if isinstance(target, Terminal)
+            else InputSource.of_pipe(target.fileno())
+        )
+        session.watch = InputWaitWatch(source, session.pid)  # its first look reads the tail
+
+    async def watch_waits(self) -> None:
+        """Look at every session every ``WATCH_S``: a wait that settled is recorded (and
+        notified), one that ended without a send recorded as ended."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            now = time.monotonic()
+            for session in list(self._by_id.values()):
+                change = self._look(session, now)
+                if change is not None:
+                    await asyncio.to_thread(self._record, session.process_id, change)
+
+    def _look(self, session: Session, now: float) -> Waiting | bool | None:
+        """What to record of ``session`` now: a ``Waiting``, ``False`` (its wait is over) or
+        nothing."""
+        watch = session.watch
+        if watch is None:
+            return None
+        self._note_output(session, watch)
+        found = watch.check(now)
+        if found is not None:
+            session.waiting = True
+            return found
+        if session.waiting and not watch.fired:
+            session.waiting = False
+            return False
+        return None
+
+    def _note_output(self, session: Session, watch: InputWaitWatch) -> None:
+        """What the run wrote since the last look (its tail is enough for the last line)."""
+        if session.output is None:
+            return
+        try:
+            size = session.output.stat().st_size
+            if size == session.seen:
+                return
+            start = max(session.seen, size - LAST_LINE_BYTES)
+            if size < session.seen:  # the bound cut the file's front: read its end
+                start = max(0, size - LAST_LINE_BYTES)
+            with open(session.output, "rb") as file:
+                file.seek(start)
+                data = file.read(size - start)
+        except OSError:
+            return
+        session.seen = size
+        watch.note_output(data)
+
+    def _record(self, process_id: str, change: Waiting | bool) -> None:
+        try:
+            if isinstance(change, Waiting):
+                wait = InputWait(WaitKind(change.kind), change.last_line, change.pid, change.how)
+                self._registry.record_waiting(process_id, wait)
+                if self._told is not None:
+                    self._told(process_id, change)
+            else:
+                self._registry.record_wait_ended(process_id)
+        except Exception as error:  # it ended meanwhile, or the store is down: next time
+            log.info("process %s: waiting for input not recorded: %s", process_id, error)
 
     # -- relaying a held terminal -----------------------------------------------------------
 

@@ -76,8 +76,9 @@ def _add_hot(typer_app: typer.Typer, spec: CommandSpec) -> None:
 
 # The order of registration is the order of `procledger --help`: the order a person uses them.
 command = partial(app.command, cls=Command)
-for spec in (table.RUN, table.WAIT, table.PS, table.SHOW, table.LOGS, table.STOP):
+for spec in (table.RUN, table.WAIT, table.PS, table.SHOW, table.LOGS, table.STOP, table.SEND):
     _add_hot(app, spec)
+_add_hot(app, table.ATTACH)
 command(short_help="Start the service file's services (converge).")(services.up)
 command(short_help="Stop the service file's services.")(services.down)
 command(short_help="Stop services and start them again.")(services.restart)

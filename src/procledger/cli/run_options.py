@@ -78,11 +78,13 @@ def parse_stdin(value: str | None, background: bool) -> StdinSource:
     readable file, checked before anything is recorded."""
     if value is None:
         return "null" if background else "inherit"
-    if value in ("null", "pipe"):
-        if value == "pipe" and not background:
+    if value == "null":
+        return "null"
+    if value == "pipe":
+        if not background:
             message = "--stdin pipe is a background run's (send writes to it)"
             raise UsageError(message, "--stdin")
-        return value
+        return "pipe"
     if value == "inherit":
         if background:
             message = "a background run has no stdin to inherit (use null or a file)"

@@ -251,7 +251,7 @@ SEND = CommandSpec(
 
 ATTACH = CommandSpec(
     ("attach",),
-    "Join a background process's terminal; detach and leave it running.",
+    "Join a background process's terminal (detach: Ctrl-P Ctrl-Q).",
     "Join a background process's terminal; detach and leave it running.\n\nFor a process "
     "started with run --background --pty. What you type goes to it (not recorded: send is); "
     "its output is shown as it comes, the last screenful first; the window size follows "

@@ -5,6 +5,7 @@ document: the CLI's hot commands read documents and never build a model (§8.1).
 
 from __future__ import annotations
 
+import base64
 import shlex
 from collections.abc import Mapping
 from datetime import datetime
@@ -118,6 +119,10 @@ def listed_outcome(record: ProcessRecord | Document, now_ms: int) -> str:
     whether the service gave up -- or, in a backoff, when the attempt starts (``next in 1.2s ·
     attempt 3``), which is what a person scanning the list needs to know of it."""
     attempt = _field(record, "attempt")
+    waiting = _field(record, "waiting_for_input")
+    if waiting is not None:  # what a person scanning the list must act on (§20.3)
+        kind = waiting["kind"] if isinstance(waiting, Mapping) else waiting.kind
+        return f"waiting for input ({kind})"
     if attempt is None:
         return outcome(record)
     if in_backoff(record, now_ms):
@@ -203,11 +208,30 @@ def event_details(event: ProcessEvent | Document, *, with_payload: bool = False)
     facts = payload.get("os")
     if isinstance(facts, dict) and facts.get("pid"):
         parts.append(f"pid={facts['pid']}")
-    if isinstance(payload.get("pid"), int):  # a kept orphan stopped (``orphan_stopped``)
+    if isinstance(payload.get("pid"), int) and "by" in payload:  # a kept orphan stopped
         parts.append(f"pid={payload['pid']} by={payload.get('by')}")
+    parts += _input_details(payload)
     owner = payload.get("owner")
     if isinstance(owner, dict) and owner.get("owner_id"):
         parts.append(f"owner={owner['owner_id']}")
     if with_payload and replay_key is not None:
         parts.append(f"payload={payload}")
     return " ".join(" ".join(parts).split())
+
+
+def _input_details(payload: Mapping[str, Any]) -> list[str]:
+    """An ``input_sent``'s size and bytes (shown escaped, or ``redacted``); a
+    ``waiting_for_input``'s kind and last line (docs/design.md §20)."""
+    if "command_id" in payload and "size" in payload:
+        data = payload.get("data")
+        sent = "redacted" if data is None else shell_word(_decoded(data))
+        return [f"bytes={payload['size']}", f"data={sent}"] + (
+            ["eof"] if payload.get("eof") else []
+        )
+    if "last_line" in payload and "kind" in payload:
+        return [f"kind={payload['kind']}", f"last_line={shell_word(str(payload['last_line']))}"]
+    return []
+
+
+def _decoded(data: str) -> str:
+    return base64.b64decode(data).decode("utf-8", errors="backslashreplace")

@@ -18,7 +18,7 @@ from procledger.cli._format import command_text, local_time, outcome, write_tabl
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading
 from procledger.cli.lines import write_json
-from procledger.domain.wording import event_details, service_lines
+from procledger.domain.wording import event_details, service_lines, shell_word
 
 __all__ = ["resolve", "scoped", "show"]
 
@@ -128,6 +128,13 @@ def _print_summary(
         rows.append(("first started by", record["first_started"]["owner"]["owner_id"]))
     if record.get("diagnostic"):
         rows.append(("diagnostic", " ".join(record["diagnostic"].split())))
+    if record.get("pty"):
+        rows.append(("terminal", "a pseudo-terminal (its output one stream: stdout)"))
+    waiting = record.get("waiting_for_input")
+    if waiting is not None:
+        since = local_time(waiting["since_ms"])
+        rows.append(("waiting", f"for input ({waiting['kind']}) since {since}: "
+                                f"{shell_word(waiting['last_line'])}"))  # fmt: skip
     if record.get("output") is not None:
         rows.append(("output", output_line(record["output"])))
     first = attempts[0] if attempts else None

@@ -20,6 +20,7 @@ from procledger.cli.lines import (
     write_line,
 )
 from procledger.cli.run_options import RunOptions
+from procledger.cli.values import UsageError
 from procledger.domain.errors import NameTaken, ProcledgerError, SpawnError
 
 __all__ = [
@@ -51,6 +52,9 @@ def run(options: Namespace, url: str | None, *, fast: bool) -> int:
         from procledger.cli.running import run_foreground
 
         return run_foreground(url, parsed)
+    if parsed.restart is not None and (parsed.stdin == "pipe" or getattr(parsed, "pty", None)):
+        message = "a service that restarts (--restart) cannot hold a session (--pty, --stdin pipe)"
+        raise UsageError(message, "--restart")
     if parsed.replace and parsed.name is not None:
         _replace(url, parsed)
     try:
