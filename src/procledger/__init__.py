@@ -125,6 +125,9 @@ with _exported():  # the rest (§10), on first use: pydantic, the stores, the su
     from procledger.domain.notification import (
         ProcessCompletionNotification as ProcessCompletionNotification,
     )
+    from procledger.domain.notification import (
+        ProcessInputNotification as ProcessInputNotification,
+    )
     from procledger.domain.records import MAX_DIAGNOSTIC_BYTES as MAX_DIAGNOSTIC_BYTES
     from procledger.domain.records import MAX_PROCESS_HANDLE_BYTES as MAX_PROCESS_HANDLE_BYTES
     from procledger.domain.records import ExternalRef as ExternalRef

@@ -1,4 +1,5 @@
-"""A loop's completion notifications as an async iterator (docs/design.md §17, §4.3).
+"""A loop's notifications (completions and waits for input) as an async iterator
+(docs/design.md §17, §4.3, §4.4).
 
 ``async for notification in notifications(inbox)`` takes the oldest pending notification
 (``LoopInbox.take``: no other consumer can get it), marks it consumed -- durably, through the
@@ -16,13 +17,13 @@ import anyio
 from anyio import to_thread
 
 from procledger.aio.wakeup import Wakeup
-from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.notification import Notification
 from procledger.notifications.inbox import LoopInbox
 
 __all__ = ["notifications"]
 
 
-async def notifications(inbox: LoopInbox) -> AsyncGenerator[ProcessCompletionNotification, None]:
+async def notifications(inbox: LoopInbox) -> AsyncGenerator[Notification, None]:
     """Each notification of ``inbox`` as it arrives, consumed, for ever (break to stop).
 
     Raises:
@@ -43,7 +44,7 @@ async def notifications(inbox: LoopInbox) -> AsyncGenerator[ProcessCompletionNot
         wakeup.close()
 
 
-async def _consume(inbox: LoopInbox, taken: ProcessCompletionNotification) -> None:
+async def _consume(inbox: LoopInbox, taken: Notification) -> None:
     """Mark ``taken`` consumed; shielded, so a cancellation cannot separate the mark from the
     hand-over (the caller yields it next, with no checkpoint in between)."""
     with anyio.CancelScope(shield=True):

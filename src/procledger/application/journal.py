@@ -1,5 +1,6 @@
-"""The notification journal of one ledger: completion notifications stored as commands before
-they are dispatched, unique by command id (see ``procledger.notifications.journal``).
+"""The notification journal of one ledger: process notifications (completions and waits for
+input) stored as commands before they are dispatched, unique by command id (see
+``procledger.notifications.journal``).
 
 In one write transaction the stored payload is read first: found, the bytes are compared —
 equal is a retry (nothing is written, so the commit costs no fsync), different is an
@@ -21,7 +22,7 @@ from typing import Any
 from procledger.adapters.sql import journal_rows
 from procledger.adapters.sql.store import Store, Tx
 from procledger.domain.errors import IdempotencyCollision, StoreError
-from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.notification import Notification
 from procledger.notifications.journal import (
     JournalAppend,
     JournalEntry,
@@ -36,7 +37,7 @@ class NotificationJournal:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def append(self, notification: ProcessCompletionNotification) -> JournalAppend:
+    def append(self, notification: Notification) -> JournalAppend:
         """Journal a notification the caller has just validated (see ``journal_append``)."""
         payload = journal_payload(notification)
         command_id = str(notification.command_id)
@@ -72,7 +73,7 @@ class NotificationJournal:
             )
         return JournalAppend(new=False, consumed=bool(row["consumed"]))
 
-    def get(self, command_id: uuid.UUID | str) -> ProcessCompletionNotification | None:
+    def get(self, command_id: uuid.UUID | str) -> Notification | None:
         key = str(uuid.UUID(str(command_id)))
         row = self.store.attempt(lambda tx: journal_rows.entry(tx, key))
         return None if row is None else decode_entry(row)
@@ -85,9 +86,7 @@ class NotificationJournal:
         keys = (str(command_id), str(session_id), str(loop_id))
         return self.store.attempt(lambda tx: journal_rows.mark_consumed(tx, *keys), write=True)
 
-    def undelivered(
-        self, session_id: uuid.UUID, loop_id: uuid.UUID
-    ) -> list[ProcessCompletionNotification]:
+    def undelivered(self, session_id: uuid.UUID, loop_id: uuid.UUID) -> list[Notification]:
         rows = self.store.attempt(
             lambda tx: journal_rows.unconsumed(tx, str(session_id), str(loop_id))
         )

@@ -68,7 +68,7 @@ from procledger.domain.errors import (
 )
 from procledger.domain.input import InputWait, SentInput
 from procledger.domain.leases import Acquired, Busy, CompletionAuthority, Lease, LeaseOwner
-from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.notification import Notification
 from procledger.domain.outcome import Outcome
 from procledger.domain.process import Process
 from procledger.domain.records import (
@@ -1158,8 +1158,8 @@ class ProcessRegistry:
 
     # -- the notification journal ----------------------------------------------------------------
 
-    def journal_append(self, notification: ProcessCompletionNotification) -> JournalAppend:
-        """Journal ``notification`` under its command id (validated again first).
+    def journal_append(self, notification: Notification) -> JournalAppend:
+        """Journal ``notification`` (either kind) under its command id (validated again first).
 
         Returns ``JournalAppend(new=True)`` when this call wrote the row, ``new=False`` for an
         identical retry (with ``consumed`` telling whether the loop handled it already). A call
@@ -1171,12 +1171,12 @@ class ProcessRegistry:
         """
         return self._journal.append(notification.revalidated())
 
-    def journal_append_checked(self, notification: ProcessCompletionNotification) -> JournalAppend:
+    def journal_append_checked(self, notification: Notification) -> JournalAppend:
         """``journal_append`` for a notification the caller has just validated."""
         return self._journal.append(notification)
 
-    def journal_get(self, command_id: Any) -> ProcessCompletionNotification | None:
-        """The journalled notification with that command id, or ``None``."""
+    def journal_get(self, command_id: Any) -> Notification | None:
+        """The journalled notification with that command id, of its own kind, or ``None``."""
         return self._journal.get(command_id)
 
     def journal_mark_consumed(self, session_id: Any, loop_id: Any, command_id: Any) -> bool:
@@ -1184,9 +1184,7 @@ class ProcessRegistry:
         (marking twice is harmless)."""
         return self._journal.mark_consumed(session_id, loop_id, command_id)
 
-    def journal_undelivered(
-        self, session_id: Any, loop_id: Any
-    ) -> list[ProcessCompletionNotification]:
+    def journal_undelivered(self, session_id: Any, loop_id: Any) -> list[Notification]:
         """The session's unconsumed notifications addressed to ``loop_id``, in journal order."""
         return self._journal.undelivered(session_id, loop_id)
 

@@ -1,13 +1,14 @@
-"""Completion notifications: journalled before dispatch, deduplicated by command id.
+"""Process notifications: journalled before dispatch, deduplicated by command id.
 
-``Notifier`` (one per session) validates a ``ProcessCompletionNotification``, journals it in the
-registry under its command id, and dispatches it into the owning loop's bounded ``LoopInbox``;
-each attempt answers a ``Delivery`` with a ``NotificationDisposition``.
+``Notifier`` (one per session) validates a ``ProcessCompletionNotification`` or a
+``ProcessInputNotification``, journals it in the registry under its command id, and dispatches
+it into the owning loop's bounded ``LoopInbox``; each attempt answers a ``Delivery`` with a
+``NotificationDisposition``.
 """
 
 from __future__ import annotations
 
-from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.notification import ProcessCompletionNotification, ProcessInputNotification
 from procledger.notifications.delivery import Delivery, NotificationDisposition
 from procledger.notifications.inbox import LoopInbox
 from procledger.notifications.journal import Journal, JournalAppend, JournalEntry
@@ -22,4 +23,5 @@ __all__ = [
     "NotificationDisposition",
     "Notifier",
     "ProcessCompletionNotification",
+    "ProcessInputNotification",
 ]

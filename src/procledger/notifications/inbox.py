@@ -1,4 +1,5 @@
-"""A loop's inbox: the bounded live set that completion notifications are dispatched into.
+"""A loop's inbox: the bounded live set that process notifications (completions and waits for
+input) are dispatched into.
 
 The inbox is also the live de-duplication guard, so a headless session (no journal) still
 recognises an at-least-once retry: a command id it holds — pending, or consumed within the last
@@ -18,10 +19,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from procledger.domain.errors import DeliveryStopped, IdempotencyCollision, NotFound
-from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.notification import Notification
 from procledger.notifications.delivery import ACCEPTED, DUPLICATE, Delivery, collision, stopped
-
-Notification = ProcessCompletionNotification
 
 
 class ConsumeSink(Protocol):

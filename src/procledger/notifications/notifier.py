@@ -1,5 +1,7 @@
-"""One session's completion notifier: validate, route, journal, then dispatch (docs/design.md §4).
+"""One session's notifier: validate, route, journal, then dispatch (docs/design.md §4).
 
+Both kinds of process notification — a completion, and a wait for input (§4.4) — take the same
+path, so a loop sees them in one order and a retry of either deduplicates on its command id.
 The order is the contract:
 
 1. validate the notification again (a ``model_construct``ed object is never trusted) and check
@@ -27,12 +29,14 @@ from procledger.domain.errors import (
     ProcessLifecycleValidationError,
     UnsupportedLoop,
 )
-from procledger.domain.notification import ProcessCompletionNotification
+from procledger.domain.notification import (
+    Notification,
+    ProcessCompletionNotification,
+    ProcessInputNotification,
+)
 from procledger.notifications.delivery import DUPLICATE, Delivery, collision, stopped
 from procledger.notifications.inbox import LoopInbox
 from procledger.notifications.journal import Journal
-
-Notification = ProcessCompletionNotification
 
 
 def _uuid(field: str, value: uuid.UUID | str) -> uuid.UUID:
@@ -52,7 +56,7 @@ class _Loop:
 
 
 class Notifier:
-    """Delivers process completion notifications to the loops of one session.
+    """Delivers process notifications (completions, waits for input) to the loops of one session.
 
     ``registry`` is the ``ProcessRegistry`` whose journal makes delivery durable (or any object
     with its ``journal_*`` methods); ``None`` makes a headless notifier. Thread-safe.
@@ -110,7 +114,7 @@ class Notifier:
 
     # -- delivery ------------------------------------------------------------------------------
 
-    def notify_process_completion(self, notification: Notification) -> Delivery:
+    def notify_process_completion(self, notification: ProcessCompletionNotification) -> Delivery:
         """Validate, route, journal, dispatch — in that order (see the module docstring).
 
         The command is journalled under its ``command_id`` before the loop sees it, so nothing
@@ -126,7 +130,26 @@ class Notifier:
             OwnerMismatch: it is addressed to another session (nothing is written).
             StoreError: the journal could not be written (nothing is dispatched).
         """
-        checked = notification.revalidated()
+        return self._deliver(ProcessCompletionNotification.model_validate(notification))
+
+    def notify_input_wait(self, notification: ProcessInputNotification) -> Delivery:
+        """Tell the loop its process blocks waiting for input; the same steps, journal and
+        answers as ``notify_process_completion`` (docs/design.md §4.4), so a watcher that sees
+        the same wait twice may simply send it again under the same command id.
+
+        Returns:
+            A ``Delivery``: accepted, duplicate (already pending or consumed), collision (the
+            command id was used for another payload, of either kind) or stopped, with the reason.
+
+        Raises:
+            ProcessLifecycleValidationError: the notification is invalid (nothing is written).
+            OwnerMismatch: it is addressed to another session (nothing is written).
+            StoreError: the journal could not be written (nothing is dispatched).
+        """
+        return self._deliver(ProcessInputNotification.model_validate(notification))
+
+    def _deliver(self, checked: Notification) -> Delivery:
+        """Steps 1 (the owner) to 4 for a notification validated again a moment ago."""
         if checked.session_id != self._session_id:
             raise OwnerMismatch(
                 f"command {checked.command_id} is addressed to session {checked.session_id}, "
