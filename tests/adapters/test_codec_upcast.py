@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from _shared import drive, os_facts
 from procledger.adapters.codec import OrjsonMapper, decode_event
 from procledger.domain.errors import StoreError
+from procledger.domain.input import InputWait, SentInput, WaitKind
 from procledger.domain.leases import CompletionAuthority, LeaseOwner
 from procledger.domain.process import Process
 from procledger.domain.records import (
@@ -274,7 +275,7 @@ def stored_event_classes() -> set[type[Any]]:
 
 def test_every_stored_event_class_declares_its_version() -> None:
     classes = stored_event_classes()
-    assert len(classes) == 24
+    assert len(classes) == 27
     undeclared = [cls.__qualname__ for cls in classes if "class_version" not in vars(cls)]
     assert undeclared == []
     versions = {cls.__qualname__: vars(cls)["class_version"] for cls in classes}
@@ -369,6 +370,9 @@ def test_every_event_class_round_trips() -> None:
     process.record_backgrounded(3, at_ms=4, event_id=None, os=FACTS)
     process.record_ready(4, ["port:80"], at_ms=4)
     process.request_stop("terminated", at_ms=5, event_id=None)
+    process.record_waiting(InputWait(WaitKind.prompt, ">>> ", 1, "pselect6"), at_ms=6)
+    process.record_wait_ended(at_ms=6)
+    process.record_input(SentInput("c-1", b"print(1)\n", eof=True), at_ms=7)
     events = process.collect_events()
     terminals = {
         "completed": lambda p: p.complete(

@@ -31,11 +31,13 @@ import resource
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from procledger.adapters.direct_output import Follower, stream_paths
+from procledger.adapters.input_waits import Waiting
 from procledger.adapters.output_files import folder_for, output_root
 from procledger.adapters.proc_facts import host_id
 from procledger.agent.anchor import CANNOT_SERVE
@@ -77,6 +79,7 @@ from procledger.domain.errors import (
     StoreUnavailable,
 )
 from procledger.domain.leases import LeaseOwner, LeaseTimings
+from procledger.domain.notification import ProcessInputNotification
 from procledger.notifications.notifier import Notifier
 from procledger.supervisor.control import host_owner, owner_session
 from procledger.supervisor.execution import StopPolicy
@@ -101,6 +104,9 @@ BRING_BACK_READY_S: Final = 120.0
 """How long a service brought back after a takeover waits for a dependency to be ready (then
 it starts anyway, and says so in the log: ``up`` is where a person sees such a failure)."""
 """How long a ``shutdown`` waits before it begins: its reply must leave first."""
+
+WAIT_NOTICES: Final = uuid.UUID("6f1d8c1e-3b0a-4f63-9a51-5f2d7e0c9b14")
+"""The namespace of a wait's notification command id (uuid5 of the process and the wait)."""
 
 __all__ = ["AGENT_ROLE", "AGENT_TIMINGS", "AgentHost"]
 
@@ -146,7 +152,7 @@ class AgentHost:
             registry.run_read, store_key=key, close=_nothing, registry=registry
         )
         self._store = FdStore.from_environment()
-        self.sessions = Sessions(registry, self._store)
+        self.sessions = Sessions(registry, self._store, told=self._tell_waiting)
 
     # -- the whole life ---------------------------------------------------------------------
 
@@ -344,6 +350,24 @@ class AgentHost:
         with contextlib.suppress(Exception):  # however its end went, its input is over
             await handle.wait()
         self.sessions.end(handle.process_id)
+
+    def _tell_waiting(self, process_id: str, waiting: Waiting) -> None:
+        """(A worker thread, the wait on record.) The process's loop is told, as of its
+        completion: a command journalled before dispatch, its id derived from the wait, so
+        telling it again -- a retry, the next agent -- is a duplicate (docs/design.md §20.3)."""
+        row = self.registry.handle_row(process_id)
+        wait = self.registry.get(process_id).waiting_for_input
+        if row is None or row.session_id is None or row.loop_id is None or wait is None:
+            return
+        notification = ProcessInputNotification(
+            command_id=uuid.uuid5(WAIT_NOTICES, f"{process_id}:{wait.since_ms}"),
+            session_id=row.session_id,
+            loop_id=row.loop_id,
+            process_handle=row.handle,
+            kind=waiting.kind,
+        )
+        delivery = self._notifier.notify_input_wait(notification)
+        log.info("process %s waits for input (%s): %s", process_id, waiting.kind, delivery)
 
     async def _send(self, request: dict[str, Any]) -> dict[str, Any]:
         """``send``: journalled, then written (``Sessions.send``)."""

@@ -163,6 +163,8 @@ class Sessions:
         if session.watch is not None:
             session.watch.note_input()
             session.waiting = False  # the input_sent fact ended the wait on record
+        if options.get("eof") and not isinstance(session.target, Terminal):
+            self._drop(session.key)  # the anchor's copy too: only then does the reader see EOF
         return applied
 
     def keys(self, process_id: str, data: bytes, size: TerminalSize | None) -> int:

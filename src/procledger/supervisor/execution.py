@@ -31,8 +31,8 @@ Design, and why:
 
 from __future__ import annotations
 
+import functools
 import math
-import os
 import signal
 import subprocess
 import threading
@@ -44,7 +44,7 @@ from typing import Final, Protocol, final
 from procledger.domain.errors import Interrupted
 from procledger.supervisor import os_seam
 from procledger.supervisor.pump import Borrower, Consumer, Pump, ReaderGone
-from procledger.supervisor.terminal import Terminal, TerminalSize, open_terminal, relayed
+from procledger.supervisor.terminal import Terminal, TerminalSize, spawn_on_terminal
 
 __all__ = [
     "Borrower",
@@ -306,47 +306,53 @@ class OwnedChild:
         child's stdout and stderr as two descriptors it writes itself (no consumer then).
         ``hold_zombie``: once it exits, read its status but leave it unreaped until
         ``release`` (after its terminal is recorded), so that a crash in between leaves the
-        status to the anchor (docs/design.md §18.6). ``pty``: run it on a new pseudo-terminal
-        of that size (``terminal``), its one merged stream read as its stdout -- by ``stdout``,
-        else appended to ``files``' first -- and its input written through ``terminal``.
+        status to the anchor (docs/design.md §18.6). ``pty``: on a new pseudo-terminal of that
+        size, its master ``terminal`` (``terminal.spawn_on_terminal``).
         """
         args = checked_argv(argv)
         data = _encoded(stdin)
-        terminal, child_side = open_terminal(pty) if pty is not None else (None, None)
-        try:
-            child = os_seam.spawn(
-                args,
-                cwd=cwd,
-                env=env if marker is None else os_seam.marked_env(env, marker),
-                stdin_pipe=data is not None,
-                stdout_pipe=stdout is not None and terminal is None,
-                stderr_pipe=stderr is not None and terminal is None,
-                stdin_source=stdin_source,
-                files=files,
-                terminal=child_side,
-            )
-        except BaseException:
-            if terminal is not None:
-                terminal.close()
-            raise
-        finally:
-            if child_side is not None:
-                os.close(child_side)
-        if terminal is not None:
-            stdout, stderr = relayed(child, terminal, stdout, files), None
+        child_env = env if marker is None else os_seam.marked_env(env, marker)
+        spawn = functools.partial(
+            os_seam.spawn, args, cwd=cwd, env=child_env, stdin_pipe=data is not None,
+            stdin_source=stdin_source, files=files,
+        )  # fmt: skip
+        terminal = None
+        if pty is None:
+            child = spawn(stdout_pipe=stdout is not None, stderr_pipe=stderr is not None)
+        else:  # its terminal's one stream is read as its stdout
+            on_terminal = functools.partial(spawn, stdout_pipe=False, stderr_pipe=False)
+            child, terminal, stdout = spawn_on_terminal(pty, on_terminal, stdout, files)
+            stderr = None
+        owned = cls._owning(
+            child, data, (stdout, stderr), stop, marker=marker, hold_zombie=hold_zombie
+        )
+        owned.terminal = terminal
+        return owned
+
+    @classmethod
+    def _owning(
+        cls,
+        child: subprocess.Popen[bytes],
+        data: bytes | None,
+        sinks: tuple[Consumer | None, Consumer | None],
+        stop: StopPolicy,
+        *,
+        marker: str | None,
+        hold_zombie: bool,
+    ) -> OwnedChild:
+        """The spawned child, owned: its exit watched and its pipes pumped (or, if that cannot
+        be set up, killed and reaped at once)."""
+        command = os_seam.describe(child.args if isinstance(child.args, list) else [])
         exit_signal = None
         try:
             exit_signal = os_seam.watch_exit(child.pid)
-            pump = Pump(child, exit_signal, data, (stdout, stderr), os_seam.describe(args))
+            pump = Pump(child, exit_signal, data, sinks, command)
         except BaseException:
             os_seam.discard(child)
             if exit_signal is not None:
                 exit_signal.close()
             raise
-        command = os_seam.describe(args)
-        owned = cls(child, exit_signal, pump, command, stop, marker=marker, hold_zombie=hold_zombie)
-        owned.terminal = terminal
-        return owned
+        return cls(child, exit_signal, pump, command, stop, marker=marker, hold_zombie=hold_zombie)
 
     @property
     def pid(self) -> int:

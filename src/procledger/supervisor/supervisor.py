@@ -212,18 +212,15 @@ class Supervisor:
             stdin, stdout: what it reads (``/dev/null``); who gets its raw output (inherited).
             disposition, session_id, loop_id: what recovery may do if this supervisor dies
                 (§3.6); where the completion notification goes (both ids, or none sent).
-            capture, output_limit: keep the output (§14), this many bytes (0: none) at most.
+            capture, output_limit: keep the output (§14), this many bytes (0: none) at most;
             name, digest, port, port_range, attempt_of: §19 (``naming``; resuming a service).
-            ready: readiness probes (§15): the ``ready`` fact once all hold; past its
-                ``timeout_s`` the tree is stopped and the run ends ``failed``/``ready_timeout``.
+            ready: readiness probes (§15.2); past ``timeout_s``: ``failed``/``ready_timeout``.
             restart: start it again as new attempts when it ends (§15); the handle names the
                 service (``wait``/``stop`` act on its current attempt). ``stop``: its policy.
-            pty: run it on a pseudo-terminal (§20), its output one merged stream (``stdout``),
-                its input written by ``send``; ``True`` is 24x80.
+            pty: on a pseudo-terminal (§20; ``True``: 24x80); one output stream; ``send``.
 
         Raises:
-            TypeError, ValueError, OSError (``stdin``), NameTaken, PortTaken: nothing written.
-            SupervisorClosed: ``shutdown`` has begun.
+            SupervisorClosed, TypeError, ValueError, OSError, NameTaken, PortTaken: none written.
             InvalidTransition, LeaseLost: ``process_id`` was started before, or is held.
             SpawnError: the program could not be started; ``failed`` is recorded first.
         """

@@ -23,7 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["DEFAULT_SIZE", "Terminal", "TerminalSize", "open_terminal", "relayed", "take_terminal"]
+__all__ = [
+    "DEFAULT_SIZE",
+    "Terminal",
+    "TerminalSize",
+    "open_terminal",
+    "relayed",
+    "spawn_on_terminal",
+    "take_terminal",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +137,26 @@ def take_terminal() -> None:
     """Run in the child, after ``setsid`` and before exec: make its stdin -- the terminal --
     its controlling terminal, so Ctrl-C reaches its foreground group and ``/dev/tty`` opens."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def spawn_on_terminal(
+    size: TerminalSize,
+    spawn: Callable[..., subprocess.Popen[bytes]],
+    stdout: Callable[[bytes], None] | None,
+    files: tuple[int, int] | None,
+) -> tuple[subprocess.Popen[bytes], Terminal, Callable[[bytes], None]]:
+    """``spawn(terminal=child_side)`` on a new terminal of ``size``: the child, the master,
+    and the sink its output goes to (``relayed``). The child's side is closed here once the
+    child has it; the master too if the spawn fails."""
+    terminal, child_side = open_terminal(size)
+    try:
+        child = spawn(terminal=child_side)
+    except BaseException:
+        terminal.close()
+        raise
+    finally:
+        os.close(child_side)
+    return child, terminal, relayed(child, terminal, stdout, files)
 
 
 def relayed(
