@@ -104,7 +104,9 @@ class Sandbox:
         pids = list(self.pids)
         with contextlib.suppress(Exception):
             pids += list(self.agent_pids())[::-1]
-        for pid in pids:
+        for pid in pids:  # each session leads a group of its own: its whole tree goes
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -211,7 +213,7 @@ def bench_sessions(box: Sandbox, count: int) -> None:
     print(f"    anchor RSS {anchored[0] / 1024:.1f} MiB holding {count} terminals")
     for pid in box.pids:
         with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
     wait_for(lambda: box.registry.list_processes({"status": "running"}) == [], 60, 0.05)
     base = memory(agent)
     sleepers = [box.start(["sleep", "3600"], pty=False) for _ in range(count)]

@@ -25,12 +25,12 @@ from procledger.adapters.input_waits import (
     InputSource,
     InputWaitWatch,
     Waiting,
-    WaitKind,
     blocked_reader,
     classify,
 )
 from procledger.adapters.syscalls import input_calls, parse_syscall
 from procledger.domain.errors import ExecutionError
+from procledger.domain.input import WaitKind
 
 on_linux = pytest.mark.skipif(
     sys.platform != "linux" or not input_calls(),
@@ -207,24 +207,24 @@ PYTHON_SELECTS = (
 )
 """Waits on three pipes of its own and, if {} is 0, its terminal too (fd 0 is not the last)."""
 ON_A_TERMINAL = {
-    "read -s": (["bash", "-c", "read -s -p 'Password: ' x"], WaitKind.PASSWORD, "Password: "),
+    "read -s": (["bash", "-c", "read -s -p 'Password: ' x"], WaitKind.password, "Password: "),
     "getpass on /dev/tty": (
         [sys.executable, "-c", "import getpass; getpass.getpass('Passphrase: ')"],
-        WaitKind.PASSWORD,
+        WaitKind.password,
         "Passphrase: ",
     ),
     "y/n": (
         ["bash", "-c", "read -p 'Overwrite? [y/N] ' x"],
-        WaitKind.QUESTION,
+        WaitKind.question,
         "Overwrite? [y/N] ",
     ),
-    "python REPL": ([sys.executable, "-I", "-q", "-i"], WaitKind.PROMPT, ">>> "),
-    "head -c1": (["head", "-c1"], WaitKind.INPUT, ""),
-    "a reader thread": ([sys.executable, "-c", PYTHON_READS_IN_A_THREAD], WaitKind.INPUT, ""),
-    "poll": ([sys.executable, "-c", PYTHON_POLLS], WaitKind.INPUT, ""),
+    "python REPL": ([sys.executable, "-I", "-q", "-i"], WaitKind.prompt, ">>> "),
+    "head -c1": (["head", "-c1"], WaitKind.input, ""),
+    "a reader thread": ([sys.executable, "-c", PYTHON_READS_IN_A_THREAD], WaitKind.input, ""),
+    "poll": ([sys.executable, "-c", PYTHON_POLLS], WaitKind.input, ""),
     "select of several": (
         [sys.executable, "-c", PYTHON_SELECTS.format("0")],
-        WaitKind.PROMPT,
+        WaitKind.prompt,
         "> ",
     ),
 }
@@ -250,7 +250,7 @@ def test_cat_reading_a_pipe_is_found_waiting_for_input(sessions: Sessions) -> No
 
     waiting = session.next_waiting()
 
-    assert waiting == Waiting(session.process.pid, WaitKind.INPUT, "", "read(fd 0)")
+    assert waiting == Waiting(session.process.pid, WaitKind.input, "", "read(fd 0)")
 
 
 @on_linux
@@ -262,9 +262,9 @@ def test_two_prompts_in_a_row_are_each_found_once(sessions: Sessions) -> None:
     session.send(b"one\n")
     second = session.next_waiting()
 
-    assert (first.kind, first.last_line) == (WaitKind.PROMPT, "First: ")
+    assert (first.kind, first.last_line) == (WaitKind.prompt, "First: ")
     assert again == []
-    assert (second.kind, second.last_line) == (WaitKind.PROMPT, "Second: ")
+    assert (second.kind, second.last_line) == (WaitKind.prompt, "Second: ")
     assert second.pid == first.pid
 
 
@@ -458,23 +458,23 @@ PIPE = InputSource(pipe=(1, 2))
 @pytest.mark.parametrize(
     ("line", "kind"),
     [
-        ("[sudo] password for root: ", WaitKind.PASSWORD),
-        ("Enter passphrase for key '/root/.ssh/id_ed25519': ", WaitKind.PASSWORD),
-        ("Enter PIN:", WaitKind.PASSWORD),
-        ("Save password? [y/N] ", WaitKind.QUESTION),
+        ("[sudo] password for root: ", WaitKind.password),
+        ("Enter passphrase for key '/root/.ssh/id_ed25519': ", WaitKind.password),
+        ("Enter PIN:", WaitKind.password),
+        ("Save password? [y/N] ", WaitKind.question),
         (
             "Are you sure you want to continue connecting (yes/no/[fingerprint])? ",
-            WaitKind.QUESTION,
+            WaitKind.question,
         ),
-        ("Do you want to continue? [Y/n] ", WaitKind.QUESTION),
-        ("What is your name? ", WaitKind.QUESTION),
-        (">>> ", WaitKind.PROMPT),
-        ("... ", WaitKind.PROMPT),
-        ("root@host:~# ", WaitKind.PROMPT),
-        ("Name: ", WaitKind.PROMPT),
-        ("spinning up", WaitKind.INPUT),
-        ("Loading...", WaitKind.INPUT),
-        ("", WaitKind.INPUT),
+        ("Do you want to continue? [Y/n] ", WaitKind.question),
+        ("What is your name? ", WaitKind.question),
+        (">>> ", WaitKind.prompt),
+        ("... ", WaitKind.prompt),
+        ("root@host:~# ", WaitKind.prompt),
+        ("Name: ", WaitKind.prompt),
+        ("spinning up", WaitKind.input),
+        ("Loading...", WaitKind.input),
+        ("", WaitKind.input),
     ],
 )
 def test_the_last_line_tells_the_kind(line: str, kind: WaitKind) -> None:

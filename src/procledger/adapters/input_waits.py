@@ -25,7 +25,6 @@ import sys
 import termios
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 
 from procledger.adapters.syscalls import (
     BlockedCall,
@@ -35,11 +34,11 @@ from procledger.adapters.syscalls import (
     parse_syscall,
 )
 from procledger.domain.errors import ExecutionError
+from procledger.domain.input import WaitKind
 
 __all__ = [
     "InputSource",
     "InputWaitWatch",
-    "WaitKind",
     "Waiting",
     "blocked_reader",
     "classify",
@@ -58,16 +57,6 @@ _MOST_PROCESSES = 4096
 """The most processes of one session looked at per check: a fork bomb is not waiting."""
 _LAST_LINE_CHARS = 200
 _KEPT_RAW_CHARS = 4096
-
-
-class WaitKind(StrEnum):
-    """What a process waiting for input seems to want, as far as can be told."""
-
-    PASSWORD = "password"
-    QUESTION = "question"
-    PROMPT = "prompt"
-    INPUT = "input"
-    """Reading, but nothing tells what for (``cat``, ``head -c1``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,18 +375,18 @@ def classify(source: InputSource, last_line: str) -> WaitKind:
     program) -> ``prompt``; else ``input``."""
     modes = _terminal_modes(source)
     if modes is not None and not modes & termios.ECHO and modes & termios.ICANON:
-        return WaitKind.PASSWORD
+        return WaitKind.password
     text = last_line.rstrip()
     if _YES_NO.search(text):
-        return WaitKind.QUESTION
+        return WaitKind.question
     if _SECRET.search(text):
-        return WaitKind.PASSWORD
+        return WaitKind.password
     if text.endswith("?"):
-        return WaitKind.QUESTION
+        return WaitKind.question
     raw = modes is not None and not modes & termios.ICANON
     if raw or text.endswith(_PROMPT_ENDS) or last_line.endswith("... "):
-        return WaitKind.PROMPT
-    return WaitKind.INPUT
+        return WaitKind.prompt
+    return WaitKind.input
 
 
 def _terminal_modes(source: InputSource) -> int | None:
@@ -478,6 +467,11 @@ class InputWaitWatch:
     def last_line(self) -> str:
         """The last non-blank line of output so far, as a ``Waiting`` would carry it."""
         return self._last_line.text
+
+    @property
+    def fired(self) -> bool:
+        """Whether this episode's ``Waiting`` was given (and the episode is not over)."""
+        return self._fired
 
     def note_output(self, output: bytes | str) -> None:
         """New output arrived, as it came (a chunk of any size, split anywhere; bytes are

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from procledger.adapters.input_waits import InputSource, InputWaitWatch, Waiting
 from procledger.domain.errors import InputRefused
-from procledger.domain.input import InputWait, WaitKind
+from procledger.domain.input import InputWait
 from procledger.supervisor.input import InputTarget, PipeInput, deliver
 from procledger.supervisor.terminal import Terminal, TerminalSize
 
@@ -243,7 +243,7 @@ class Sessions:
     def _record(self, process_id: str, change: Waiting | bool) -> None:
         try:
             if isinstance(change, Waiting):
-                wait = InputWait(WaitKind(change.kind), change.last_line, change.pid, change.how)
+                wait = InputWait(change.kind, change.last_line, change.pid, change.how)
                 self._registry.record_waiting(process_id, wait)
                 if self._told is not None:
                     self._told(process_id, change)
