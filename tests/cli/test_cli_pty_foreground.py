@@ -303,3 +303,21 @@ def test_a_killed_run_hangs_up_its_command_s_terminal(
 def test_pty_is_one_tri_state_field(words: list[str], pty: bool | None) -> None:
     parsed = RunOptions.parse(vars(parse(RUN, [*words, "--", "true"])))
     assert parsed.pty is pty
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_gives_the_terminal_back_and_shuts_down(
+    spawn: Spawn, ledger: str, procs: Processes, signum: signal.Signals
+) -> None:
+    before = lflags(spawn("sleep", "0"))
+    child = run_in_terminal(
+        spawn, ledger, "--grace", "5", "--", "sh", "-c", "echo ready; exec sleep 60"
+    )
+    child.expect("ready")
+    supervised_child(ledger, procs)
+    wait_until(lambda: not lflags(child) & termios.ISIG, TIMEOUT_S, "the keys to be relayed")
+    os.kill(child.pid, signum)
+    assert ended(child) == 128 + signum
+    assert lflags(child) == before
+    record = only_process(ledger)
+    assert (record["state"], record["reason"]) == ("terminated", "runner_shutdown")

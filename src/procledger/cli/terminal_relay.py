@@ -126,7 +126,7 @@ class TerminalRelay:
         self._supervisor = supervisor
         self._source = source
         self._raw = RawMode(source)
-        self._done = threading.Event()
+        self._released = False  # a plain flag: set from signal handlers, which take no lock
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
         self._previous_winch: Any = None
@@ -141,11 +141,15 @@ class TerminalRelay:
         self._raw.keep_signals(False)
         if threading.current_thread() is threading.main_thread():
             self._previous_winch = signal.signal(signal.SIGWINCH, self._on_winch)
-        copier = _Copier(self._supervisor, handle, self._source, self._raw, self._done)
+        copier = _Copier(self._supervisor, handle, self._source, self._raw, self.released)
         self._thread = threading.Thread(
             target=copier.run, args=(self._wake_read,), name="procledger-terminal", daemon=True
         )
         self._thread.start()
+
+    def released(self) -> bool:
+        """Whether the relay has stopped: the child ended, or SIGTERM/SIGHUP came."""
+        return self._released
 
     def _on_winch(self, signum: int, frame: Any) -> None:
         with contextlib.suppress(OSError):
@@ -153,7 +157,7 @@ class TerminalRelay:
 
     def release(self) -> None:
         """Our terminal back as it was, and no more keys relayed (safe in a handler)."""
-        self._done.set()
+        self._released = True
         self._raw.leave()
 
     def close(self) -> None:
@@ -180,7 +184,7 @@ class _Copier:
         handle: ProcessHandle,
         source: int,
         raw: RawMode,
-        done: threading.Event,
+        done: Callable[[], bool],
     ) -> None:
         self._terminal_of: Callable[[], Terminal | None] = lambda: supervisor.terminal(handle)
         self._source: int | None = source
@@ -192,7 +196,7 @@ class _Copier:
 
     def run(self, wake: int) -> None:
         try:
-            while not self._done.is_set():
+            while not self._done():
                 self._follow()
                 watched = [wake] if self._source is None else [wake, self._source]
                 readable = select.select(watched, [], [], POLL_S)[0]
@@ -251,7 +255,7 @@ class _Copier:
         as it would hold a person typing."""
         master = self._master
         try:
-            while view and master is not None and not self._done.is_set():
+            while view and master is not None and not self._done():
                 written = master.write(view)
                 view = view[written:]
                 if view and not written:
@@ -299,7 +303,7 @@ class _Copier:
         # signal may be taken by another thread while this one runs on -- and continues the
         # child before we have stopped.
         signal.pthread_kill(threading.get_ident(), signal.SIGTSTP)  # returns once continued
-        if self._done.is_set():
+        if self._done():
             return
         self._raw.enter()
         self._resize()
