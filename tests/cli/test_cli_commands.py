@@ -152,7 +152,9 @@ def test_restore_after_run_was_killed(
     store: str,
 ) -> None:
     url = request.getfixturevalue("ledger" if store == "sqlite" else "postgres_ledger")
-    term, orphan = supervise_sleeper(terminal, procs, url)
+    # --no-pty: on a relayed terminal the child is hung up when `run` dies (SIGHUP), as in a
+    # closed terminal window; the orphan this test restores exists on the pipe path.
+    term, orphan = supervise_sleeper(terminal, procs, url, "--no-pty")
     (process_id,) = [r["id"] for r in records(url=url)]
 
     term.process.send_signal(signal.SIGKILL)  # mid-run: nothing records the end
@@ -194,7 +196,7 @@ def test_restore_after_run_was_killed(
 def test_restore_keep_orphans_leaves_the_child_running_and_says_so(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    term, orphan = supervise_sleeper(terminal, procs, ledger)
+    term, orphan = supervise_sleeper(terminal, procs, ledger, "--no-pty")  # as above
     term.process.send_signal(signal.SIGKILL)
     assert term.wait() == -signal.SIGKILL
     (restored,) = orjson.loads(ok("restore", "--keep-orphans", "--json", url=ledger))

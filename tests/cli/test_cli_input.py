@@ -292,7 +292,9 @@ def test_first_ctrl_c_on_a_child_that_ignores_it_says_how_to_kill(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
     ready = procs.pidfile("ignores-int")
-    term = terminal("--url", ledger, "run", "--grace", "60", "--", *ignoring(ready, "SIGINT"))
+    term = terminal(
+        "--url", ledger, "run", "--no-pty", "--grace", "60", "--", *ignoring(ready, "SIGINT")
+    )
     term.expect("ready")
     procs.await_pid(ready)
     term.ctrl_c()

@@ -1,6 +1,8 @@
 """``procledger run`` end to end in a pseudo-terminal (docs/design.md §8): output streams through,
-Ctrl-C stops the tree, a second Ctrl-C kills it, ``procledger stop`` from another process is
-carried out, exit codes follow how the command ended, ``--json`` prints the final record."""
+Ctrl-C stops the tree, a second Ctrl-C kills it (``--no-pty``: on the terminal relayed by
+default, Ctrl-C is the command's terminal's, tests/cli/test_cli_pty_foreground.py),
+``procledger stop`` from another process is carried out, exit codes follow how the command
+ended, ``--json`` prints the final record."""
 
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ def test_output_streams_through_and_the_exit_code_is_the_commands(
 def test_first_ctrl_c_interrupts_the_tree(
     ledger: str, terminal: Callable[..., Terminal], procs: Processes
 ) -> None:
-    term, child = supervise_sleeper(terminal, procs, ledger)
+    term, child = supervise_sleeper(terminal, procs, ledger, "--no-pty")
     term.ctrl_c()
     assert term.wait() == 130
     wait_until(lambda: not child.is_running() or child.status() == "zombie", what="child gone")
@@ -67,7 +69,14 @@ def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
 ) -> None:
     term_ignorer = procs.pidfile("ignores-int")
     term = terminal(
-        "--url", ledger, "run", "--grace", "0.3", "--", *ignoring(term_ignorer, "SIGINT")
+        "--url",
+        ledger,
+        "run",
+        "--no-pty",
+        "--grace",
+        "0.3",
+        "--",
+        *ignoring(term_ignorer, "SIGINT"),
     )
     term.expect("ready")
     procs.await_pid(term_ignorer)
@@ -81,6 +90,7 @@ def test_first_ctrl_c_escalates_to_the_stop_signal_then_sigkill(
         "--url",
         ledger,
         "run",
+        "--no-pty",
         "--grace",
         "0.3",
         "--stop-signal",
@@ -103,7 +113,14 @@ def test_second_ctrl_c_kills_at_once(
 ) -> None:
     ready = procs.pidfile("ignores-everything")
     term = terminal(
-        "--url", ledger, "run", "--grace", "60", "--", *ignoring(ready, "SIGINT", "SIGTERM")
+        "--url",
+        ledger,
+        "run",
+        "--no-pty",
+        "--grace",
+        "60",
+        "--",
+        *ignoring(ready, "SIGINT", "SIGTERM"),
     )
     term.expect("ready")
     child = procs.await_pid(ready)

@@ -22,7 +22,7 @@ RAW = {
     "ready_port": "8080", "ready_output": None, "ready_file": None, "ready_notify": False,
     "ready_timeout": "5s", "wait_ready": True, "restart": "on-failure", "max_restarts": "3",
     "restart_window": None, "backoff_initial": None, "backoff_max": None, "reset_after": None,
-    "name": "web", "replace": False, "port": "auto",
+    "name": "web", "replace": False, "port": "auto", "pty": False, "no_pty": False,
 }  # fmt: skip
 
 

@@ -18,6 +18,7 @@ watched by owner threads as with the plain Supervisor (``"leave"``).
 
 from __future__ import annotations
 
+import functools
 import math
 import signal
 import threading
@@ -34,13 +35,14 @@ from anyio.abc import TaskGroup
 from procledger.adapters.output_files import Chunk
 from procledger.aio.batches import Batches
 from procledger.aio.output import output_chunks
-from procledger.domain.errors import SupervisorClosed
+from procledger.domain.errors import InputRefused, SupervisorClosed
 from procledger.domain.leases import LeaseOwner
 from procledger.domain.records import ProcessRecord
 from procledger.supervisor.execution import POLL_S, OwnedChild, StopPolicy
 from procledger.supervisor.file_capture import FileCapture
 from procledger.supervisor.modes import StopMode
 from procledger.supervisor.supervisor import ProcessHandle, Settle, Supervisor
+from procledger.supervisor.terminal import TerminalSize
 
 _Started = tuple[ProcessHandle, "_Watched | None"]
 
@@ -127,6 +129,57 @@ class AsyncProcessHandle:
         )
         return record
 
+    async def send(
+        self,
+        data: bytes | str,
+        *,
+        command_id: str | None = None,
+        eof: bool = False,
+        redact: bool = False,
+    ) -> bool:
+        """Write ``data`` (str: UTF-8) to the process's terminal (``start(..., pty=True)``),
+        as ``Supervisor.send`` does it, in a worker thread: journalled as an ``input_sent``
+        fact under ``command_id`` first, then written (``eof``: its end of input after it).
+        ``False`` when that command id is on record already: nothing is written again. Once
+        begun, a send runs to its end even if the awaiting task is cancelled (the worker
+        thread is not interrupted: a send is never half journalled).
+
+        Raises:
+            InputRefused: it has no terminal (started without ``pty``) or it has ended.
+            StdinError: it did not read its input in time, or closed its side.
+            ReplayConflict: ``command_id`` was used with other input.
+        """
+        send = functools.partial(
+            self._supervisor.supervisor.send,
+            self.sync,
+            data,
+            command_id=command_id,
+            eof=eof,
+            redact=redact,
+        )
+        applied: bool = await self._supervisor.run_sync(send)
+        return applied
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Set the window of the process's terminal; the kernel tells its foreground group
+        (SIGWINCH). Done on the loop: one ``ioctl``, which does not block.
+
+        Raises:
+            ValueError: ``rows`` or ``cols`` is not 1 to 65535.
+            InputRefused: it has no terminal (started without ``pty``) or it has ended.
+        """
+        size = TerminalSize(rows, cols)
+        terminal = self._supervisor.supervisor.terminal(self.sync)
+        try:
+            if terminal is None:
+                raise ValueError("no terminal")
+            terminal.resize(size)
+        except (OSError, ValueError):  # none, or closed as it ended (its descriptor -1, EBADF)
+            raise InputRefused(
+                f"process {self.process_id!r} has no terminal to resize: it was started "
+                "without pty=True, or it has ended"
+            ) from None
+
     def output(
         self,
         *,
@@ -135,7 +188,8 @@ class AsyncProcessHandle:
         since_offset: int | tuple[int, int] = 0,
     ) -> AsyncGenerator[Chunk, None]:
         """Its captured output (docs/design.md §14): what is on disk, then, with ``follow``,
-        new bytes as they come until the process has ended. Cancelling the iterating task
+        new bytes as they come until the process has ended. A process on a terminal
+        (``pty``) has one merged stream, kept as ``stdout``. Cancelling the iterating task
         ends the reading, not the child.
 
         Raises (when iterated):

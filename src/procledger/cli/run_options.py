@@ -317,6 +317,35 @@ def _port(raw: Raw) -> int | Literal["auto"] | None:
         return check_port(port, option="--port")
 
 
+_PTY = (
+    _switch(
+        "pty",
+        "--pty",
+        "Run it on a pseudo-terminal this run relays (its stdout and stderr one stream, kept "
+        "as stdout): a REPL, an editor, a pager or a password prompt works as without "
+        "procledger, and Ctrl-C, Ctrl-Z and resizes reach it. The default when stdin and "
+        "stdout are terminals, without --json or --stdin.",
+    ),
+    _switch(
+        "no_pty", "--no-pty", "Never a pseudo-terminal: its stdin is passed on through a pipe."
+    ),
+)
+
+
+def _pty(raw: Raw) -> bool | None:
+    """``--pty``/``--no-pty``: ``None`` leaves it to the run (a terminal on stdin and stdout,
+    without ``--json``); ``--stdin`` names the command's input, so a pseudo-terminal -- which
+    is its input -- is then ruled out, and with ``--pty`` refused."""
+    if raw["pty"] and raw["no_pty"]:
+        raise UsageError("not with --no-pty", "--pty")
+    if raw["pty"] and raw["stdin"] is not None:
+        message = "not with --stdin: the pseudo-terminal is the command's stdin"
+        raise UsageError(message, "--pty")
+    if raw["pty"] or raw["no_pty"]:
+        return bool(raw["pty"])
+    return False if raw["stdin"] is not None else None
+
+
 _READY_NAMES = tuple(option.dest for option in _READY)
 _RESTART_NAMES = tuple(option.dest for option in _RESTART)
 
@@ -348,6 +377,7 @@ class RunOptions:
     name: str | None = field(metadata=_cli(_NAME, parse=_name))
     replace: bool = field(metadata=_cli(_REPLACE, parse=lambda raw: bool(raw["replace"])))
     port: int | Literal["auto"] | None = field(metadata=_cli(_PORT, parse=_port))
+    pty: bool | None = field(default=None, metadata=_cli(*_PTY, parse=_pty))
 
     @classmethod
     def parse(cls, raw: Raw) -> RunOptions:

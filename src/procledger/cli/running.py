@@ -34,6 +34,7 @@ from procledger.cli.run_options import RunOptions, StdinSource
 
 if TYPE_CHECKING:
     from procledger import ProcessHandle, ProcessRecord, ProcessRegistry, StopPolicy, Supervisor
+    from procledger.cli.terminal_relay import TerminalRelay
 
 _HINT_AFTER_S = 0.5
 """How long the first Ctrl-C's stop may take before the hint about the second one is shown."""
@@ -49,11 +50,12 @@ def _stop_policy(options: RunOptions) -> StopPolicy:
 def run_foreground(url: str | None, options: RunOptions) -> int:
     """Supervise in this process until the terminal is recorded; the exit code is the
     command's (docs/design.md §8)."""
-    with open_ledger(url) as registry, _child_stdin(options.stdin) as stdin:
+    relayed = wants_terminal(options)
+    with open_ledger(url) as registry, _child_stdin(options.stdin, relayed) as stdin:
         if options.replace and options.name is not None:
             stop_named(registry, options.name, options.grace_s)
         try:
-            record, exit_code = _supervise(registry, options, stdin=stdin)
+            record, exit_code = _supervise(registry, options, stdin=stdin, relayed=relayed)
         except SpawnError as exc:  # recorded `failed`; exit as a shell would
             fail("run", exc, spawn_exit_code(exc.errno))
         except NameTaken as taken:
@@ -64,6 +66,15 @@ def run_foreground(url: str | None, options: RunOptions) -> int:
     if exit_code and _tell_how_it_ended(record, as_json=options.as_json):
         warn(f"process {record.id} {how_it_ended(record)}")
     return exit_code
+
+
+def wants_terminal(options: RunOptions) -> bool:
+    """Whether the command runs on a pseudo-terminal relayed to ours (docs/design.md §20.1):
+    as ``--pty``/``--no-pty`` say, else when a person is at this one -- stdin and stdout both
+    terminals -- and stdout is not kept for ``--json``'s record."""
+    if options.pty is not None:
+        return options.pty
+    return options.stdin == "inherit" and not options.as_json and os.isatty(0) and os.isatty(1)
 
 
 def _tell_how_it_ended(record: ProcessRecord, *, as_json: bool) -> bool:
@@ -97,11 +108,13 @@ def _state_and_why(record: ProcessRecord) -> str:
 
 
 @contextmanager
-def _child_stdin(stdin: StdinSource) -> Iterator[StdinSource | int]:
-    """What the child reads: a terminal is passed on through a pipe, since a child in its own
-    process group would be stopped reading the terminal itself (cli/terminal_input.py)."""
-    if stdin != "inherit":
-        yield stdin
+def _child_stdin(stdin: StdinSource, relayed: bool) -> Iterator[StdinSource | int]:
+    """What the child reads: its pseudo-terminal when ``relayed`` (``null`` to ``start``,
+    whose terminal is then the child's stdin); else a terminal is passed on through a pipe,
+    since a child in its own process group would be stopped reading the terminal itself
+    (cli/terminal_input.py)."""
+    if relayed or stdin != "inherit":
+        yield "null" if relayed else stdin
         return
     from procledger.cli.terminal_input import terminal_stdin
 
@@ -117,9 +130,12 @@ class _RunSignals:
     --stop-signal after the grace, then SIGKILL). Second: kill now. SIGTERM/SIGHUP: shut the
     supervisor down (terminal `runner_shutdown`)."""
 
-    def __init__(self, supervisor: Supervisor, grace_s: float) -> None:
+    def __init__(
+        self, supervisor: Supervisor, grace_s: float, leaving: Callable[[], None] | None = None
+    ) -> None:
         self._supervisor = supervisor
         self._grace_s = grace_s
+        self._leaving = leaving  # gives our terminal back at once (a relayed run's)
         self._handle: ProcessHandle | None = None
         self._presses = 0
         self._threads: list[threading.Thread] = []
@@ -153,6 +169,8 @@ class _RunSignals:
     def _on_shutdown(self, signum: int, frame: Any) -> None:
         first = self.shutdown_signal is None
         self.shutdown_signal = signum
+        if self._leaving is not None:
+            self._leaving()
         if first and self._handle is not None:
             self._background(self._supervisor.shutdown, self._grace_s)
 
@@ -199,14 +217,10 @@ def _run_exit_code(record: ProcessRecord, returncode: int | None, shutdown: int 
 
 
 def _supervise(
-    registry: ProcessRegistry,
-    options: RunOptions,
-    *,
-    stdin: StdinSource | int,
-    process_id: str | None = None,
-    started: Callable[[ProcessHandle], None] | None = None,
+    registry: ProcessRegistry, options: RunOptions, *, stdin: StdinSource | int, relayed: bool
 ) -> tuple[ProcessRecord, int]:
-    """Run the command under a fresh CLI supervisor until its terminal is recorded."""
+    """Run the command under a fresh CLI supervisor until its terminal is recorded -- on a
+    pseudo-terminal relayed to ours when ``relayed`` (``cli.terminal_relay``)."""
     from procledger import Supervisor
 
     policy = _stop_policy(options)
@@ -215,33 +229,59 @@ def _supervise(
     supervisor = Supervisor(
         registry, owner=owner, notifier=notifier, stop=policy, notice=_notice, subreaper=True
     )
-    signals = _RunSignals(supervisor, policy.grace_s)
+    relay = _relay(supervisor) if relayed else None
+    signals = _RunSignals(supervisor, policy.grace_s, None if relay is None else relay.release)
     signals.install()
     try:
+        if relay is not None:
+            relay.raw()
         handle = supervisor.start(
             list(options.command),
-            process_id=process_id,
             stdin=stdin,
-            stdout=_to_stderr if options.as_json else None,
-            background=options.background,
+            stdout=_output(options, relayed=relay is not None),
+            pty=False if relay is None else relay.size,
             session_id=notifier.session_id,
             loop_id=loop_id,
-            capture=options.capture,
-            output_limit=options.output_limit,
-            ready=options.ready,
-            restart=options.restart,
-            name=options.name,
-            port=options.port,
+            **_start_options(options),
         )
-        if started is not None:
-            started(handle)
+        if relay is not None:
+            relay.attach(handle)
         signals.attach(handle)
         record = supervisor.wait(handle)
         returncode = supervisor.returncode(handle)
     finally:
+        if relay is not None:
+            relay.close()
         signals.restore()
         supervisor.shutdown(policy.grace_s)
     return record, _run_exit_code(record, returncode, signals.shutdown_signal)
+
+
+def _output(options: RunOptions, *, relayed: bool) -> Callable[[bytes], None] | None:
+    """Where the child's output goes: stderr with ``--json``, ours with a relayed terminal
+    (kept or not), else the capture passes it to ours (``None``)."""
+    if options.as_json or relayed:
+        return _passing_to(2 if options.as_json else 1)
+    return None
+
+
+def _relay(supervisor: Supervisor) -> TerminalRelay:
+    from procledger.cli.terminal_relay import TerminalRelay
+
+    return TerminalRelay(supervisor)
+
+
+def _start_options(options: RunOptions) -> dict[str, Any]:
+    """``Supervisor.start``'s options as ``run``'s say them."""
+    return {
+        "background": options.background,
+        "capture": options.capture,
+        "output_limit": options.output_limit,
+        "ready": options.ready,
+        "restart": options.restart,
+        "name": options.name,
+        "port": options.port,
+    }
 
 
 def _notice(line: str) -> None:
@@ -249,18 +289,22 @@ def _notice(line: str) -> None:
     os.write(2, f"{PROG}: {one_line(line)}\n".encode(errors="backslashreplace"))
 
 
-def _to_stderr(chunk: bytes) -> None:
-    """With --json, stdout carries only the final record: the child's output goes to stderr.
-    When stderr's reader went away, the child meets the broken pipe (``ReaderGone``), as
-    without --json."""
-    view = memoryview(chunk)
-    try:
-        while view:
-            view = view[os.write(2, view) :]
-    except BrokenPipeError as exc:
-        from procledger.supervisor.execution import ReaderGone
+def _passing_to(fd: int) -> Callable[[bytes], None]:
+    """The child's output, passed on to our ``fd``: stdout, or stderr with ``--json`` (whose
+    stdout carries only the final record). When its reader went away, the child meets the
+    broken pipe (``ReaderGone``), as if it had written there itself."""
 
-        raise ReaderGone from exc
+    def write(chunk: bytes) -> None:
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except BrokenPipeError as exc:
+            from procledger.supervisor.execution import ReaderGone
+
+            raise ReaderGone from exc
+
+    return write
 
 
 def start_after_agent_died(url: str | None, process_id: str, wait_s: float) -> str | None:

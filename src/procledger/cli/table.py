@@ -205,9 +205,11 @@ RUN = CommandSpec(
     ("run",),
     "Run a command under supervision and record its whole lifecycle.",
     "Run a command under supervision and record its whole lifecycle.\n\nIts output streams "
-    "through and is kept (see `logs`); its stdin is this one's (a pipe or the terminal). The "
-    "first Ctrl-C stops its whole tree (SIGINT, then --stop-signal, then SIGKILL, --grace "
-    "apart); a second kills it at once. Exits with the command's code; 130 if it was stopped "
+    "through and is kept (see `logs`). On a terminal it runs on a pseudo-terminal this one "
+    "relays (--pty): keys, Ctrl-C, Ctrl-Z and resizes are its own, as without procledger. "
+    "Otherwise its stdin is this one's, and the first Ctrl-C stops its whole tree (SIGINT, "
+    "then --stop-signal, then SIGKILL, --grace apart); a second kills it at once. Exits with "
+    "the command's code; 130 if it was stopped "
     "on request; 128+N if signal N ended it; 127 if the command was not found, 126 if it could "
     "not be executed.\n\n--ready-* probes (all must hold) record when it is ready; --restart "
     "starts it again as new attempts of one service, with backoff, until --max-restarts per "

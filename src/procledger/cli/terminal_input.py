@@ -6,7 +6,8 @@ that reads the terminal is stopped by the kernel (SIGTTIN), so the terminal itse
 handed to the child. Instead procledger reads what is typed — the terminal stays in its
 ordinary line mode, with echo and line editing — and passes it to the child through a pipe;
 end of input (Ctrl-D) closes the pipe. Programs that need a real terminal (an editor, a pager)
-are out of reach this way and are better run without procledger's supervision of input.
+are out of reach this way: on a terminal, ``run`` gives the command a pseudo-terminal of its own
+instead (``cli.terminal_relay``), and this pipe is what ``--no-pty`` keeps.
 """
 
 from __future__ import annotations
