@@ -74,7 +74,7 @@ def test_a_background_repl_answers_a_send_and_a_retried_send_is_applied_once(
     wait_until(lambda: logs_hold(agent, process_id, "done"), DEADLINE, "done")
     assert agent.logs(process_id).count("42\r\n") == 1
     sent = input_events(agent, process_id)
-    assert [e["command_id"] for e in sent][0] == "c-42"
+    assert next(e["command_id"] for e in sent) == "c-42"
     assert base64.b64decode(str(sent[0]["data"])) == b"print(6*7)\n"
     send(agent, process_id, "--eof")
     record = agent.await_terminal(process_id)
@@ -92,11 +92,13 @@ def test_a_password_prompt_s_answer_is_redacted_in_the_ledger_and_never_echoed(
     record = agent.await_terminal(process_id)
     assert record.exit_code == 0
     output = agent.logs(process_id)
-    assert "got 7" in output and "hunter2" not in output
+    assert "got 7" in output
+    assert "hunter2" not in output
     (event,) = input_events(agent, process_id)
     assert (event["data"], event["redacted"], event["size"]) == (None, True, 8)
     shown = agent.cli("show", process_id)
-    assert "hunter2" not in shown.stdout and "data=redacted" in shown.stdout
+    assert "hunter2" not in shown.stdout
+    assert "data=redacted" in shown.stdout
 
 
 def _echo_off(agent: LiveAgent, process_id: str) -> bool:
@@ -130,10 +132,12 @@ def test_send_refuses_a_process_that_takes_no_input_and_records_nothing(
     procs.add(agent.record(process_id).os_pid or 0)
     refused = agent.cli("send", process_id, "hi")
     assert refused.returncode == 1
-    assert refused.stderr.count("\n") == 1 and "takes no input" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert "takes no input" in refused.stderr
     assert input_events(agent, process_id) == []
     usage = agent.cli("send", process_id)
-    assert usage.returncode == 2 and "nothing to send" in usage.stderr
+    assert usage.returncode == 2
+    assert "nothing to send" in usage.stderr
 
 
 def test_attach_then_detach_leaves_the_session_running(agent: LiveAgent, procs: Processes) -> None:

@@ -13,7 +13,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from procledger import NameTaken, ProcessState, ProcledgerError, SpawnError, TerminalReason
 from procledger.cli._app import dump, open_ledger
@@ -31,10 +32,14 @@ from procledger.cli.lines import (
 )
 from procledger.cli.naming import answer_taken, stop_named
 from procledger.cli.run_options import RunOptions, StdinSource
+from procledger.cli.values import UsageError
 
 if TYPE_CHECKING:
     from procledger import ProcessHandle, ProcessRecord, ProcessRegistry, StopPolicy, Supervisor
     from procledger.cli.terminal_relay import TerminalRelay
+
+ChildStdin = Literal["inherit", "null"] | Path | int
+"""What a foreground child reads, as ``Supervisor.start`` takes it."""
 
 _HINT_AFTER_S = 0.5
 """How long the first Ctrl-C's stop may take before the hint about the second one is shown."""
@@ -108,13 +113,15 @@ def _state_and_why(record: ProcessRecord) -> str:
 
 
 @contextmanager
-def _child_stdin(stdin: StdinSource, relayed: bool) -> Iterator[StdinSource | int]:
+def _child_stdin(stdin: StdinSource, relayed: bool) -> Iterator[ChildStdin]:
     """What the child reads: its pseudo-terminal when ``relayed`` (``null`` to ``start``,
     whose terminal is then the child's stdin); else a terminal is passed on through a pipe,
     since a child in its own process group would be stopped reading the terminal itself
     (cli/terminal_input.py)."""
+    if stdin == "pipe":  # parse_stdin allows it with --background only
+        raise UsageError("--stdin pipe is a background run's (send writes to it)", "--stdin")
     if relayed or stdin != "inherit":
-        yield "null" if relayed else stdin
+        yield "null" if relayed else cast("ChildStdin", stdin)
         return
     from procledger.cli.terminal_input import terminal_stdin
 
@@ -217,7 +224,7 @@ def _run_exit_code(record: ProcessRecord, returncode: int | None, shutdown: int 
 
 
 def _supervise(
-    registry: ProcessRegistry, options: RunOptions, *, stdin: StdinSource | int, relayed: bool
+    registry: ProcessRegistry, options: RunOptions, *, stdin: ChildStdin, relayed: bool
 ) -> tuple[ProcessRecord, int]:
     """Run the command under a fresh CLI supervisor until its terminal is recorded -- on a
     pseudo-terminal relayed to ours when ``relayed`` (``cli.terminal_relay``)."""

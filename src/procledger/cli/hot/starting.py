@@ -52,7 +52,7 @@ def run(options: Namespace, url: str | None, *, fast: bool) -> int:
         from procledger.cli.running import run_foreground
 
         return run_foreground(url, parsed)
-    if parsed.restart is not None and (parsed.stdin == "pipe" or getattr(parsed, "pty", None)):
+    if parsed.restart is not None and (parsed.stdin == "pipe" or parsed.pty):
         message = "a service that restarts (--restart) cannot hold a session (--pty, --stdin pipe)"
         raise UsageError(message, "--restart")
     if parsed.replace and parsed.name is not None:
@@ -188,7 +188,7 @@ def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
         "grace_s": options.grace_s,
         "name": options.name,
         "port": options.port,
-        "pty": _terminal_size() if getattr(options, "pty", None) else None,
+        "pty": _terminal_size() if options.pty else None,
     }
 
 
