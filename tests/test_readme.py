@@ -48,6 +48,7 @@ def test_readme_sections_come_in_order() -> None:
         "Logs",
         "Readiness, waits and restarts",
         "Services",
+        "Interactive",
         "Web view",
         "The lifecycle table",
         "Library",
