@@ -270,8 +270,9 @@ class Adopted:
 
     def ended(self) -> bool:
         """Whether the child has ended (its pidfd is readable), without waiting."""
-        readable, _, _ = select.select([self.fileno()], [], [], 0)
-        return bool(readable)
+        readable = select.poll()  # not select(): an agent holds descriptors past FD_SETSIZE
+        readable.register(self.fileno(), select.POLLIN)
+        return bool(readable.poll(0))
 
     def collect(self) -> os.waitid_result | None:
         """Reap the ended child and return its status if we are its parent; ``None`` if it

@@ -109,10 +109,12 @@ def write_input(process_id: str, target: InputTarget, data: bytes, *, eof: bool)
     """Write all of ``data`` to a non-blocking target, waiting while it is full."""
     end = target.end_of_input() if eof else b""
     view, deadline = memoryview(data + end), time.monotonic() + WRITE_TIMEOUT_S
+    writable = select.poll()  # not select(): an agent holds descriptors past FD_SETSIZE
+    writable.register(target.fileno(), select.POLLOUT)
     try:
         while view:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([], [target], [], remaining)[1]:
+            if remaining <= 0 or not writable.poll(remaining * 1000):
                 raise StdinError(
                     f"process {process_id!r} did not read its input: {len(view)} of "
                     f"{len(data)} bytes unwritten after {WRITE_TIMEOUT_S:g} s"

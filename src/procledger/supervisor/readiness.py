@@ -154,8 +154,10 @@ class ReadinessWatch:
 
     def _sleep(self, seconds: float) -> None:
         seconds = max(0.0, seconds)
-        if self._socket is not None:
-            select.select([self._socket], [], [], seconds)
+        if self._socket is not None:  # poll, not select: the agent's fds pass FD_SETSIZE
+            readable = select.poll()
+            readable.register(self._socket, select.POLLIN)
+            readable.poll(seconds * 1000)
         else:
             self._woken.wait(seconds)
             self._woken.clear()
