@@ -59,6 +59,10 @@ class Terminal:
 
     def __init__(self, master: int) -> None:
         self._master = master
+        self._with: list[int] = []  # descriptors that live as long as it (``relayed``'s file)
+
+    def also_close(self, fd: int) -> None:
+        self._with.append(fd)
 
     def fileno(self) -> int:
         return self._master
@@ -113,10 +117,10 @@ class Terminal:
         return eof if isinstance(eof, bytes) else bytes([eof])
 
     def close(self) -> None:
-        if self._master >= 0:
+        for fd in [self._master, *self._with] if self._master >= 0 else []:
             with contextlib.suppress(OSError):
-                os.close(self._master)
-            self._master = -1
+                os.close(fd)
+        self._master, self._with = -1, []
 
 
 def open_terminal(size: TerminalSize = DEFAULT_SIZE) -> tuple[Terminal, int]:
@@ -174,7 +178,9 @@ def relayed(
         return stdout
     if files is None:
         return _discard
-    return _Appender(os.dup(files[0]))
+    appender = _Appender(os.dup(files[0]))
+    terminal.also_close(appender.fd)
+    return appender
 
 
 def _discard(chunk: bytes) -> None:
@@ -182,16 +188,13 @@ def _discard(chunk: bytes) -> None:
 
 
 class _Appender:
-    """Appends a terminal's output to a file, as the child writing it would have."""
+    """Appends a terminal's output to a file, as the child writing it would have; closed with
+    the terminal (``Terminal.close``)."""
 
     def __init__(self, fd: int) -> None:
-        self._fd = fd
+        self.fd = fd
 
     def __call__(self, chunk: bytes) -> None:
         view = memoryview(chunk)
         while view:
-            view = view[os.write(self._fd, view) :]
-
-    def __del__(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+            view = view[os.write(self.fd, view) :]
