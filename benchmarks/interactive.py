@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import fcntl
 import os
 import select
 import signal
@@ -38,7 +37,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -48,6 +46,7 @@ from procledger.adapters.input_waits import InputSource, blocked_reader
 from procledger.agent.launch import ask, ensure_agent
 from procledger.agent.places import AgentPlaces
 from procledger.supervisor.minting import new_process_id
+from procledger.supervisor.terminal import take_terminal
 
 CLI = [sys.executable, "-m", "procledger"]
 
@@ -76,8 +75,10 @@ class Sandbox:
 
     def start(self, argv: list[str], *, pty: bool = True, stdin: str = "null") -> str:
         process_id = new_process_id(int(time.time() * 1000))
-        order = {"op": "start", "argv": argv, "process_id": process_id, "cwd": str(self.folder),
-                 "env": dict(os.environ), "stdin": stdin, "pty": [24, 80] if pty else None}  # fmt: skip
+        order = {
+            "op": "start", "argv": argv, "process_id": process_id, "cwd": str(self.folder),
+            "env": dict(os.environ), "stdin": stdin, "pty": [24, 80] if pty else None,
+        }  # fmt: skip
         ask(self.places, order, timeout=60)
         self.pids.append(self.registry.get(process_id).os_pid or 0)
         return process_id
@@ -208,8 +209,9 @@ def bench_sessions(box: Sandbox, count: int) -> None:
     held = memory(agent)
     anchored = memory(anchor)
     print(f"(b) {count} concurrent sessions on one agent, each answered a send")
+    per_session = (held[0] - idle[0]) / count
     print(f"    agent RSS {held[0] / 1024:6.1f} MiB, PSS {held[1] / 1024:6.1f} MiB "
-          f"(idle {idle[0] / 1024:.1f} MiB): {(held[0] - idle[0]) / count:.0f} KiB a session")  # fmt: skip
+          f"(idle {idle[0] / 1024:.1f} MiB): {per_session:.0f} KiB a session")  # fmt: skip
     print(f"    anchor RSS {anchored[0] / 1024:.1f} MiB holding {count} terminals")
     for pid in box.pids:
         with contextlib.suppress(OSError):
@@ -241,14 +243,15 @@ def bench_detect(box: Sandbox, prompts: int) -> None:
     print(f"(c) waiting for input told, {prompts} prompts")
     print(f"    agent (fact on record)  p50 {p50(latencies):6.1f} ms  "
           f"p95 {percentile(latencies, 0.95):6.1f} ms")  # fmt: skip
-    print(f"    detector at 10 ms here  p50 {p50(floor):6.1f} ms  p95 {percentile(floor, 0.95):6.1f} ms")
+    print(f"    detector at 10 ms here  p50 {p50(floor):6.1f} ms  "
+          f"p95 {percentile(floor, 0.95):6.1f} ms")  # fmt: skip
 
 
 def raw_detect(script: str) -> list[float]:
     master, child_side = os.openpty()
     child = subprocess.Popen(["bash", "-c", script], stdin=child_side, stdout=child_side,
                              stderr=child_side, start_new_session=True,
-                             preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))  # fmt: skip
+                             preexec_fn=take_terminal)  # fmt: skip  # noqa: PLW1509
     os.close(child_side)
     source = InputSource.of_terminal(master)
     times = []
