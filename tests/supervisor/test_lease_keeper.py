@@ -4,12 +4,22 @@ thread both drive. Its decisions take ``now``, so they are tested without a cloc
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
+from procledger import (
+    Acquired,
+    Originator,
+    ProcessInput,
+    ProcessRegistration,
+    open_registry,
+)
 from procledger.application.lease_keeper import RETRY_S, LeaseKeeper, Renewal
 from procledger.domain.errors import LeaseLost, StoreUnavailable
 from procledger.domain.leases import Lease, LeaseOwner, LeaseTimings
+from procledger.domain.registration import env_ref_for
+from procledger.testing import FakeClock
 
 TIMINGS = LeaseTimings(ttl_ms=30_000, renew_ms=10_000)
 LEASE = Lease(
@@ -81,3 +91,36 @@ def test_a_refusal_is_lost_and_renew_or_raise_raises() -> None:
     with pytest.raises(LeaseLost):
         kept.renew_or_raise(110.0)
     assert kept.lease == LEASE
+
+
+def test_a_lease_that_lapsed_while_paused_and_nobody_took_is_claimed_again(
+    tmp_path: Path,
+) -> None:
+    """A holder paused past its ttl (Ctrl-Z on ``procledger run``) keeps its work when nobody
+    took the lease meanwhile: a new fencing token, not a killed tree and a record nobody ends."""
+    clock = FakeClock()
+    registry = open_registry(f"sqlite:///{tmp_path}/ledger.db", clock=clock)
+    try:
+        owner = LeaseOwner(owner_id="paused", incarnation_id="1")
+        _, claimed = registry.register_claimed(
+            ProcessRegistration(
+                id="p-paused",
+                input=ProcessInput.command(["sleep", "60"], str(tmp_path)),
+                disposition="owner_bound",
+                originator=Originator.host(),
+                env_ref=env_ref_for({}),
+            ),
+            owner,
+            TIMINGS.ttl_ms,
+        )
+        kept = LeaseKeeper(registry, claimed, TIMINGS, since=100.0)
+        clock.advance(TIMINGS.ttl_ms + 1)  # paused past the ttl
+        assert kept.renew(200.0) is Renewal.renewed
+        assert kept.lease.fencing_token > claimed.fencing_token
+        assert not kept.is_lapsed(200.0 + TIMINGS.ttl_ms / 1000 - 1)
+        clock.advance(TIMINGS.ttl_ms + 1)  # paused again, and this time another holder took it
+        other = LeaseOwner(owner_id="other", incarnation_id="2")
+        assert isinstance(registry.claim_lease("p-paused", other, TIMINGS.ttl_ms), Acquired)
+        assert kept.renew(300.0) is Renewal.lost
+    finally:
+        registry.close()

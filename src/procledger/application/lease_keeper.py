@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Final, Protocol
 
 from procledger.domain.errors import LeaseLost
-from procledger.domain.leases import Lease, LeaseTimings
+from procledger.domain.leases import Acquired, Busy, Lease, LeaseOwner, LeaseTimings
 
 __all__ = ["RETRY_S", "LeaseKeeper", "LeaseRenewer", "Renewal"]
 
@@ -38,6 +38,8 @@ class LeaseRenewer(Protocol):
     """What a keeper needs of the registry."""
 
     def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease: ...
+
+    def claim_lease(self, process_id: str, owner: LeaseOwner, ttl_ms: int) -> Acquired | Busy: ...
 
 
 class Renewal(Enum):
@@ -116,11 +118,34 @@ class LeaseKeeper:
         try:
             self.renew_or_raise(now)
         except LeaseLost:
-            return Renewal.lost
+            return self._claim_again(now)
         except Exception as error:  # the store is unreachable: try again soon, not in a loop
             self._due = now + min(self._renew_s, RETRY_S)
             self._log.info("process %r: lease renewal failed: %s", self._lease.process_id, error)
             return Renewal.retry
+        return Renewal.renewed
+
+    def _claim_again(self, now: float) -> Renewal:
+        """A lease that lapsed while this holder was paused past its ttl (Ctrl-Z, a debugger,
+        a laptop asleep) and that nobody took is claimed again, with a new fencing token, and
+        the work goes on; a lease another holder took -- or a process that ended meanwhile --
+        is lost. The paused holder's pid stayed alive, so no sweep took the work over."""
+        lease = self._lease
+        try:
+            claimed = self._registry.claim_lease(lease.process_id, lease.owner, self._ttl_ms)
+        except Exception:  # ended meanwhile, or the store failed: not ours to go on with
+            return Renewal.lost
+        if not isinstance(claimed, Acquired):
+            return Renewal.lost
+        self._log.warning(
+            "process %r: its lease lapsed while this holder was paused; nobody took it, "
+            "claimed again", lease.process_id
+        )  # fmt: skip
+        self._lease, self._deadline, self._due = (
+            claimed.lease,
+            now + self._ttl_s,
+            now + self._renew_s,
+        )
         return Renewal.renewed
 
     def renew_or_raise(self, now: float) -> Lease:
