@@ -324,7 +324,8 @@ def test_a_process_sleeping_computing_writing_or_reading_elsewhere_is_never_wait
         for session in watched:
             yes_to_dev_null(session, procs)
 
-    deadline, samples = time.monotonic() + 5.0, 0
+    # 2 s here; benchmarks/interactive.py (d) holds the same for ten minutes.
+    deadline, samples = time.monotonic() + 2.0, 0
     while time.monotonic() < deadline:
         for session in watched:
             session.drain(INTERVAL / len(watched))
