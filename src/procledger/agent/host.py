@@ -339,7 +339,7 @@ class AgentHost:
         else:
             return  # it ended already
         folder = self._folder_of(process_id)
-        output = None if folder is None or not record.input.argv else stream_paths(folder)[0]
+        output = None if folder is None else stream_paths(folder)[0]
         session = Session(process_id, target, record.os_pid or 0, key, output, owned=pipe is None)
         self.sessions.add(session)
         ending = asyncio.ensure_future(self._end_session(handle))

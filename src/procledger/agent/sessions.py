@@ -87,12 +87,6 @@ class Sessions:
         self._registry, self._store, self._told = registry, store, told
         self._by_id: dict[str, Session] = {}
 
-    def __len__(self) -> int:
-        return len(self._by_id)
-
-    def all(self) -> list[Session]:
-        return list(self._by_id.values())
-
     def get(self, process_id: str) -> Session:
         session = self._by_id.get(process_id)
         if session is None:
@@ -120,18 +114,18 @@ class Sessions:
         what the store handed over (``fds``, emptied of them) and relay its terminal."""
         pty_fd = fds.pop(PTY_KEY.format(process_id), None)
         stdin_fd = fds.pop(STDIN_KEY.format(process_id), None)
+        target: InputTarget
         if pty_fd is not None:
             os.set_blocking(pty_fd, False)
-            session = Session(process_id, Terminal(pty_fd), pid, PTY_KEY.format(process_id))
-            session.owned, session.output = False, output
-            self._by_id[process_id] = session
-            self._relay(session)
-            self._watch(session)
+            target, key = Terminal(pty_fd), PTY_KEY.format(process_id)
         elif stdin_fd is not None:
-            key = STDIN_KEY.format(process_id)
-            session = Session(process_id, PipeInput(stdin_fd), pid, key, output, owned=False)
-            self._by_id[process_id] = session
-            self._watch(session)
+            target, key = PipeInput(stdin_fd), STDIN_KEY.format(process_id)
+        else:
+            return
+        session = Session(process_id, target, pid, key, output, owned=False)
+        self._by_id[process_id] = session
+        self._relay(session)  # a terminal's output; nothing for a pipe
+        self._watch(session)
 
     def forget_unheld(self, fds: dict[str, int]) -> None:
         """Descriptors of runs that ended while no agent ran: closed and dropped."""
