@@ -17,11 +17,8 @@ import os
 import select
 import signal
 import sys
-import termios
 import time
-import tty
 from argparse import Namespace
-from collections.abc import Iterator
 from typing import Any, Final
 
 from procledger.adapters import output_reading as reading
@@ -29,6 +26,7 @@ from procledger.adapters.output_files import OutputReader
 from procledger.cli.hot import marks as marking
 from procledger.cli.hot.opening import reading as ledger
 from procledger.cli.hot.sending import agent_for, live_target
+from procledger.cli.terminal_relay import RawMode, window_size
 from procledger.cli.values import UsageError
 from procledger.domain.errors import InputRefused
 
@@ -115,8 +113,12 @@ class _Attached:
         self._show_screen()
         previous = signal.signal(signal.SIGWINCH, self._on_resize)
         try:
-            with _raw(0):
+            raw = RawMode(0)
+            raw.enter()
+            try:
                 return self._loop(ended)
+            finally:
+                raw.leave()
         finally:
             signal.signal(signal.SIGWINCH, previous)
 
@@ -145,8 +147,8 @@ class _Attached:
         order["data"] = base64.b64encode(data).decode("ascii")
         if self._resized:
             self._resized = False
-            size = os.get_terminal_size(1)
-            order["size"] = [size.lines, size.columns]
+            size = window_size((1, 0))
+            order["size"] = [size.rows, size.cols]
         with contextlib.suppress(InputRefused):  # it ended: the loop sees that next
             agent_for(self._url, self._id, order)
 
@@ -166,18 +168,6 @@ class _Attached:
 
     def _on_resize(self, signum: int, frame: Any) -> None:
         self._resized = True
-
-
-@contextlib.contextmanager
-def _raw(fd: int) -> Iterator[None]:
-    """This terminal in raw mode (every key to the process, Ctrl-C included), restored on
-    every way out."""
-    saved = termios.tcgetattr(fd)
-    tty.setraw(fd)
-    try:
-        yield
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
 
 
 def _write(data: bytes) -> None:

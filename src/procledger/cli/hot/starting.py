@@ -195,10 +195,7 @@ def start_order(options: RunOptions, process_id: str) -> dict[str, Any]:
 def _terminal_size() -> list[int]:
     """A background terminal's first size: this terminal's, else 24x80 (``attach`` sets
     the attaching terminal's)."""
-    for fd in (1, 0, 2):
-        try:
-            size = os.get_terminal_size(fd)
-        except OSError:
-            continue
-        return [size.lines, size.columns]
-    return [24, 80]
+    from procledger.cli.terminal_relay import window_size
+
+    size = window_size((1, 0, 2))
+    return [size.rows, size.cols]
