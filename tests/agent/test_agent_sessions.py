@@ -19,6 +19,7 @@ import pexpect
 import pytest
 
 from _shared import CLI, Processes, child_env, wait_until
+from procledger import WaitKind
 
 from .live_agent import DEADLINE, LiveAgent
 
@@ -88,12 +89,19 @@ def test_a_password_prompt_s_answer_is_redacted_in_the_ledger_and_never_echoed(
     process_id = start(agent, procs, "bash", "-c", script)
     wait_until(lambda: logs_hold(agent, process_id, "Password: "), DEADLINE, "the prompt")
     wait_until(lambda: _echo_off(agent, process_id), DEADLINE, "read -s to turn echo off")
+    waiting = wait_until(lambda: agent.record(process_id).waiting_for_input, DEADLINE, "a wait")
+    assert (waiting.kind, waiting.last_line) == ("password", "Password: ")
+    assert "waiting for input (password)" in agent.cli("ps").stdout
+    with agent.ledger() as registry:  # the process's loop was told, journalled first
+        told = [e.notification for e in registry.journal_entries()]
+    assert [getattr(n, "kind", None) for n in told] == [WaitKind.password]
     send(agent, process_id, "hunter2", "--line")
     record = agent.await_terminal(process_id)
     assert record.exit_code == 0
     output = agent.logs(process_id)
     assert "got 7" in output
     assert "hunter2" not in output
+    assert agent.record(process_id).waiting_for_input is None
     (event,) = input_events(agent, process_id)
     assert (event["data"], event["redacted"], event["size"]) == (None, True, 8)
     shown = agent.cli("show", process_id)
