@@ -74,6 +74,7 @@ from procledger.application.outbox import store_key
 from procledger.domain.errors import (
     AgentSocketError,
     NameTaken,
+    OptionError,
     ProcledgerError,
     SpawnError,
     StoreUnavailable,
@@ -178,6 +179,7 @@ class AgentHost:
             self._watch_signals()
             await self._take_over(supervisor)
             self._ready.set()
+            serve_metrics(self.registry)  # once the socket's lock says this agent is the one
             bringing = asyncio.ensure_future(self._bring_back())
             self._loop.add_reader(self._follower.fileno(), self._on_output)
             ticking = asyncio.ensure_future(self._tick_held())
@@ -671,6 +673,32 @@ def serve_ledger(url: str | None) -> int:
     except AgentSocketError as error:
         log.error("not serving: %s", error)
         return ALREADY_SERVED
+
+
+METRICS_ENV: Final = "PROCLEDGER_AGENT_METRICS"
+"""Where ``agent run|start --metrics ADDR`` asks the agent to serve ``/metrics``: the
+environment, because the anchor starts the agent with a fixed command line."""
+
+
+def serve_metrics(registry: ProcessRegistry) -> None:
+    """Serve ``/metrics`` where ``$PROCLEDGER_AGENT_METRICS`` says, on a thread of its own
+    (docs/design.md §18.5). An address that cannot be served is logged, not fatal: the
+    processes the agent supervises matter more than their metrics."""
+    where = os.environ.get(METRICS_ENV)
+    if not where:
+        return
+    # Only an agent asked for metrics carries prometheus_client (the agent lives for days).
+    from prometheus_client import start_http_server  # noqa: PLC0415
+
+    from procledger.application.metrics import metrics_address, metrics_registry  # noqa: PLC0415
+
+    try:
+        host, port = metrics_address(where)
+        start_http_server(port, host, registry=metrics_registry(registry))
+    except (OptionError, OSError) as error:
+        log.error("not serving metrics on %s: %s", where, error)
+        return
+    log.info("metrics on http://%s/metrics", where)
 
 
 def _nothing() -> None:

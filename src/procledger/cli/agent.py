@@ -28,6 +28,31 @@ agent_app = typer.Typer(
 )
 
 
+MetricsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics",
+        metavar="ADDR",
+        help="Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT, or PORT for "
+        "127.0.0.1); an agent already running keeps what it was started with.",
+    ),
+]
+
+
+def _ask_for_metrics(where: str | None) -> None:
+    """Pass ``--metrics`` to the agent the anchor starts, through the environment both
+    inherit (checked here first, so a bad address is a usage error, not a line in a log)."""
+    if where is None:
+        return
+    from procledger.agent.host import METRICS_ENV
+    from procledger.application.metrics import metrics_address
+    from procledger.cli._app import option_errors
+
+    with option_errors():
+        metrics_address(where)
+    os.environ[METRICS_ENV] = where
+
+
 def _places(ctx: typer.Context, *, create: bool = True) -> Any:
     from procledger.agent.launch import ledger_key
     from procledger.agent.places import AgentPlaces
@@ -36,10 +61,11 @@ def _places(ctx: typer.Context, *, create: bool = True) -> Any:
 
 
 @agent_app.command()
-def start(ctx: typer.Context, as_json: JsonOption = False) -> None:
+def start(ctx: typer.Context, metrics: MetricsOption = None, as_json: JsonOption = False) -> None:
     """Start the agent (and its anchor) in the background, unless it runs already."""
     from procledger.agent.launch import ask, ensure_agent
 
+    _ask_for_metrics(metrics)
     places, started = ensure_agent(cli_state(ctx).url, _places(ctx))
     status = ask(places, {"op": "status"})
     if as_json:
@@ -92,11 +118,12 @@ def _await_gone(places: Any, pid: int, timeout: float = 60.0) -> bool:
 
 
 @agent_app.command()
-def run(ctx: typer.Context) -> None:
+def run(ctx: typer.Context, metrics: MetricsOption = None) -> None:
     """Run the anchor and the agent in the foreground (a container's entry point, a systemd
     unit); SIGTERM stops them and leaves the processes running."""
     from procledger.agent.launch import anchor_argv
 
+    _ask_for_metrics(metrics)
     places = _places(ctx)
     if cli_state(ctx).url is not None:
         os.environ["PROCLEDGER_URL"] = cli_state(ctx).url or ""

@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from procledger.application.bootstrap import mask_url
 from procledger.domain.errors import NotFound, ProcledgerError, StoreError
-from procledger.web import api, pages, streams
+from procledger.web import api, metrics, pages, streams
 from procledger.web.actions import Actions, BadAction
 from procledger.web.auth import Keys, TokenGate
 from procledger.web.hub import FeedHub
@@ -65,6 +65,7 @@ def _routes() -> list[Any]:
         Route("/api/processes/{pid}/output", api.output),
         Route("/api/processes/{pid}/stop", api.stop, methods=["POST"]),
         Route("/api/processes/{pid}/abandon", api.abandon, methods=["POST"]),
+        Route("/metrics", metrics.metrics),
         Mount("/static", static),
     ]
 
