@@ -1,6 +1,6 @@
-"""``GET /metrics`` (docs/design.md §16.9): numbers computed from the ledger when scraped, so a
-counter equals what the ledger holds, never goes back between scrapes, and is the same from an
-exporter started afresh; and the host agent's own ``/metrics`` when asked (§18.5).
+"""``GET /metrics`` (docs/design.md §16, Metrics): numbers computed from the ledger when
+scraped, so a counter equals what the ledger holds, never goes back between scrapes, and is the
+same from an exporter started afresh; and the host agent's own ``/metrics`` when asked (§18.5).
 """
 
 from __future__ import annotations

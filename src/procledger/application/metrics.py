@@ -1,4 +1,4 @@
-"""Prometheus metrics computed from the ledger when scraped (docs/design.md §16.9).
+"""Prometheus metrics computed from the ledger when scraped (docs/design.md §16, Metrics).
 
 Counters an exporter increments in memory lose what happened while it was down, and miss a
 restart that comes and goes between two scrapes; the ledger already holds every end and every

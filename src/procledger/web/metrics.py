@@ -1,4 +1,5 @@
-"""``GET /metrics``: the ledger's metrics in Prometheus' text format (docs/design.md §16.9).
+"""``GET /metrics``: the ledger's metrics in Prometheus' text format (docs/design.md §16,
+Metrics).
 
 Behind the same token as everything else (Prometheus sends it as ``Authorization: Bearer``).
 The collector reads the ledger, so it runs in a worker thread, not on the event loop; one
