@@ -4,7 +4,11 @@ by this server as ``procledger-web@<host id>`` (docs/design.md §8, §16)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from urllib.parse import parse_qsl
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from procledger.agent.launch import tell_of_stop
 from procledger.application.outbox import store_key
@@ -29,8 +33,94 @@ DEFAULT_GRACE_S = 10.0
 MAX_GRACE_S = 86_400.0
 
 
+MAX_BODY = 16 * 1024
+"""An action's body is a few short fields: anything longer is refused unread."""
+
+
 class BadAction(ValueError):
-    """An action's parameter that names no mode, or a grace that is not 0 to 86400 seconds."""
+    """An action's parameter that names no mode, or a grace that is not 0 to 86400 seconds;
+    a body that is not a JSON object or a form of the action's fields. ``field`` names the
+    one at fault, where there is one."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class _Body(BaseModel):
+    """An action's fields: nothing else is accepted, since a misspelt key (``mod``) silently
+    ignored would carry out an action nobody asked for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    csrf: str | None = None
+
+
+class StopBody(_Body):
+    """``POST .../stop``: the mode and the grace an orphaned tree stopped here gets."""
+
+    mode: StopMode = StopMode.interrupt
+    grace: Annotated[float, Field(ge=0.0, le=MAX_GRACE_S, allow_inf_nan=False)] = DEFAULT_GRACE_S
+
+
+class AbandonBody(_Body):
+    """``POST .../abandon``: why, if said."""
+
+    reason: Annotated[str, Field(max_length=1000)] | None = None
+
+
+BodyT = TypeVar("BodyT", bound=_Body)
+
+
+def parse_body(model: type[BodyT], body: bytes, content_type: str) -> BodyT:
+    """An action's body as ``model``: empty (every default), a JSON object, or -- what the
+    pages' forms send -- an urlencoded form with the same fields.
+
+    Raises:
+        BadAction: too long, not JSON nor a form, not an object, an unknown field, a bad value;
+            naming the field at fault.
+    """
+    if len(body) > MAX_BODY:
+        raise BadAction(f"the body is longer than {MAX_BODY} bytes")
+    form = content_type.startswith("application/x-www-form-urlencoded")
+    try:
+        if not body.strip():
+            return model.model_validate({})
+        if form and body.lstrip()[:1] not in (b"{", b"["):
+            return model.model_validate(_form(body))  # strings: "5" is a grace
+        fields = _json(body)
+        if not isinstance(fields, dict):
+            kind = type(fields).__name__
+            raise BadAction(f"the body must be a JSON object of fields, not a {kind}")
+        return model.model_validate_json(body, strict=True)  # JSON's types: true is no grace
+    except ValidationError as error:
+        raise _bad_field(model, error) from None
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise BadAction(f"the body is not JSON: {error}") from None
+
+
+def _form(body: bytes) -> dict[str, str]:
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=True)
+    except (UnicodeDecodeError, ValueError):
+        raise BadAction("the body is not a form (name=value&...) nor JSON") from None
+    fields = dict(pairs)
+    if len(fields) != len(pairs):
+        raise BadAction("a field is given twice in the form")
+    return fields
+
+
+def _bad_field(model: type[_Body], error: ValidationError) -> BadAction:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    known = ", ".join(name for name in model.model_fields if name != "csrf")
+    if first["type"] == "extra_forbidden":
+        return BadAction(f"{field!r} is not a field of this action (it takes {known})", field)
+    return BadAction(f"field {field!r}: {first['msg']} (got {first['input']!r})", field)
 
 
 class Actions:

@@ -10,7 +10,9 @@
   chunk with its ``id`` and ``attempt``.
 - ``GET /api/feed?since=N&limit=N``: ``[{"record", "cursor"}]`` (``feed --json``).
 - ``POST /api/processes/{id}/stop`` (``mode``, ``grace``) and ``.../abandon`` (``reason``):
-  ``{"record", "result"}``; a refusal is 409 with ``{"error", "message"}``.
+  ``{"record", "result"}``; a refusal is 409 with ``{"error", "message"}``. The body is
+  empty (the defaults: ``interrupt``, 10 s), a JSON object or a form of exactly those fields;
+  anything else is a 400 ``{"error", "message", "field"}`` and nothing is done.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from procledger.web.views import list_query, scoped
 
 if TYPE_CHECKING:
     from starlette.requests import Request
+
+    from procledger.web.actions import BodyT
 
 FEED_LIMIT = 500
 
@@ -112,34 +116,63 @@ def _whole(request: Request, name: str, default: int) -> int:
 
 
 async def stop(request: Request) -> Response:
-    """Stop by the CLI's rules; 409 ``NobodyToStop`` when nobody can carry it out."""
-    fields = await _fields(request)
+    """Stop by the CLI's rules; 409 ``NobodyToStop`` when nobody can carry it out; 400, and
+    nothing done, for a body that is not exactly the action's fields."""
+    from procledger.web.actions import StopBody
+
+    body = await _action_body(request, StopBody)
     actions = request.app.state.actions
-    pid, mode, grace = (
-        request.path_params["pid"],
-        fields.get("mode") or "interrupt",
-        fields.get("grace") or 10.0,
-    )
-    record, result = await to_thread.run_sync(actions.stop, pid, str(mode), grace)
+    pid = request.path_params["pid"]
+    record, result = await to_thread.run_sync(actions.stop, pid, body.mode.value, body.grace)
     return JSONResponse({"record": dump(record), "result": result})
 
 
 async def abandon(request: Request) -> Response:
-    """Abandon by the CLI's rules; 409 ``StillOwned`` while someone holds the process."""
-    fields = await _fields(request)
+    """Abandon by the CLI's rules; 409 ``StillOwned`` while someone holds the process; 400,
+    and nothing done, for a body that is not exactly the action's fields."""
+    from procledger.web.actions import AbandonBody
+
+    body = await _action_body(request, AbandonBody)
     actions = request.app.state.actions
-    reason = fields.get("reason")
     record, result = await to_thread.run_sync(
-        actions.abandon, request.path_params["pid"], str(reason) if reason else None
+        actions.abandon, request.path_params["pid"], body.reason or None
     )
     return JSONResponse({"record": dump(record), "result": result})
 
 
-async def _fields(request: Request) -> dict[str, Any]:
-    """An action's parameters (a JSON object or a form); the CSRF token is checked for a
-    request authenticated by the session cookie (a bearer token needs none)."""
-    from procledger.web.pages import check_csrf, form_fields
+async def _action_body(request: Request, model: type[BodyT]) -> BodyT:
+    """An action's fields, checked before anything is done (``actions.parse_body``); the
+    CSRF token is checked for a request authenticated by the session cookie (a bearer token
+    needs none).
 
-    fields = await form_fields(request)
-    check_csrf(request, fields.get("csrf"))
-    return fields
+    Raises:
+        BadAction: the body is not the action's fields (a 400 naming the field at fault).
+    """
+    from procledger.web.actions import parse_body
+    from procledger.web.pages import check_csrf
+
+    body = parse_body(model, await _bounded_body(request), request.headers.get("content-type", ""))
+    check_csrf(request, body.csrf)
+    return body
+
+
+async def _bounded_body(request: Request) -> bytes:
+    """The body, read no further than ``MAX_BODY``: an action's fields are short.
+
+    Raises:
+        BadAction: the body is longer.
+    """
+    from procledger.web.actions import MAX_BODY, BadAction
+
+    too_long = BadAction(f"the body is longer than {MAX_BODY} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        raise too_long
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise too_long
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,11 +1,12 @@
 """One reader of the change feed per server, shared by every stream (docs/design.md §5.1, §16).
 
-A poller follows ``scan_changes`` from the feed's head and keeps the recent changes in memory,
-each with its row already encoded; a stream asks for the changes after its cursor and waits
-for more. A cursor older than what is kept (a browser that reconnects after a restart, or one
-that fell far behind) is served from the ledger itself, page by page, until it reaches the
-kept window. Since the feed never skips, a stream that resumes from its ``Last-Event-ID`` sees
-every change after it, in order, exactly once.
+A poller follows ``scan_changes`` from the feed's head, woken by the store's news of a
+commit (``wake.LedgerWake``: LISTEN, inotify, or a backing-off poll) rather than a clock, and
+keeps the recent changes in memory, each with its row already encoded; a stream asks for the
+changes after its cursor and waits for more. A cursor older than what is kept (a browser that
+reconnects after a restart, or one that fell far behind) is served from the ledger itself,
+page by page, until it reaches the kept window. Since the feed never skips, a stream that
+resumes from its ``Last-Event-ID`` sees every change after it, in order, exactly once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from anyio import to_thread
 
 from procledger.web.views import row_json
+from procledger.web.wake import LedgerWake
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -28,8 +30,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("procledger.web")
 PAGE = 500
 """Changes read per query, by the poller and by a stream catching up."""
-POLL_S = 0.05
-"""How often the poller asks for changes when it has none: the bound on a change's delay."""
 KEEP = 5_000
 """How many recent changes stay in memory for the streams to read without a query."""
 
@@ -73,9 +73,8 @@ class FeedHub:
     """The changes after ``base`` that the poller has read, up to ``head``; ``follow`` gives a
     stream everything after its cursor, from here or from the ledger."""
 
-    def __init__(self, registry: ProcessRegistry, *, poll_s: float = POLL_S, keep: int = KEEP):
+    def __init__(self, registry: ProcessRegistry, *, keep: int = KEEP):
         self.registry = registry
-        self.poll_s = poll_s
         self.keep = keep
         self.base = self.head = 0
         self._changes: list[Change] = []
@@ -84,20 +83,26 @@ class FeedHub:
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
-        """Poll the feed until cancelled; a store error is logged and retried, never fatal."""
-        self.base = self.head = await to_thread.run_sync(feed_head, self.registry)
-        self.ready.set()
-        while True:
-            try:
-                full = await self._poll()
-            except Exception:
-                logger.exception("reading the change feed failed; retrying in a second")
-                await asyncio.sleep(1.0)
-                continue
-            if not full:
-                await asyncio.sleep(self.poll_s)
+        """Read the feed whenever it may have changed, until cancelled; a store error is
+        logged and retried, never fatal."""
+        wake = await LedgerWake.open(self.registry)
+        logger.info("the web view follows the ledger by %s", wake.how)
+        try:
+            self.base = self.head = await to_thread.run_sync(feed_head, self.registry)
+            self.ready.set()
+            while True:
+                try:
+                    full = await self._poll(wake)
+                except Exception:
+                    logger.exception("reading the change feed failed; retrying in a second")
+                    await asyncio.sleep(1.0)
+                    continue
+                if not full:
+                    await wake.wait()
+        finally:
+            wake.close()
 
-    async def _poll(self) -> bool:
+    async def _poll(self, wake: LedgerWake) -> bool:
         page = await to_thread.run_sync(self.registry.scan_changes, self.head, PAGE)
         for damaged in page.damaged:
             logger.warning("process %s changed but its record cannot be read (see verify)", damaged)
@@ -111,6 +116,7 @@ class FeedHub:
             self.base = self._seqs[cut - 1]
             del self._changes[:cut], self._seqs[:cut]
         if page.records or page.damaged:
+            wake.changed()
             self._tick.set()
             self._tick = asyncio.Event()
         return len(page.records) + len(page.damaged) >= PAGE
