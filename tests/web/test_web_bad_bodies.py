@@ -67,6 +67,9 @@ def test_a_bad_action_body_is_a_400_naming_the_field_and_nothing_is_done(
             refused = client.post(abandon, content=body, headers=JSON)
             assert refused.status_code == 400, refused.text
             assert refused.json()["field"] == field
+        for page in (f"/processes/{sleeping['id']}/stop", f"/processes/{sleeping['id']}/abandon"):
+            refused = client.post(page, content=b"garbage=1", headers=FORM)  # the pages' forms
+            assert refused.status_code == 400, (page, refused.text)
         assert "stop_requested" not in kinds(ledger, sleeping["id"])
         shown = client.get(f"/api/processes/{sleeping['id']}").json()["record"]
         assert shown["state"] == "running"

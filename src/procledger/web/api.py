@@ -120,7 +120,7 @@ async def stop(request: Request) -> Response:
     nothing done, for a body that is not exactly the action's fields."""
     from procledger.web.actions import StopBody
 
-    body = await _action_body(request, StopBody)
+    body = await action_body(request, StopBody)
     actions = request.app.state.actions
     pid = request.path_params["pid"]
     record, result = await to_thread.run_sync(actions.stop, pid, body.mode.value, body.grace)
@@ -132,7 +132,7 @@ async def abandon(request: Request) -> Response:
     and nothing done, for a body that is not exactly the action's fields."""
     from procledger.web.actions import AbandonBody
 
-    body = await _action_body(request, AbandonBody)
+    body = await action_body(request, AbandonBody)
     actions = request.app.state.actions
     record, result = await to_thread.run_sync(
         actions.abandon, request.path_params["pid"], body.reason or None
@@ -140,7 +140,7 @@ async def abandon(request: Request) -> Response:
     return JSONResponse({"record": dump(record), "result": result})
 
 
-async def _action_body(request: Request, model: type[BodyT]) -> BodyT:
+async def action_body(request: Request, model: type[BodyT]) -> BodyT:
     """An action's fields, checked before anything is done (``actions.parse_body``); the
     CSRF token is checked for a request authenticated by the session cookie (a bearer token
     needs none).

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 
 import orjson
 from anyio import to_thread
@@ -239,38 +239,27 @@ def attempts(events: list[ProcessEvent]) -> list[dict[str, Any]]:
 
 
 async def stop(request: Request) -> Response:
-    """The Stop button: ask the live owner, or stop an orphaned tree here (the CLI's rules)."""
-    form = await form_fields(request)
-    check_csrf(request, form.get("csrf"))
+    """The Stop button: ask the live owner, or stop an orphaned tree here (the CLI's rules).
+    Its body is checked as the API's is (§16.2): a 400, and nothing done, for a bad one."""
+    from procledger.web.actions import StopBody
+    from procledger.web.api import action_body
+
+    body = await action_body(request, StopBody)
     actions = request.app.state.actions
-    mode = str(form.get("mode") or "interrupt")
-    said = await to_thread.run_sync(actions.stop_said, request.path_params["pid"], mode)
+    said = await to_thread.run_sync(actions.stop_said, request.path_params["pid"], body.mode.value)
     return _back(request.path_params["pid"], said)
 
 
 async def abandon(request: Request) -> Response:
     """The Abandon button: record a process nobody owns as abandoned (the CLI's rules)."""
-    form = await form_fields(request)
-    check_csrf(request, form.get("csrf"))
+    from procledger.web.actions import AbandonBody
+    from procledger.web.api import action_body
+
+    body = await action_body(request, AbandonBody)
     actions = request.app.state.actions
-    reason = str(form.get("reason") or "") or None
+    reason = body.reason or None
     said = await to_thread.run_sync(actions.abandon_said, request.path_params["pid"], reason)
     return _back(request.path_params["pid"], said)
-
-
-async def form_fields(request: Request) -> dict[str, str]:
-    """A POST's fields: a JSON object, or an urlencoded form (what the pages' forms send; no
-    multipart parser needed)."""
-    body = await request.body()
-    if request.headers.get("content-type", "").startswith("application/json"):
-        from procledger.web.actions import BadAction
-
-        try:
-            loaded = orjson.loads(body or b"{}")
-        except orjson.JSONDecodeError:
-            raise BadAction("the body is not JSON") from None
-        return {str(k): v for k, v in loaded.items()} if isinstance(loaded, dict) else {}
-    return dict(parse_qsl(body.decode(errors="replace")))
 
 
 def check_csrf(request: Request, value: Any) -> None:
