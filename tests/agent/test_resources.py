@@ -82,3 +82,14 @@ def test_a_run_whose_child_is_gone_keeps_its_last_sample(procs: Processes) -> No
 )
 def test_the_interval_comes_from_the_environment(text: str, expected: float) -> None:
     assert interval_s({INTERVAL_ENV: text}) == expected
+
+
+def test_with_no_child_a_round_reads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle agent's rounds cost nothing: the process table is not read at all."""
+    from procledger.agent import resources
+
+    def unreadable() -> None:
+        raise AssertionError("the process table was read")
+
+    monkeypatch.setattr(resources, "_process_table", unreadable)
+    assert ResourceSampler().sample({}) == {}

@@ -424,7 +424,7 @@ class AgentHost:
             try:
                 ended = await asyncio.to_thread(self._sampler.sample, children)
                 if ended:
-                    await asyncio.to_thread(self._record_resources, ended)
+                    await self._supervisor.run_sync(self._record_resources, ended)
             except Exception:
                 log.exception("resources: a sampling round failed")
             await asyncio.sleep(every_s)

@@ -95,7 +95,10 @@ class ResourceSampler:
 
     def sample(self, children: Mapping[str, int]) -> dict[str, Sample]:
         """A round over ``children`` (process id -> OS pid of the run's child); returns the
-        last sample of each child sampled before and not among ``children`` now: it ended."""
+        last sample of each child sampled before and not among ``children`` now: it ended.
+        With no child, then or now, nothing is read: an idle agent costs nothing here."""
+        if not children and not self._latest:
+            return {}
         now_ms = int(time.time() * 1000)
         table = _process_table()
         latest: dict[str, Sample] = {}
