@@ -24,6 +24,7 @@ from procledger.domain.records import (
     ExternalRef,
     OsFacts,
     OutputSummary,
+    ResourceUse,
     StoppedOrphan,
     StreamOutput,
     WaitState,
@@ -275,7 +276,7 @@ def stored_event_classes() -> set[type[Any]]:
 
 def test_every_stored_event_class_declares_its_version() -> None:
     classes = stored_event_classes()
-    assert len(classes) == 27
+    assert len(classes) == 28
     undeclared = [cls.__qualname__ for cls in classes if "class_version" not in vars(cls)]
     assert undeclared == []
     versions = {cls.__qualname__: vars(cls)["class_version"] for cls in classes}
@@ -390,6 +391,10 @@ def test_every_event_class_round_trips() -> None:
         other.record_started(1, at_ms=2, event_id=None)
         terminal(other)
         other.record_crash_loop(5, 60.0, at_ms=10)
+        used = ResourceUse(
+            cpu_s=0.5, peak_rss_bytes=2**28, open_files=3, threads=1, sampled_at_ms=10
+        )
+        other.record_resources(used, at_ms=10)
         events += other.collect_events()
     events += service_and_orphan_facts()
     session = Session.open("s", at_ms=1)

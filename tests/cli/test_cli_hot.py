@@ -77,6 +77,7 @@ def test_the_hot_commands_import_none_of_the_heavy_stack(
     for args in (
         ("ps",),
         ("ps", "--all", "--json"),
+        ("ps", "--resources"),
         ("show", ids[0]),
         ("show", ids[0], "--json"),
         ("logs", ids[0], "--tail", "20"),

@@ -42,7 +42,7 @@ RECORD_KEYS = {
     "started_at_ms", "finished_at_ms", "os_pid", "os", "first_started", "abandon_request",
     "abandon_evidence", "wait", "external_ref", "output", "ready_at_ms", "attempt", "attempt_of",
     "gave_up", "service_stop_requested", "readiness", "restart", "name", "digest", "port",
-    "starts_at_ms", "pty", "waiting_for_input", "change_seq",
+    "starts_at_ms", "pty", "waiting_for_input", "resources", "change_seq",
 }  # fmt: skip
 
 OWNER = LeaseOwner(owner_id="worker-1", incarnation_id="inc-1")

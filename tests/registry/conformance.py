@@ -54,7 +54,13 @@ from procledger.adapters.liveness import ProcProbe
 from procledger.domain.input import InputWait, SentInput, WaitKind
 from procledger.domain.leases import Liveness
 from procledger.domain.process import Process, process_uuid
-from procledger.domain.records import OsFacts, OutputSummary, StoppedOrphan, StreamOutput
+from procledger.domain.records import (
+    OsFacts,
+    OutputSummary,
+    ResourceUse,
+    StoppedOrphan,
+    StreamOutput,
+)
 from procledger.domain.registration import env_ref_for
 from procledger.domain.rendering import render_record
 from procledger.domain.service import RestartPolicy
@@ -1427,6 +1433,12 @@ class RegistryConformance(StoreCase):
             tails={"stdout": "aGk=", "stderr": ""},
         )
         main.record_crash_loop(5, 60.0, at_ms=now)
+        main.record_resources(
+            ResourceUse(
+                cpu_s=1.5, peak_rss_bytes=2**31, open_files=4, threads=2, sampled_at_ms=now
+            ),
+            at_ms=now,
+        )
         save(main)
         lost = fresh("enc-lost")
         lost.lose(diagnostic="ü lost", event_id=None, authority=KEY, at_ms=now)
@@ -1494,6 +1506,24 @@ class RegistryConformance(StoreCase):
         }
         assert expected - covered == set()
         assert registry.get("enc-main ✓").value == nested
+
+    # -- resources (docs/design.md §18.10) ---------------------------------------------------------
+
+    def test_what_a_run_used_is_recorded_once_and_kept_on_its_record(
+        self, registry: ProcessRegistry
+    ) -> None:
+        registry.register(registration("used"))
+        assert registry.get("used").resources is None
+        used = ResourceUse(
+            cpu_s=2.25, peak_rss_bytes=210 * 2**20, open_files=5, threads=3, sampled_at_ms=7
+        )
+        assert registry.record_resources("used", used).resources == used
+        other = used.model_copy(update={"peak_rss_bytes": 1})
+        assert registry.record_resources("used", other).resources == used  # once
+        kinds = [event.kind for event in registry.events("used")]
+        assert kinds == ["registered", "resources_used"]
+        payload = registry.events("used")[-1].payload
+        assert payload["peak_rss_bytes"] == 210 * 2**20
 
     # -- signals and survivors (issue #14) ---------------------------------------------------------
 

@@ -58,6 +58,7 @@ from procledger.agent.orders import (
     KeysOrder,
     OrderError,
     ReadOrder,
+    ResourcesOrder,
     SendOrder,
     ShutdownOrder,
     StartOrder,
@@ -65,6 +66,7 @@ from procledger.agent.orders import (
     checked,
 )
 from procledger.agent.places import AgentPlaces
+from procledger.agent.resources import ResourceSampler, Sample, interval_s
 from procledger.agent.sessions import PTY_KEY, STDIN_KEY, Session, Sessions
 from procledger.agent.takeover import Takeover, TakeoverReport
 from procledger.aio.supervisor import AsyncProcessHandle, AsyncSupervisor
@@ -154,6 +156,7 @@ class AgentHost:
         )
         self._store = FdStore.from_environment()
         self.sessions = Sessions(registry, self._store, told=self._tell_waiting)
+        self._sampler = ResourceSampler()
 
     # -- the whole life ---------------------------------------------------------------------
 
@@ -184,11 +187,13 @@ class AgentHost:
             self._loop.add_reader(self._follower.fileno(), self._on_output)
             ticking = asyncio.ensure_future(self._tick_held())
             watching = asyncio.ensure_future(self.sessions.watch_waits())
+            sampling = asyncio.ensure_future(self._sample_resources(interval_s()))
             listening = self._listen()
             log.info("serving %s on %s", self.places.key, server.path)
             await self._stopping.wait()
             ticking.cancel()
             watching.cancel()
+            sampling.cancel()
             bringing.cancel()
             if listening is not None:
                 listening.close()
@@ -276,6 +281,7 @@ class AgentHost:
             "read": self._read,
             "send": self._send,
             "keys": self._keys,
+            "resources": self._resources,
         }
 
     async def _start(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -405,6 +411,41 @@ class AgentHost:
         await self._ready.wait()
         method = getattr(self._reads, order.method)
         return {"value": await asyncio.to_thread(method, *order.args)}
+
+    async def _resources(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``ps --resources``: the latest sample of each running child asked of, from memory."""
+        order = checked(ResourcesOrder, request)
+        latest = self._sampler.latest(order.process_ids)
+        return {"samples": {pid: sample.document() for pid, sample in latest.items()}}
+
+    async def _sample_resources(self, every_s: float) -> None:
+        """Sample every child's tree each ``every_s`` (in a thread: a round reads /proc), and
+        record the last sample of each run that ended since on its record."""
+        while True:
+            children = {**self._supervisor.children(), **self._held_children()}
+            try:
+                ended = await asyncio.to_thread(self._sampler.sample, children)
+                if ended:
+                    await self._supervisor.run_sync(self._record_resources, ended)
+            except Exception:
+                log.exception("resources: a sampling round failed")
+            await asyncio.sleep(every_s)
+
+    def _held_children(self) -> dict[str, int]:
+        return {
+            held.process_id: held.child.pid
+            for held in self._held.values()
+            if held.child is not None
+        }
+
+    def _record_resources(self, ended: dict[str, Sample]) -> None:
+        """(A worker thread.) Each ended run's last sample, on its record; a write that fails
+        costs that fact only, said in the log."""
+        for process_id, sample in ended.items():
+            try:
+                self.registry.record_resources(process_id, sample.used())
+            except ProcledgerError as error:
+                log.warning("process %s: resources not recorded: %s", process_id, error)
 
     async def _status(self, request: dict[str, Any]) -> dict[str, Any]:
         """Who it is and what it holds, once its takeover is done (so a client that asks

@@ -18,6 +18,7 @@ __all__ = [
     "KeysOrder",
     "OrderError",
     "ReadOrder",
+    "ResourcesOrder",
     "SendOrder",
     "ShutdownOrder",
     "StartOrder",
@@ -88,6 +89,16 @@ class ReadOrder(_Order):
         "wanted_up",
     ]
     args: list[object] = Field(max_length=4)
+
+
+class ResourcesOrder(_Order):
+    """``ps --resources``: the latest sample of each running child's tree (docs/design.md
+    §18.10), of ``process_ids`` (every child's, with ``None``)."""
+
+    op: Literal["resources"] = "resources"
+    process_ids: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, max_length=10_000
+    )
 
 
 class SendOrder(_Order):

@@ -287,6 +287,15 @@ class AsyncSupervisor:
         """How many children this loop watches now."""
         return len(self._watched)
 
+    def children(self) -> dict[str, int]:
+        """The process id and OS pid of each child this loop watches now (the host agent
+        samples their trees, docs/design.md §18.10)."""
+        return {
+            watched.handle.process_id: watched.child.pid
+            for watched in list(self._watched.values())
+            if watched.handle is not None
+        }
+
     async def __aenter__(self) -> AsyncSupervisor:
         group = anyio.create_task_group()
         await group.__aenter__()

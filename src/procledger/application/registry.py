@@ -77,6 +77,7 @@ from procledger.domain.records import (
     OutputSummary,
     ProcessEvent,
     ProcessRecord,
+    ResourceUse,
     StoppedOrphan,
     WaitState,
 )
@@ -664,6 +665,11 @@ class ProcessRegistry:
     def record_wait_ended(self, process_id: str) -> ProcessRecord:
         """The wait on record is over without a send; a no-op when none is."""
         return self._ledger.write(process_id, lambda p, now: p.record_wait_ended(at_ms=now))
+
+    def record_resources(self, process_id: str, used: ResourceUse) -> ProcessRecord:
+        """Record what a run's process tree used, as the host agent last sampled it
+        (docs/design.md §18.10); once, a repeat is a no-op."""
+        return self._ledger.write(process_id, lambda p, now: p.record_resources(used, at_ms=now))
 
     def record_crash_loop(
         self, process_id: str, *, restarts: int, window_s: float

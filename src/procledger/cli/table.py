@@ -42,6 +42,13 @@ PS = CommandSpec(
         Option(("--since",), "since", "Only created in the last 90s/15m/2h/3d.", "DURATION"),
         Option(("--limit",), "limit", "Only the N newest (by creation).", "N", value=count),
         Option(("--attempts",), "attempts", "Every attempt of a service, not only its newest."),
+        Option(
+            ("--resources",),
+            "resources",
+            "CPU seconds, RSS, open files and threads of each running process's tree, as this "
+            "host's agent last sampled them ('-' without one); with --json, \"resources\": "
+            "{id: sample}.",
+        ),
         Option(("--json",), "as_json", '{"records": [...], "damaged": [ids]}.'),
     ),
     "procledger.cli.hot.listing:ps",

@@ -39,5 +39,6 @@ EVENT_CLASSES: Final[dict[str, tuple[str, int]]] = {
     "InputSent": ("input_sent", 1),
     "WaitingForInput": ("waiting_for_input", 1),
     "InputWaitEnded": ("input_wait_ended", 1),
+    "ResourcesUsed": ("resources_used", 1),
 }
 """Class name -> (kind, the class's ``class_version``)."""

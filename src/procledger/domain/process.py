@@ -65,6 +65,7 @@ from procledger.domain.records import (
     OsFacts,
     OutputSummary,
     OwnerStamp,
+    ResourceUse,
     StoppedOrphan,
     WaitState,
 )
@@ -511,6 +512,28 @@ class Process(Aggregate):
             process.output_json = self.output
             process.output_tails = self.tails
 
+    class ResourcesUsed(Event):
+        """At the end of a run the host agent sampled: what its process tree used, as the
+        agent last saw it (docs/design.md §18.10) -- CPU seconds, the peak RSS over the run,
+        open files and threads -- so a finished job still tells how big it was."""
+
+        TOPIC = "procledger:Process.ResourcesUsed"
+        class_version = 1
+        cpu_s: float
+        peak_rss_bytes: int
+        open_files: int
+        threads: int
+        sampled_at_ms: int
+
+        def evolve(self, process: Process) -> None:
+            process.resources_json = {
+                "cpu_s": self.cpu_s,
+                "peak_rss_bytes": self.peak_rss_bytes,
+                "open_files": self.open_files,
+                "threads": self.threads,
+                "sampled_at_ms": self.sampled_at_ms,
+            }
+
     # -- creation -------------------------------------------------------------------------
 
     def __init__(self, registration: dict[str, Any], registration_hash: str, at_ms: int) -> None:
@@ -554,6 +577,7 @@ class Process(Aggregate):
         self.replay_keys: dict[str, tuple[str, int]] = {}
         self.input_commands: dict[str, str] = {}
         self.waiting_json: dict[str, Any] | None = None
+        self.resources_json: dict[str, Any] | None = None
 
     @classmethod
     def register(cls, registration: ProcessRegistration, *, at_ms: int) -> Process:
@@ -993,6 +1017,14 @@ class Process(Aggregate):
         if self.waiting_json is None:
             return False
         self._emit(self.InputWaitEnded, at_ms)
+        return True
+
+    def record_resources(self, used: ResourceUse, *, at_ms: int) -> bool:
+        """What the run used, told once at its end (the agent's last sample): a repeat -- the
+        retry of a write that was made, or a second agent -- is a no-op."""
+        if self.resources_json is not None:
+            return False
+        self._emit(self.ResourcesUsed, at_ms, **used.model_dump())
         return True
 
     def record_ready(self, ready_at_ms: int, probes: Sequence[str], *, at_ms: int) -> bool:

@@ -134,6 +134,18 @@ class InputWaitState(Frozen):
     since_ms: int
 
 
+class ResourceUse(Frozen):
+    """What a run's process tree used, as the host agent last sampled it (docs/design.md
+    §18.10): CPU seconds (user + system, over the tree), the highest RSS any sample saw,
+    open files and threads at the last sample, and when that was."""
+
+    cpu_s: float = Field(ge=0)
+    peak_rss_bytes: int = Field(ge=0)
+    open_files: int = Field(ge=0)
+    threads: int = Field(ge=0)
+    sampled_at_ms: int = Field(ge=0)
+
+
 class ProcessRecord(Frozen):
     """One process at its latest state, as lists, the feed and ``get`` return it."""
 
@@ -201,6 +213,8 @@ class ProcessRecord(Frozen):
     pty: bool | None = None
     #: While it waits for input: what kind, its last line and since when (docs/design.md §20.3).
     waiting_for_input: InputWaitState | None = None
+    #: Once it ended under the host agent: what its tree used (docs/design.md §18.10).
+    resources: ResourceUse | None = None
     change_seq: int
 
     @property

@@ -19,7 +19,13 @@ from procledger.domain.caches import RegistrationCache
 from procledger.domain.event_kinds import EVENT_CLASSES
 from procledger.domain.model import Frozen, assemble
 from procledger.domain.process import Process
-from procledger.domain.records import Identity, InputWaitState, ProcessEvent, ProcessRecord
+from procledger.domain.records import (
+    Identity,
+    InputWaitState,
+    ProcessEvent,
+    ProcessRecord,
+    ResourceUse,
+)
 from procledger.domain.registration import input_identity
 from procledger.domain.vocabulary import ProcessStatus, coarse_status
 
@@ -196,6 +202,15 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
             None
             if process.waiting_json is None
             else InputWaitState.model_validate(process.waiting_json)
+        ),
+    ),
+    RecordField(
+        "resources",
+        lambda process: process.resources_json,
+        lambda process: (
+            None
+            if process.resources_json is None
+            else ResourceUse.model_validate(process.resources_json)
         ),
     ),
 )

@@ -81,12 +81,14 @@ def ps(options: Namespace, url: str | None, *, fast: bool) -> int:
         if running_view:
             records = _with_kept_orphans(reads, conditions, records, options)
         marks = {} if options.as_json else marking.marks(reads, records)[0]
+    samples = _live_resources(url, records) if options.resources else None
     if options.as_json:
-        write_json({"records": records, "damaged": damaged})
+        extra = {} if samples is None else {"resources": samples}
+        write_json({"records": records, "damaged": damaged, **extra})
         return 0
     if damaged:
         warn(f"{len(damaged)} damaged record(s) not listed: {', '.join(damaged)} (see verify)")
-    _print_processes(records, everything=not running_view, marks=marks)
+    _print_processes(records, everything=not running_view, marks=marks, samples=samples)
     _warn_marked(marks)
     return 0
 
@@ -172,10 +174,25 @@ def _warn_marked(marks: dict[str, str]) -> None:
         warn(f"{orphans} process(es) recorded lost still run unsupervised (kept orphans): {what}")
 
 
-def _print_processes(records: list[Document], *, everything: bool, marks: dict[str, str]) -> None:
+def _live_resources(url: str | None, records: list[Document]) -> dict[str, Any]:
+    """``--resources``: the agent's latest sample of each running row (docs/design.md §18.10)."""
+    from procledger.cli.hot.live_resources import live_samples
+
+    running = [record["id"] for record in records if record["status"] == "running"]
+    return live_samples(url, running)
+
+
+def _print_processes(
+    records: list[Document],
+    *,
+    everything: bool,
+    marks: dict[str, str],
+    samples: dict[str, Any] | None = None,
+) -> None:
     """The rows for people: a NAME column when any row is a named service (so a ledger without
     names prints as it always did), and a service waiting out its backoff as ``backoff`` with
-    when its next attempt starts (docs/design.md §15.4)."""
+    when its next attempt starts (docs/design.md §15.4); with ``samples`` (``--resources``),
+    each tree's CPU, RSS, open files and threads before the command."""
     if not records:
         what = "processes match" if everything else "running processes (ps --all lists every one)"
         warn(f"no {what}")
@@ -190,12 +207,27 @@ def _print_processes(records: list[Document], *, everything: bool, marks: dict[s
             record["status"],
             listed_outcome(record, now_ms),
             when(record["updated_at_ms"], terminal),
+            *(() if samples is None else _resource_cells(samples.get(record["id"]))),
             command_text(record),
         )
         for record in records
     ]
     header = ("ID", *(("NAME",) if named else ()), "STATE", "STATUS", "OUTCOME", "UPDATED")
+    if samples is not None:
+        header = (*header, *_resource_header())
     write_table((*header, "COMMAND"), rows)
+
+
+def _resource_cells(sample: Any) -> tuple[str, ...]:
+    from procledger.cli.hot.live_resources import resource_cells
+
+    return resource_cells(sample)
+
+
+def _resource_header() -> tuple[str, ...]:
+    from procledger.cli.hot.live_resources import RESOURCE_HEADER
+
+    return RESOURCE_HEADER
 
 
 def feed(options: Namespace, url: str | None, *, fast: bool) -> int:

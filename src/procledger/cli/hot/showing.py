@@ -16,6 +16,7 @@ from typing import Any
 from procledger.application.document_reads import Document, LedgerReads
 from procledger.cli._format import command_text, local_time, outcome, write_table
 from procledger.cli.hot import marks as marking
+from procledger.cli.hot.live_resources import size_text
 from procledger.cli.hot.opening import reading
 from procledger.cli.lines import write_json
 from procledger.domain.wording import event_details, service_lines, shell_word
@@ -137,6 +138,8 @@ def _print_summary(
                                 f"{shell_word(waiting['last_line'])}"))  # fmt: skip
     if record.get("output") is not None:
         rows.append(("output", output_line(record["output"])))
+    if record.get("resources") is not None:
+        rows.append(("resources", resources_line(record["resources"])))
     first = attempts[0] if attempts else None
     rows += service_lines(record, first, len(attempts), int(time.time() * 1000))
     if hint is not None:
@@ -167,6 +170,15 @@ def _hint(record: Document, mark: str, holder: Any) -> str:
     else:
         what = f"its child is gone too: procledger abandon {record['id']} records it given up"
     return f"its supervisor is gone, so nothing will record how it ends: {what}"
+
+
+def resources_line(used: Document) -> str:
+    """What the ended run's tree used, as the agent last sampled it (docs/design.md §18.10)."""
+    return (
+        f"CPU {used['cpu_s']:.2f} s, peak RSS {size_text(used['peak_rss_bytes'])}, "
+        f"{used['open_files']} open files, {used['threads']} threads "
+        f"(last sampled {local_time(used['sampled_at_ms'])})"
+    )
 
 
 def output_line(output: Document) -> str:
