@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from anyio import to_thread
 from starlette.responses import JSONResponse, Response
 
+from procledger.web.bodies import action_body
 from procledger.web.pages import load_view
 from procledger.web.views import list_query, scoped
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from procledger.web.actions import BodyT
 
 FEED_LIMIT = 500
 
@@ -138,41 +138,3 @@ async def abandon(request: Request) -> Response:
         actions.abandon, request.path_params["pid"], body.reason or None
     )
     return JSONResponse({"record": dump(record), "result": result})
-
-
-async def action_body(request: Request, model: type[BodyT]) -> BodyT:
-    """An action's fields, checked before anything is done (``actions.parse_body``); the
-    CSRF token is checked for a request authenticated by the session cookie (a bearer token
-    needs none).
-
-    Raises:
-        BadAction: the body is not the action's fields (a 400 naming the field at fault).
-    """
-    from procledger.web.actions import parse_body
-    from procledger.web.pages import check_csrf
-
-    body = parse_body(model, await _bounded_body(request), request.headers.get("content-type", ""))
-    check_csrf(request, body.csrf)
-    return body
-
-
-async def _bounded_body(request: Request) -> bytes:
-    """The body, read no further than ``MAX_BODY``: an action's fields are short.
-
-    Raises:
-        BadAction: the body is longer.
-    """
-    from procledger.web.actions import MAX_BODY, BadAction
-
-    too_long = BadAction(f"the body is longer than {MAX_BODY} bytes")
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
-        raise too_long
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise too_long
-        chunks.append(chunk)
-    return b"".join(chunks)

@@ -242,7 +242,7 @@ async def stop(request: Request) -> Response:
     """The Stop button: ask the live owner, or stop an orphaned tree here (the CLI's rules).
     Its body is checked as the API's is (§16.2): a 400, and nothing done, for a bad one."""
     from procledger.web.actions import StopBody
-    from procledger.web.api import action_body
+    from procledger.web.bodies import action_body
 
     body = await action_body(request, StopBody)
     actions = request.app.state.actions
@@ -253,21 +253,13 @@ async def stop(request: Request) -> Response:
 async def abandon(request: Request) -> Response:
     """The Abandon button: record a process nobody owns as abandoned (the CLI's rules)."""
     from procledger.web.actions import AbandonBody
-    from procledger.web.api import action_body
+    from procledger.web.bodies import action_body
 
     body = await action_body(request, AbandonBody)
     actions = request.app.state.actions
     reason = body.reason or None
     said = await to_thread.run_sync(actions.abandon_said, request.path_params["pid"], reason)
     return _back(request.path_params["pid"], said)
-
-
-def check_csrf(request: Request, value: Any) -> None:
-    from starlette.exceptions import HTTPException
-
-    token = value if isinstance(value, str) else request.headers.get("x-csrf-token")
-    if not request.state.bearer and not request.state.keys.csrf_ok(token):
-        raise HTTPException(403, "missing or wrong CSRF token: reload the page")
 
 
 def _back(process_id: str, said: str) -> RedirectResponse:
