@@ -71,6 +71,7 @@ __all__ = [
     "StreamFacts",
     "Update",
     "check_hole_punching",
+    "inotify_on",
     "kept_from",
     "open_output_files",
     "probe_hole_punching",
@@ -152,6 +153,23 @@ def _check(result: int, what: str, path: Path | None = None) -> int:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}", None if path is None else str(path))
     return result
+
+
+def inotify_on(path: Path, mask: int) -> int:
+    """A new non-blocking, close-on-exec inotify descriptor watching ``path`` for ``mask``
+    (the web view's folder watch); ``OSError`` where inotify is missing or the watch fails."""
+    libc = _libc()
+    if not libc.has_inotify:
+        raise OSError(errno.ENOSYS, "inotify is not available on this OS")
+    assert libc.inotify_init1 is not None
+    assert libc.inotify_add_watch is not None
+    fd = _check(libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC), "inotify_init1")
+    try:
+        _check(libc.inotify_add_watch(fd, os.fsencode(path), mask), "watch", path)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 def punch_hole(fd: int, length: int) -> None:

@@ -222,7 +222,9 @@ class AgentHost:
         for held in self._report.held:
             self._hold(held)
             assert held.child is not None
-            self.sessions.adopt(held.process_id, held.child.pid, handed, self._stdout_of(held))
+            self.sessions.adopt(
+                held.process_id, held.child.pid, handed, self._stdout_of(held.process_id)
+            )
         self.sessions.forget_unheld(handed)
         report = self._report
         log.info(
@@ -260,11 +262,10 @@ class AgentHost:
                 "process %s not ready: %s; starting its dependents anyway", process_id, error
             )
 
-    def _stdout_of(self, held: HeldRun) -> Path | None:
-        capture = held.ticket.capture
-        if not isinstance(capture, FileCapture) or capture.folder is None:
-            return None
-        return stream_paths(capture.folder)[0]
+    def _stdout_of(self, process_id: str) -> Path | None:
+        """The run's stdout file, where a session's terminal output is relayed (§20.2)."""
+        folder = self._folder_of(process_id)
+        return None if folder is None else stream_paths(folder)[0]
 
     def _folder_of(self, process_id: str) -> Path | None:
         key = store_key(self.registry.location)
@@ -346,8 +347,7 @@ class AgentHost:
             target, key = terminal, PTY_KEY.format(process_id)
         else:
             return  # it ended already
-        folder = self._folder_of(process_id)
-        output = None if folder is None else stream_paths(folder)[0]
+        output = self._stdout_of(process_id)
         session = Session(process_id, target, record.os_pid or 0, key, output, owned=pipe is None)
         self.sessions.add(session)
         ending = asyncio.ensure_future(self._end_session(handle))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import struct
@@ -32,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from anyio import to_thread
+
+from procledger.adapters.direct_output import inotify_on
 
 if TYPE_CHECKING:
     from procledger.application.changes import ChangeListener
@@ -58,16 +59,8 @@ class FolderWatch:
     old one."""
 
     def __init__(self, database: Path) -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
         self._names = {os.fsencode(database.name + tail) for tail in ("", "-wal", "-journal")}
-        self._fd = int(libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
-        if self._fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        folder = os.fsencode(database.parent)
-        if libc.inotify_add_watch(self._fd, folder, _IN_MODIFY | _IN_MOVED_TO) < 0:
-            error = ctypes.get_errno()
-            os.close(self._fd)
-            raise OSError(error, f"cannot watch {database.parent}")
+        self._fd = inotify_on(database.parent, _IN_MODIFY | _IN_MOVED_TO)
 
     def fileno(self) -> int:
         return self._fd
