@@ -25,7 +25,7 @@ from procledger.adapters.input_waits import InputSource, InputWaitWatch, Waiting
 from procledger.domain.errors import InputRefused
 from procledger.domain.input import InputWait
 from procledger.supervisor.input import InputTarget, PipeInput, deliver
-from procledger.supervisor.terminal import Terminal, TerminalSize
+from procledger.supervisor.terminal import Appender, Terminal, TerminalSize
 
 if TYPE_CHECKING:
     from procledger.application.registry import ProcessRegistry
@@ -63,7 +63,7 @@ class Session:
     key: str
     output: Path | None = None
     owned: bool = True
-    appender: int = -1  # the output file, opened for a relay
+    appender: Appender | None = None  # the output file, opened for a relay
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     watch: InputWaitWatch | None = None
     seen: int = 0  # how much of the output file the watch has seen
@@ -254,7 +254,8 @@ class Sessions:
             return
         if output is not None:
             try:
-                session.appender = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                session.appender = Appender(fd)
             except OSError as error:
                 log.warning("process %s: its output file: %s", session.process_id, error)
         loop = asyncio.get_running_loop()
@@ -269,11 +270,9 @@ class Sessions:
         if not chunk:  # every holder of the child's side closed it
             self._stop_relay(session)
             return
-        if session.appender >= 0:
+        if session.appender is not None:
             try:
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(session.appender, view) :]
+                session.appender(chunk)
             except OSError as error:  # a full disk: the output is lost, the child goes on
                 log.warning("process %s: output not kept: %s", session.process_id, error)
 
@@ -282,10 +281,10 @@ class Sessions:
         if not session.owned and terminal is not None and not terminal.closed:
             with contextlib.suppress(RuntimeError, ValueError):
                 asyncio.get_running_loop().remove_reader(terminal.fileno())
-        if session.appender >= 0:
+        if session.appender is not None:
             with contextlib.suppress(OSError):
-                os.close(session.appender)
-            session.appender = -1
+                os.close(session.appender.fd)
+            session.appender = None
 
     def _drop(self, key: str) -> None:
         if self._store is None:

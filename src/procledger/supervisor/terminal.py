@@ -25,6 +25,7 @@ from typing import Final
 
 __all__ = [
     "DEFAULT_SIZE",
+    "Appender",
     "Terminal",
     "TerminalSize",
     "open_terminal",
@@ -178,7 +179,7 @@ def relayed(
         return stdout
     if files is None:
         return _discard
-    appender = _Appender(os.dup(files[0]))
+    appender = Appender(os.dup(files[0]))
     terminal.also_close(appender.fd)
     return appender
 
@@ -187,9 +188,9 @@ def _discard(chunk: bytes) -> None:
     """Output nobody keeps or reads."""
 
 
-class _Appender:
-    """Appends a terminal's output to a file, as the child writing it would have; closed with
-    the terminal (``Terminal.close``)."""
+class Appender:
+    """Appends a terminal's output to a file, as the child writing it would have; its owner
+    closes ``fd`` (``Terminal.close`` for the pump's, the agent's session for a relay)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
