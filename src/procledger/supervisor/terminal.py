@@ -93,12 +93,6 @@ class Terminal:
         """Set the window; the kernel sends SIGWINCH to the terminal's foreground group."""
         fcntl.ioctl(self._master, termios.TIOCSWINSZ, size.packed())
 
-    def size(self) -> TerminalSize:
-        rows, cols, _, _ = struct.unpack(
-            "HHHH", fcntl.ioctl(self._master, termios.TIOCGWINSZ, bytes(8))
-        )
-        return TerminalSize(max(rows, 1), max(cols, 1))
-
     def hides_input(self) -> bool:
         """Whether what is typed now is a secret: echo off in line mode, as ``getpass``,
         ``sudo`` and ``read -s`` read a password. A line editor (readline, a full-screen
