@@ -4,14 +4,38 @@ pid at teardown (``procs``), and none may be left behind."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import psutil
 import pytest
+
+TEST_LIMIT_S = float(os.environ.get("PROCLEDGER_AIO_TEST_LIMIT_S", "120"))
+"""How long one async test may take: past it, the test fails where it was awaiting (a hung
+wait shows its own line), rather than the whole run waiting for pytest-timeout."""
+
+
+def _bounded(test: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(test)
+    async def bounded(*args: Any, **kwargs: Any) -> Any:
+        with anyio.fail_after(TEST_LIMIT_S):
+            return await test(*args, **kwargs)
+
+    return bounded
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> None:
+    """Each async test runs under ``TEST_LIMIT_S`` (anyio's plugin then runs it)."""
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        pyfuncitem.obj = _bounded(pyfuncitem.obj)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
