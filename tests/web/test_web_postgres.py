@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 from _shared import Processes, run_cli
 
 from .conftest import Server, background
+from .test_metrics import scrape
 
 pytestmark = pytest.mark.postgres
 
@@ -35,3 +36,13 @@ def test_rows_appear_and_stop_works_on_postgresql(
     expect(page.locator('#record dd[data-field="state"]')).to_have_text(
         "terminated (cancelled)", timeout=10_000
     )
+
+
+def test_metrics_on_postgresql(server: Server, ledger: str) -> None:
+    ran = run_cli("run", "--json", "--", "sh", "-c", "exit 4", url=ledger)
+    assert ran.returncode == 4, ran.stderr
+    samples = scrape(server.base)
+    assert samples["procledger_processes", (("state", "exited"),)] == 1
+    ends = ("procledger_process_ends_total", (("reason", "exited"), ("state", "exited")))
+    assert samples[ends] == 1
+    assert samples["procledger_feed_lag_changes", ()] == 0

@@ -73,14 +73,19 @@ def _seen(record: ProcessRecord) -> _Seen:
 class LedgerCollector(Collector):
     """The ledger's metrics, caught up with its change feed at every scrape.
 
-    A record the ledger prunes later stays counted: the counters keep what happened.
+    A record the ledger prunes leaves the gauges (they say what the ledger holds now) and
+    stays in the counters (they keep what happened). Pruning writes no change to the feed,
+    so each scrape asks how many prunes there have been -- one indexed read -- and only when
+    that grew, which of the records seen are gone.
     """
 
     def __init__(self, registry: ProcessRegistry) -> None:
         self._registry = registry
         self._lock = threading.Lock()  # two scrapes at once read the feed once each, in turn
         self._cursor = 0
+        self._prunes = 0
         self._seen: dict[str, _Seen] = {}
+        self._pruned: list[_Seen] = []  # ended records the ledger no longer holds
 
     def describe(self) -> list[Metric]:
         """Nothing up front: registering must not read the ledger."""
@@ -88,19 +93,33 @@ class LedgerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
+            self._forget_pruned()
             self._catch_up()
             lag = max(0, self._registry.latest_change_seq() - self._cursor)
-            seen = list(self._seen.values())
-        yield from _process_gauges(seen)
-        yield _ends(seen)
-        yield _restarts(seen)
-        yield from _output_bytes(seen)
+            held = list(self._seen.values())
+            happened = held + self._pruned
+        yield from _process_gauges(held)
+        yield _ends(happened)
+        yield _restarts(happened)
+        yield from _output_bytes(happened)
         lag_gauge = GaugeMetricFamily(
             "procledger_feed_lag_changes",
             "Change-feed positions written after the newest one these metrics have read.",
         )
         lag_gauge.add_metric([], lag)
         yield lag_gauge
+
+    def _forget_pruned(self) -> None:
+        prunes = self._registry.prunes_so_far()
+        if prunes == self._prunes:
+            return
+        ids = list(self._seen)
+        held: set[str] = set()
+        for start in range(0, len(ids), FEED_PAGE):
+            held.update(self._registry.change_seqs(ids[start : start + FEED_PAGE]))
+        for gone in set(ids) - held:
+            self._pruned.append(self._seen.pop(gone))
+        self._prunes = prunes
 
     def _catch_up(self) -> None:
         while True:

@@ -40,7 +40,7 @@ from procledger.application.leases import (
     check_ttl,
     take_if_free,
 )
-from procledger.application.retention import prune_filter, prune_terminal
+from procledger.application.retention import prune_filter, prune_terminal, prunes_so_far
 from procledger.application.retry import retry_on_conflict
 from procledger.application.service_book import ServiceBook, claims
 from procledger.application.sessions import delete_session
@@ -1100,6 +1100,11 @@ class ProcessRegistry:
         read, so a supervisor that polls for stop requests asks about each of its runs only
         when something changed at all."""
         return latest_change_seq(self._store)
+
+    def prunes_so_far(self) -> int:
+        """How many prunes this ledger has recorded: when it grows, records read before may
+        be gone (``change_seqs`` tells which)."""
+        return int(self._store.attempt(prunes_so_far))
 
     def prune_terminal(
         self,

@@ -65,6 +65,13 @@ class Changed(WriteConflict):
     """What the prune decided on changed before it could commit: start over."""
 
 
+def prunes_so_far(tx: Tx) -> int:
+    """How many prunes the ledger has recorded (its retention stream's version): one indexed
+    read, so a reader that keeps records it has seen (the metrics) knows when to look again
+    for ones that are gone."""
+    return event_rows.max_version(tx, RETENTION_ID)
+
+
 def prune_filter(filter: ProcessListFilter | Any | None) -> ProcessListFilter:
     """The filter a prune applies: any status unless the caller named one."""
     if filter is None:
