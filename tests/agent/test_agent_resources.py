@@ -96,6 +96,33 @@ def test_a_child_that_allocates_200_mib_shows_it_live_and_on_its_record_once_end
     assert live_sample(agent, process_id) is None  # ended: no live sample
 
 
+SHORT = (
+    "block = bytearray(150 * 1024 * 1024)\n"
+    "for at in range(0, len(block), 4096):\n"
+    "    block[at] = 1\n"
+)
+"""A child that peaks at 150 MiB and ends at once: a sample every 2 s rarely sees it."""
+
+
+def test_a_run_too_short_to_sample_has_what_the_kernel_counted(tmp_path: Path) -> None:
+    """The agent reaps its child with ``wait4``: the peak RSS and CPU time the kernel counted
+    reach the record whether or not a sample ever saw the run."""
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
+    agent.start(**{INTERVAL_ENV: "2"})
+    ran = agent.run_background(sys.executable, "-c", SHORT)
+    assert ran.returncode == 0, ran.stderr
+    process_id = ran.stdout.strip()
+    used = wait_until(lambda: agent.record(process_id).resources, DEADLINE, "resources recorded")
+    assert used.peak_rss_bytes >= 150 * MIB
+    assert used.cpu_s > 0
+    assert agent.record(process_id).exit_code == 0
+    shown = agent.cli("show", process_id)
+    line = next(line for line in shown.stdout.splitlines() if line.startswith("resources"))
+    assert "peak RSS 1" in line, line
+    if used.open_files is None:  # never sampled: said so
+        assert line.endswith("(counted at exit)"), line
+
+
 def test_without_an_agent_the_resource_columns_say_dash(tmp_path: Path) -> None:
     """A running record (this test's own pid: nothing is started) and no agent to ask."""
     url = f"sqlite:///{tmp_path}/ledger.db"

@@ -18,6 +18,7 @@ from procledger.agent.resources import (
     ResourceSampler,
     interval_s,
 )
+from procledger.supervisor.os_seam import Usage
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the agent is Linux only")
 
@@ -57,8 +58,8 @@ def test_an_ended_run_is_handed_back_once_with_its_peak(tree: psutil.Process) ->
     first = sampler.latest()["p"]
     ended = sampler.sample({})
     assert list(ended) == ["p"]
-    assert ended["p"].peak_rss_bytes == first.peak_rss_bytes
-    assert ended["p"].used().peak_rss_bytes == first.peak_rss_bytes
+    assert ended["p"] == first.used()
+    assert ended["p"].open_files == first.open_files
     assert sampler.sample({}) == {}
     assert sampler.latest() == {}
 
@@ -73,7 +74,37 @@ def test_a_run_whose_child_is_gone_keeps_its_last_sample(procs: Processes) -> No
     child.wait(timeout=20)
     sampler.sample({"p": child.pid})  # not settled yet: still among the running
     assert sampler.latest()["p"] == before
-    assert sampler.sample({})["p"] == before
+    assert sampler.sample({})["p"] == before.used()
+
+
+def test_what_the_kernel_counted_joins_the_last_sample(procs: Processes) -> None:
+    """The larger CPU time and peak of the sample and of the reaping's count; a count that
+    comes while the run is still among the running waits for the round that sees it end."""
+    child = subprocess.Popen(["sleep", "300"])
+    procs.add(child.pid)
+    sampler = ResourceSampler()
+    sampler.sample({"p": child.pid})
+    before = sampler.latest()["p"]
+    sampler.reaped("p", Usage(cpu_s=before.cpu_s + 7, peak_rss_bytes=1))
+    assert sampler.sample({"p": child.pid}) == {}  # not ended yet: the count waits
+    child.kill()
+    child.wait(timeout=20)
+    used = sampler.sample({})["p"]
+    assert (used.cpu_s, used.peak_rss_bytes) == (round(before.cpu_s + 7, 3), before.peak_rss_bytes)
+    assert used.open_files == before.open_files
+
+
+def test_a_run_never_sampled_has_what_the_kernel_counted_alone() -> None:
+    sampler = ResourceSampler()
+    sampler.reaped("short", Usage(cpu_s=0.25, peak_rss_bytes=5 << 20))
+    used = sampler.sample({})["short"]
+    assert (used.cpu_s, used.peak_rss_bytes, used.open_files, used.threads) == (
+        0.25,
+        5 << 20,
+        None,
+        None,
+    )
+    assert sampler.sample({}) == {}
 
 
 @pytest.mark.parametrize(

@@ -214,10 +214,15 @@ async def test_on_exit_leave_keeps_children_supervised(
     assert is_dead(child)
 
 
+THREAD_BUDGET = 10
+"""Threads an ``AsyncSupervisor`` may add: 6 of its own, and room for the pool's workers
+started while others finish (seen at 8 under load); a thread per child would be 20 or more."""
+
+
 async def test_many_children_few_threads(registry: ProcessRegistry, owner: LeaseOwner) -> None:
-    """The loop's thread, the lease ticker, 3 workers and 2 settlers (and for a moment a
-    worker the pool starts before another is idle again): 8 at most, however many children
-    (idle workers of earlier tests' event loops linger a while: not counted)."""
+    """The loop's thread, the lease ticker, 3 workers and 2 settlers -- and, on a loaded
+    machine, a few workers the pool starts before others are idle again: far fewer than one
+    per child, however many (idle workers of earlier tests' loops linger: not counted)."""
     before = threading.active_count()
     async with AsyncSupervisor(registry, owner=owner) as sup:
         handles = [await sup.start(["sleep", "0.3"], capture=False) for _ in range(30)]
@@ -227,7 +232,7 @@ async def test_many_children_few_threads(registry: ProcessRegistry, owner: Lease
                 group.start_soon(handle.wait)
                 most = max(most, threading.active_count())
     assert all(registry.get(h.process_id).state == "exited" for h in handles)
-    assert most - before <= 7, [t.name for t in threading.enumerate()]
+    assert most - before <= THREAD_BUDGET, [t.name for t in threading.enumerate()]
 
 
 async def test_bad_arguments(registry: ProcessRegistry, owner: LeaseOwner) -> None:
@@ -307,7 +312,7 @@ async def test_leaving_the_block_stops_many_children_without_a_thread_each(
             handles = [await sup.start(LONG, capture=False) for _ in range(20)]
             children = [await child_of(h, procs) for h in [stubborn, *handles]]
         outer.cancel_scope.cancel()
-    assert most - before <= 7, names  # the pool may start a worker before one is idle again
+    assert most - before <= THREAD_BUDGET, names
     record = registry.get(stubborn.process_id)
     assert (record.state, record.reason, record.signal) == ("killed", "runner_shutdown", 9)
     for handle in handles:

@@ -66,7 +66,7 @@ from procledger.agent.orders import (
     checked,
 )
 from procledger.agent.places import AgentPlaces
-from procledger.agent.resources import ResourceSampler, Sample, interval_s
+from procledger.agent.resources import ResourceSampler, interval_s
 from procledger.agent.sessions import PTY_KEY, STDIN_KEY, Session, Sessions
 from procledger.agent.takeover import Takeover, TakeoverReport
 from procledger.aio.supervisor import AsyncProcessHandle, AsyncSupervisor
@@ -83,6 +83,7 @@ from procledger.domain.errors import (
 )
 from procledger.domain.leases import LeaseOwner, LeaseTimings
 from procledger.domain.notification import ProcessInputNotification
+from procledger.domain.records import ResourceUse
 from procledger.notifications.notifier import Notifier
 from procledger.supervisor.control import host_owner, owner_session
 from procledger.supervisor.execution import StopPolicy
@@ -173,6 +174,7 @@ class AgentHost:
             timings=AGENT_TIMINGS,
             output_files=True,
             on_files=self._files_from_thread,
+            on_reaped=self._sampler.reaped,
         )
         server = ControlServer(
             self.places.socket_folder, self._handlers(), max_request_bytes=START_REQUEST_BYTES
@@ -438,12 +440,12 @@ class AgentHost:
             if held.child is not None
         }
 
-    def _record_resources(self, ended: dict[str, Sample]) -> None:
-        """(A worker thread.) Each ended run's last sample, on its record; a write that fails
+    def _record_resources(self, ended: dict[str, ResourceUse]) -> None:
+        """(A worker thread.) What each ended run used, on its record; a write that fails
         costs that fact only, said in the log."""
-        for process_id, sample in ended.items():
+        for process_id, used in ended.items():
             try:
-                self.registry.record_resources(process_id, sample.used())
+                self.registry.record_resources(process_id, used)
             except ProcledgerError as error:
                 log.warning("process %s: resources not recorded: %s", process_id, error)
 

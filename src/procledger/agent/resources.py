@@ -7,12 +7,15 @@ members: a thousand children cost one pass, not a thousand (~20 ms for 500 sleep
 The latest sample of each child is kept in memory for ``ps --resources``; the peak RSS is the
 highest any sample saw.
 When a child is no longer among the running, its last sample is handed back once, for the
-ledger (``ResourcesUsed``): so a finished job still tells how big it was.
+ledger (``ResourcesUsed``): so a finished job still tells how big it was. A child the agent
+reaped itself also brings what the kernel counted (``reaped``: ``wait4``'s CPU time and peak
+RSS), which no sample can miss -- a run shorter than one interval has only those.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -23,8 +26,16 @@ from typing import Any, Final
 import psutil
 
 from procledger.domain.records import ResourceUse
+from procledger.supervisor.os_seam import Usage
 
-__all__ = ["DEFAULT_INTERVAL_S", "INTERVAL_ENV", "ResourceSampler", "Sample", "interval_s"]
+__all__ = [
+    "DEFAULT_INTERVAL_S",
+    "INTERVAL_ENV",
+    "ResourceSampler",
+    "Sample",
+    "counted_only",
+    "interval_s",
+]
 
 DEFAULT_INTERVAL_S: Final = 5.0
 """Seconds between two rounds: a round of a thousand children costs tens of milliseconds."""
@@ -68,23 +79,39 @@ class Sample:
             "sampled_at_ms": self.sampled_at_ms,
         }
 
-    def used(self) -> ResourceUse:
-        """As the ledger keeps it once the run ended."""
+    def used(self, counted: Usage | None = None) -> ResourceUse:
+        """As the ledger keeps it once the run ended, with what the kernel ``counted`` at its
+        reaping where there is that: the larger CPU time and peak of the two."""
         return ResourceUse(
-            cpu_s=round(self.cpu_s, 3),
-            peak_rss_bytes=self.peak_rss_bytes,
+            cpu_s=round(max(self.cpu_s, counted.cpu_s if counted else 0.0), 3),
+            peak_rss_bytes=max(self.peak_rss_bytes, counted.peak_rss_bytes if counted else 0),
             open_files=self.open_files,
             threads=self.threads,
             sampled_at_ms=self.sampled_at_ms,
         )
 
 
+def counted_only(counted: Usage, at_ms: int) -> ResourceUse:
+    """A run never sampled (shorter than one interval): what the kernel counted, alone."""
+    return ResourceUse(
+        cpu_s=counted.cpu_s, peak_rss_bytes=counted.peak_rss_bytes, sampled_at_ms=at_ms
+    )
+
+
 class ResourceSampler:
-    """The latest sample of each running child, by process id. Not thread-safe: one round at a
-    time (the agent runs them one after another, in a worker thread)."""
+    """The latest sample of each running child, by process id. One round at a time (the agent
+    runs them one after another, in a worker thread); ``reaped`` may be called from any."""
 
     def __init__(self) -> None:
         self._latest: dict[str, Sample] = {}
+        self._counted: dict[str, tuple[Usage, int]] = {}  # reaped, not yet handed back
+        self._lock = threading.Lock()
+
+    def reaped(self, process_id: str, usage: Usage) -> None:
+        """(Any thread.) What the kernel counted for a run's child as it was reaped: joined to
+        the run's last sample when the round after sees the run ended."""
+        with self._lock:
+            self._counted[process_id] = (usage, int(time.time() * 1000))
 
     def latest(self, process_ids: Iterable[str] | None = None) -> dict[str, Sample]:
         """The latest sample of each of ``process_ids`` that has one (all, with ``None``)."""
@@ -93,10 +120,25 @@ class ResourceSampler:
             return latest
         return {pid: latest[pid] for pid in process_ids if pid in latest}
 
-    def sample(self, children: Mapping[str, int]) -> dict[str, Sample]:
-        """A round over ``children`` (process id -> OS pid of the run's child); returns the
-        last sample of each child sampled before and not among ``children`` now: it ended.
-        With no child, then or now, nothing is read: an idle agent costs nothing here."""
+    def sample(self, children: Mapping[str, int]) -> dict[str, ResourceUse]:
+        """A round over ``children`` (process id -> OS pid of the run's child); returns what
+        each run no longer among ``children`` used (it ended): its last sample, with what the
+        kernel counted when it was reaped. With no child, then or now, nothing is read: an
+        idle agent costs nothing here."""
+        counted = self._take_counted(children)
+        ended = self._sample(children)
+        used = {pid: sample.used(counted.pop(pid, (None, 0))[0]) for pid, sample in ended.items()}
+        used.update({pid: counted_only(usage, at_ms) for pid, (usage, at_ms) in counted.items()})
+        return used
+
+    def _take_counted(self, children: Mapping[str, int]) -> dict[str, tuple[Usage, int]]:
+        with self._lock:
+            done = {pid: c for pid, c in self._counted.items() if pid not in children}
+            for pid in done:
+                del self._counted[pid]
+        return done
+
+    def _sample(self, children: Mapping[str, int]) -> dict[str, Sample]:
         if not children and not self._latest:
             return {}
         now_ms = int(time.time() * 1000)

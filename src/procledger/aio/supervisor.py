@@ -41,6 +41,7 @@ from procledger.domain.records import ProcessRecord
 from procledger.supervisor.execution import POLL_S, OwnedChild, StopPolicy
 from procledger.supervisor.file_capture import FileCapture
 from procledger.supervisor.modes import StopMode
+from procledger.supervisor.os_seam import Usage
 from procledger.supervisor.supervisor import ProcessHandle, Settle, Supervisor
 from procledger.supervisor.terminal import TerminalSize
 
@@ -227,6 +228,7 @@ class AsyncSupervisor:
         on_exit: OnExit = "stop",
         threads: int = 3,
         on_files: Callable[[str, FileCapture], None] | None = None,
+        on_reaped: Callable[[str, Usage], None] | None = None,
         **options: Any,
     ) -> None:
         """Supervise as ``owner`` from the running event loop.
@@ -240,6 +242,8 @@ class AsyncSupervisor:
             threads: worker threads for store calls, stops and output reads (at least 1).
             on_files: with ``output_files=True``, told (on a worker thread) of each run's
                 output files as its child is spawned: whoever follows them (the host agent).
+            on_reaped: told (on whichever thread reaps it) of what each child used, as the
+                kernel counted it when it was reaped (the host agent records it, §18.10).
             options: the ``Supervisor``'s other options (``notifier``, ``stop``,
                 ``timings``, ``outbox``, ``notice``, ``subreaper``, ``output_dir``).
 
@@ -265,6 +269,7 @@ class AsyncSupervisor:
         )
         self._on_exit: OnExit = on_exit
         self._on_files = on_files
+        self._on_reaped = on_reaped
         self._local = threading.local()
         self._watched: dict[str, _Watched] = {}
         self._group: TaskGroup | None = None
@@ -366,6 +371,8 @@ class AsyncSupervisor:
         Supervisor (whose ``shutdown`` waits for it)."""
         if self._on_files is not None and settle.files is not None:
             self._on_files(settle.process_id, settle.files)
+        if self._on_reaped is not None:
+            child.on_reaped = functools.partial(self._on_reaped, settle.process_id)
         if getattr(self._local, "starting", False):
             self._local.watched[settle.handle] = _Watched(child, settle)
         else:

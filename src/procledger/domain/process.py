@@ -521,8 +521,8 @@ class Process(Aggregate):
         class_version = 1
         cpu_s: float
         peak_rss_bytes: int
-        open_files: int
-        threads: int
+        open_files: int | None
+        threads: int | None
         sampled_at_ms: int
 
         def evolve(self, process: Process) -> None:

@@ -135,14 +135,15 @@ class InputWaitState(Frozen):
 
 
 class ResourceUse(Frozen):
-    """What a run's process tree used, as the host agent last sampled it (docs/design.md
-    §18.10): CPU seconds (user + system, over the tree), the highest RSS any sample saw,
-    open files and threads at the last sample, and when that was."""
+    """What a run's process tree used, as the host agent saw it (docs/design.md §18.10): CPU
+    seconds (user + system), the peak RSS, open files and threads at the last sample, and when
+    that was. Where the agent reaped the child itself, CPU and peak also hold what the kernel
+    counted at its exit; a run too short to be sampled has only those (no files, no threads)."""
 
     cpu_s: float = Field(ge=0)
     peak_rss_bytes: int = Field(ge=0)
-    open_files: int = Field(ge=0)
-    threads: int = Field(ge=0)
+    open_files: int | None = Field(default=None, ge=0)
+    threads: int | None = Field(default=None, ge=0)
     sampled_at_ms: int = Field(ge=0)
 
 

@@ -278,6 +278,7 @@ class OwnedChild:
         self._killed = False
         self._failure: Exception | None = None  # met by ``advance``; ``wait`` handles it
         self.terminal: Terminal | None = None  # its pseudo-terminal's master, if it has one
+        self.on_reaped: Callable[[os_seam.Usage], None] | None = None  # told what it used
 
     @classmethod
     def spawn(
@@ -545,7 +546,7 @@ class OwnedChild:
             self._reaped, self._returncode = True, returncode
         else:
             with self._lock:
-                returncode = os_seam.reap(self._child)
+                returncode = self._reap()
                 self._reaped, self._returncode = True, returncode
         self._exit_signal.close()
         os_seam.close_pipes(self._child)
@@ -563,11 +564,18 @@ class OwnedChild:
         while self._release_asked and self._lock.acquire(blocking=False):
             try:
                 if self._release_asked and self._reaped and not self._released:
-                    os_seam.reap(self._child)
+                    self._reap()
                     self._released = True
                 self._release_asked = False
             finally:
                 self._lock.release()
+
+    def _reap(self) -> int:
+        """(Under the lock.) Reap the child and tell ``on_reaped`` what it used."""
+        returncode, usage = os_seam.reap(self._child)
+        if usage is not None and self.on_reaped is not None:
+            self.on_reaped(usage)
+        return returncode
 
     def _interrupted(self) -> Interrupted:
         return Interrupted(

@@ -12,8 +12,9 @@ psutil query per function, so that policy can be read without knowing the platfo
 - ``Tree`` is what we have seen of the child's descendants. It keeps ``psutil.Process`` objects
   (which remember each process's start time) and only signals a group that a live process we
   discovered still belongs to, so a reused pid is never mistaken for ours.
-- Reaping is ``Popen.wait`` on our own child: no ``waitpid(-1)``, no SIGCHLD handler, so the
-  host application's own subprocesses are never disturbed.
+- Reaping is ``wait4`` on our own child (``Popen``'s own wait, plus what the child used): no
+  ``waitpid(-1)``, no SIGCHLD handler, so the host application's own subprocesses are never
+  disturbed.
 """
 
 # psutil is imported when a tree is first stopped, not by every run: start-up time.
@@ -34,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from procledger.domain.errors import SpawnError
@@ -160,9 +162,31 @@ def peek(child: subprocess.Popen[bytes]) -> int:
     return info.si_status
 
 
-def reap(child: subprocess.Popen[bytes]) -> int:
-    """Wait for our own child only (``waitpid(child.pid)``) and return its return code."""
-    return child.wait()
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a reaped child used, as the kernel counted it (``wait4``'s rusage): CPU seconds
+    of the child and of the descendants it reaped, and the peak RSS of the largest of them.
+    Exact, where a sample taken every few seconds misses a short run, or a peak between two."""
+
+    cpu_s: float
+    peak_rss_bytes: int
+
+
+_MAXRSS_UNIT: Final = 1 if sys.platform == "darwin" else 1024  # macOS counts bytes, Linux KiB
+
+
+def reap(child: subprocess.Popen[bytes]) -> tuple[int, Usage | None]:
+    """Wait for our own child only (``wait4(child.pid)``): its return code, and what it used
+    (``None`` when it was reaped already, or by someone else)."""
+    if child.returncode is not None:
+        return child.returncode, None
+    try:
+        _, status, rusage = os.wait4(child.pid, 0)
+    except ChildProcessError:  # reaped behind our back: ``Popen`` says what it can
+        return child.wait(), None
+    child.returncode = os.waitstatus_to_exitcode(status)
+    cpu_s = rusage.ru_utime + rusage.ru_stime
+    return child.returncode, Usage(round(cpu_s, 3), rusage.ru_maxrss * _MAXRSS_UNIT)
 
 
 # --- pipes ---------------------------------------------------------------------------------

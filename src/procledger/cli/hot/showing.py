@@ -173,10 +173,12 @@ def _hint(record: Document, mark: str, holder: Any) -> str:
 
 
 def resources_line(used: Document) -> str:
-    """What the ended run's tree used, as the agent last sampled it (docs/design.md §18.10)."""
+    """What the ended run's tree used, as the agent saw it (docs/design.md §18.10)."""
+    line = f"CPU {used['cpu_s']:.2f} s, peak RSS {size_text(used['peak_rss_bytes'])}"
+    if used.get("open_files") is None:  # never sampled: what the kernel counted at its exit
+        return f"{line} (counted at exit)"
     return (
-        f"CPU {used['cpu_s']:.2f} s, peak RSS {size_text(used['peak_rss_bytes'])}, "
-        f"{used['open_files']} open files, {used['threads']} threads "
+        f"{line}, {used['open_files']} open files, {used['threads']} threads "
         f"(last sampled {local_time(used['sampled_at_ms'])})"
     )
 
