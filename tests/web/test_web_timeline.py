@@ -66,6 +66,19 @@ def test_a_crash_looping_service_grows_live_and_a_bar_opens_its_attempt(
     expect(page.locator('#record dd[data-field="id"]')).to_have_text(service)
 
 
+def test_the_timeline_is_behind_the_token_and_a_bad_window_is_a_400(server: Server) -> None:
+    with server.client(authorized=False) as stranger:
+        for path in ("/timeline", "/api/timeline", "/api/timeline?ids=x"):
+            assert stranger.get(path).status_code == 401
+    with server.client() as client:
+        for path in ("/timeline?window=soon", "/api/timeline?window=1s"):
+            answer = client.get(path)
+            assert answer.status_code == 400, answer.text
+            assert "window" in answer.text
+        found = client.get("/api/timeline").json()
+        assert (found["window_ms"], found["spans"], found["truncated"]) == (3_600_000, [], False)
+
+
 def test_stops_and_readiness_are_marked_live_and_the_picture_is_taken(
     page: Any, server: Server, ledger: str, procs: Processes, tmp_path: Path
 ) -> None:
