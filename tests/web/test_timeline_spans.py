@@ -1,6 +1,7 @@
 """The timeline's spans (docs/design.md §16.3): records in, the bars the page draws out. Pure
-where it can be (``span``, ``spans``, ``outcome_class``, ``window_ms``); the readers run on an
-in-memory ledger with a clock the test sets, so which records a window holds is exact."""
+where it can be (``span``, ``spans``, ``outcome_class``, ``window_ms``); the readers run on a
+ledger of every store kind with a clock the test moves, so which records a window holds is
+exact."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from _stores import MemoryCase, PostgresCase, SQLiteCase, StoreCase
 from procledger import (
     CompletionAuthority,
     Originator,
@@ -21,6 +23,7 @@ from procledger import (
 )
 from procledger.domain.registration import env_ref_for
 from procledger.domain.vocabulary import ProcessState, TerminalReason
+from procledger.testing import FakeClock
 from procledger.web import timeline
 from procledger.web.timeline import outcome_class, read_ids, read_window, span, spans, window_ms
 from procledger.web.views import QueryError
@@ -29,21 +32,13 @@ T0 = 1_800_000_000_000
 KEY = CompletionAuthority.workflow_key("timeline-tests")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = T0
-
-    def __call__(self) -> int:
-        return self.now_ms
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def registry(clock: Clock) -> Iterator[ProcessRegistry]:
+def registry(clock: FakeClock) -> Iterator[ProcessRegistry]:
     opened = open_registry("memory://", clock=clock)
     yield opened
     opened.close()
@@ -59,7 +54,7 @@ def registration(process_id: str) -> ProcessRegistration:
     )
 
 
-def started(registry: ProcessRegistry, clock: Clock, process_id: str) -> ProcessRecord:
+def started(registry: ProcessRegistry, clock: FakeClock, process_id: str) -> ProcessRecord:
     registry.register(registration(process_id))
     return registry.record_started(process_id, clock.now_ms)
 
@@ -71,7 +66,7 @@ def ended(registry: ProcessRegistry, process_id: str, exit_code: int = 0) -> Pro
 
 
 @pytest.fixture
-def base(registry: ProcessRegistry, clock: Clock) -> ProcessRecord:
+def base(registry: ProcessRegistry, clock: FakeClock) -> ProcessRecord:
     """A plain running record, the model the pure tests vary."""
     return started(registry, clock, "base")
 
@@ -198,60 +193,73 @@ def test_a_window_out_of_range_or_not_a_duration_is_a_query_error(text: str) -> 
         window_ms(text)
 
 
-# -- reading a window from a ledger ----------------------------------------------------------
+# -- reading a window from a ledger, on every store ---------------------------------------------
 
 
-def test_a_window_holds_what_ran_in_it_and_what_still_runs(
-    registry: ProcessRegistry, clock: Clock
-) -> None:
-    started(registry, clock, "long-ago-and-still")
-    started(registry, clock, "long-ago-and-over")
-    ended(registry, "long-ago-and-over")
-    for number in range(30):  # many changes before the window: the bisection skips them
+class WindowReads(StoreCase):
+    """The readers on a fresh ledger of one store kind, its clock moved by hand."""
+
+    def test_a_window_holds_what_ran_in_it_and_what_still_runs(
+        self, registry: ProcessRegistry, clock: FakeClock
+    ) -> None:
+        started(registry, clock, "long-ago-and-still")
+        started(registry, clock, "long-ago-and-over")
+        ended(registry, "long-ago-and-over")
+        for number in range(30):  # many changes before the window: the bisection skips them
+            clock.now_ms += 1_000
+            started(registry, clock, f"before-{number}")
+            ended(registry, f"before-{number}")
+        started(registry, clock, "ends-in-it")
+        clock.now_ms += 3_600_000
+        window_opens = clock.now_ms - 60_000
+        ended(registry, "ends-in-it", exit_code=2)
         clock.now_ms += 1_000
-        started(registry, clock, f"before-{number}")
-        ended(registry, f"before-{number}")
-    started(registry, clock, "ends-in-it")
-    clock.now_ms += 3_600_000
-    window_opens = clock.now_ms - 60_000
-    ended(registry, "ends-in-it", exit_code=2)
-    clock.now_ms += 1_000
-    started(registry, clock, "stopped-in-it")
-    clock.now_ms += 500
-    registry.request_stop("stopped-in-it", TerminalReason.interrupted)
-    stop_at = clock.now_ms
-    clock.now_ms += 500
-    registry.record_completed("stopped-in-it", "interrupted", "interrupted", authority=KEY)
-    head = registry.latest_change_seq()
-    found = read_window(registry, 60_000, clock.now_ms, head)
-    drawn = {s["id"]: s for s in found["spans"]}
-    assert set(drawn) == {"long-ago-and-still", "ends-in-it", "stopped-in-it"}
-    assert drawn["ends-in-it"]["outcome"] == "failed"
-    assert drawn["stopped-in-it"]["stop_ms"] == stop_at
-    assert drawn["stopped-in-it"]["outcome"] == "stopped"
-    assert (found["cursor"], found["truncated"], found["window_ms"]) == (head, False, 60_000)
-    assert timeline.window_start(registry, window_opens, head) >= 60  # past the 30 before
+        started(registry, clock, "stopped-in-it")
+        clock.now_ms += 500
+        registry.request_stop("stopped-in-it", TerminalReason.interrupted)
+        stop_at = clock.now_ms
+        clock.now_ms += 500
+        registry.record_completed("stopped-in-it", "interrupted", "interrupted", authority=KEY)
+        head = registry.latest_change_seq()
+        found = read_window(registry, 60_000, clock.now_ms, head)
+        drawn = {s["id"]: s for s in found["spans"]}
+        assert set(drawn) == {"long-ago-and-still", "ends-in-it", "stopped-in-it"}
+        assert drawn["ends-in-it"]["outcome"] == "failed"
+        assert drawn["stopped-in-it"]["stop_ms"] == stop_at
+        assert drawn["stopped-in-it"]["outcome"] == "stopped"
+        assert (found["cursor"], found["truncated"], found["window_ms"]) == (head, False, 60_000)
+        assert timeline.window_start(registry, window_opens, head) >= 60  # past the 30 before
+
+    def test_a_busy_window_is_read_newest_first_up_to_its_bound(
+        self, registry: ProcessRegistry, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setattr(timeline, "MOST_CHANGES", 4)  # three changes a job: the last four
+        for number in range(6):
+            clock.now_ms += 10
+            started(registry, clock, f"job-{number}")
+            ended(registry, f"job-{number}")
+        found = read_window(registry, 60_000, clock.now_ms, registry.latest_change_seq())
+        assert found["truncated"] is True
+        assert [s["id"] for s in found["spans"]] == ["job-4", "job-5"]
+
+    def test_spans_by_id_are_what_a_batch_of_changes_named(
+        self, registry: ProcessRegistry, clock: FakeClock
+    ) -> None:
+        started(registry, clock, "one")
+        started(registry, clock, "two")
+        found = read_ids(registry, ["two", "gone"], clock.now_ms)  # a pruned one is left out
+        assert [s["id"] for s in found["spans"]] == ["two"]
+        with pytest.raises(QueryError, match="at most 200"):
+            read_ids(registry, [f"p{n}" for n in range(201)], clock.now_ms)
 
 
-def test_a_busy_window_is_read_newest_first_up_to_its_bound(
-    registry: ProcessRegistry, clock: Clock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(timeline, "MOST_CHANGES", 4)  # three changes a job: the last four
-    for number in range(6):
-        clock.now_ms += 10
-        started(registry, clock, f"job-{number}")
-        ended(registry, f"job-{number}")
-    found = read_window(registry, 60_000, clock.now_ms, registry.latest_change_seq())
-    assert found["truncated"] is True
-    assert [s["id"] for s in found["spans"]] == ["job-4", "job-5"]
+class TestMemoryWindows(MemoryCase, WindowReads):
+    pass
 
 
-def test_spans_by_id_are_what_a_batch_of_changes_named(
-    registry: ProcessRegistry, clock: Clock
-) -> None:
-    started(registry, clock, "one")
-    started(registry, clock, "two")
-    found = read_ids(registry, ["two", "gone"], clock.now_ms)  # a pruned one is left out
-    assert [s["id"] for s in found["spans"]] == ["two"]
-    with pytest.raises(QueryError, match="at most 200"):
-        read_ids(registry, [f"p{n}" for n in range(201)], clock.now_ms)
+class TestSQLiteWindows(SQLiteCase, WindowReads):
+    pass
+
+
+class TestPostgresWindows(PostgresCase, WindowReads):
+    pass
