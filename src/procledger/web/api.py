@@ -9,6 +9,8 @@
   from ``since_offset``, one ``stream`` or both; a service's: every attempt's in turn, each
   chunk with its ``id`` and ``attempt``.
 - ``GET /api/feed?since=N&limit=N``: ``[{"record", "cursor"}]`` (``feed --json``).
+- ``GET /api/timeline?window=1h``: ``{"now_ms", "window_ms", "cursor", "truncated", "spans"}``,
+  each attempt of the window as a span (``web/timeline.py``); ``?ids=A,B``: those processes'.
 - ``POST /api/processes/{id}/stop`` (``mode``, ``grace``) and ``.../abandon`` (``reason``):
   ``{"record", "result"}``; a refusal is 409 with ``{"error", "message"}``. The body is
   empty (the defaults: ``interrupt``, 10 s), a JSON object or a form of exactly those fields;
@@ -138,3 +140,23 @@ async def abandon(request: Request) -> Response:
         actions.abandon, request.path_params["pid"], body.reason or None
     )
     return JSONResponse({"record": dump(record), "result": result})
+
+
+async def timeline(request: Request) -> Response:
+    """The timeline's spans: of the window ending now, with the feed position read before them
+    (the page follows the changes after it), or of the processes ``ids`` names."""
+    import time
+
+    from procledger.web.timeline import read_ids, read_window, window_ms
+
+    registry, hub = request.app.state.registry, request.app.state.hub
+    now_ms = int(time.time() * 1000)
+    ids = request.query_params.get("ids")
+    if ids is not None:
+        wanted = [part for part in ids.split(",") if part]
+        return JSONResponse(await to_thread.run_sync(read_ids, registry, wanted, now_ms))
+    window = window_ms(request.query_params.get("window"))
+    await hub.ready.wait()
+    head = hub.head  # before the read: a change in between comes again, re-applied by id
+    found = await to_thread.run_sync(read_window, registry, window, now_ms, head)
+    return JSONResponse(found)

@@ -54,6 +54,7 @@ def _routes() -> list[Any]:
     static = StaticFiles(directory=Path(__file__).with_name("static"))
     return [
         Route("/", pages.processes),
+        Route("/timeline", pages.timeline),
         Route("/processes/{pid}", pages.process),
         Route("/processes/{pid}/stop", pages.stop, methods=["POST"]),
         Route("/processes/{pid}/abandon", pages.abandon, methods=["POST"]),
@@ -61,6 +62,7 @@ def _routes() -> list[Any]:
         Route("/stream/changes", streams.changes),
         Route("/api/processes", api.processes),
         Route("/api/feed", api.feed),
+        Route("/api/timeline", api.timeline),
         Route("/api/processes/{pid}", api.process),
         Route("/api/processes/{pid}/output", api.output),
         Route("/api/processes/{pid}/stop", api.stop, methods=["POST"]),

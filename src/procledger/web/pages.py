@@ -264,3 +264,13 @@ async def abandon(request: Request) -> Response:
 
 def _back(process_id: str, said: str) -> RedirectResponse:
     return RedirectResponse(f"/processes/{process_id}?" + urlencode({"said": said}), 303)
+
+
+async def timeline(request: Request) -> Response:
+    """The timeline: a shell the script fills from ``/api/timeline`` and keeps live."""
+    from procledger.web.timeline import DEFAULT_WINDOW, WINDOWS, window_ms
+
+    chosen = request.query_params.get("window") or DEFAULT_WINDOW
+    window_ms(chosen)  # a bad window is a 400 here, not an empty page
+    api_url = "/api/timeline?" + urlencode({"window": chosen})
+    return html(request, "timeline.html", windows=WINDOWS, window=chosen, api_url=api_url)
