@@ -55,3 +55,23 @@ def test_a_background_child_s_stdout_and_stderr_are_files_in_its_output_folder(
         wait_until(functools.partial(_holds, folder / name, text), DEADLINE, f"the {name} file")
         assert agent.logs(process_id, "--stream", name) == text
     assert agent.logs(process_id) == expected["stdout"] + expected["stderr"]
+
+
+def test_an_output_probe_sees_what_the_child_wrote_before_it_was_followed(
+    tmp_path: Path, procs: Processes
+) -> None:
+    """A child that prints its ready line at once, then stays quiet: the agent's file follower
+    used to hold that first read until some other file event came (seconds, or never), so
+    ``--wait-ready`` waited on a child long ready."""
+    agent = LiveAgent(f"sqlite:///{tmp_path}/ledger.db")
+    for attempt in range(3):
+        pidfile = procs.pidfile(f"ready-{attempt}")
+        script = 'echo $$ > "$1.tmp" && mv "$1.tmp" "$1"; echo listening; exec sleep 300'
+        ran = agent.cli(
+            "run", "--background", "--ready-output", "listening", "--wait-ready",
+            "--ready-timeout", "10", "--", "sh", "-c", script, "sh", str(pidfile),
+        )  # fmt: skip
+        procs.await_pid(pidfile)
+        assert ran.returncode == 0, ran.stderr
+        record = agent.record(ran.stdout.strip())
+        assert record.ready_at_ms is not None

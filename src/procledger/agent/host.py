@@ -621,6 +621,7 @@ class AgentHost:
                 log.warning("not following %s: %s", path, error)
                 continue
             self._files[path] = capture
+        self._on_output()  # what it wrote before it was followed: no file event will say so
 
     def _unfollow(self, capture: Any) -> None:
         if isinstance(capture, FileCapture) and capture.folder is not None:
@@ -629,6 +630,8 @@ class AgentHost:
                 self._files.pop(path, None)
 
     def _on_output(self) -> None:
+        """What the followed files gained; again soon while reads are pending (a file that
+        gained more than one read's worth, or one just followed), as no event will come."""
         touched: set[int] = set()
         for update in self._follower.read_ready():
             capture = self._files.get(update.path)
@@ -642,6 +645,9 @@ class AgentHost:
                 files = capture.files()
                 if files is not None:
                     files.enforce_bound()
+        if self._follower.timeout() == 0.0:
+            assert self._loop is not None
+            self._loop.call_soon(self._on_output)
 
 
 @contextlib.contextmanager
