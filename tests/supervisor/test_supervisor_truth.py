@@ -36,6 +36,7 @@ from procledger.domain.registration import (
 )
 from procledger.supervisor import orphans, os_seam
 from procledger.supervisor.execution import StopPolicy
+from procledger.supervisor.subreaper import is_child_subreaper
 from procledger.supervisor.supervisor import Supervisor
 
 
@@ -205,7 +206,7 @@ def test_setsid_double_fork_and_nohup_leave_nothing_in_200_of_200_runs(
     deadline = time.monotonic() + 240
     try:
         with Supervisor(registry, owner=owner, subreaper=True) as sup:
-            assert os_seam.is_child_subreaper()
+            assert is_child_subreaper()
             for run in range(200):
                 assert time.monotonic() < deadline, f"200 runs took too long (at {run})"
                 folder = tmp_path / f"run{run}"
@@ -218,7 +219,7 @@ def test_setsid_double_fork_and_nohup_leave_nothing_in_200_of_200_runs(
                 assert record.survivors == []
                 alive = [p.pid for p in escaped if p.is_running()]  # zombies too: reaped
                 assert alive == [], f"run {run}: left {alive}"
-        assert not os_seam.is_child_subreaper()  # the mark is gone with its last supervisor
+        assert not is_child_subreaper()  # the mark is gone with its last supervisor
     finally:
         registry.close()
 

@@ -13,8 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.agent.live_agent import LiveAgent
 
-from _shared import wait_until
+from _shared import Processes, wait_until
 from procledger import ProcessRecord, RestartPolicy
+from procledger.agent.resources import INTERVAL_ENV
 
 from .conftest import TOKEN, Server, free_port
 
@@ -103,13 +104,13 @@ def test_metrics_need_the_token(server: Server) -> None:
     assert httpx.get(f"{server.base}/metrics", timeout=30).status_code == 401
 
 
-def test_the_agent_serves_its_metrics_when_asked(ledger: str) -> None:
+def test_the_agent_serves_its_metrics_when_asked(ledger: str, procs: Processes) -> None:
     port = free_port()
     agent = LiveAgent(ledger)
     bad = agent.cli("agent", "start", "--metrics", "127.0.0.1:http")
     assert bad.returncode == 2, bad.stderr
     assert "--metrics" in bad.stderr
-    ran = agent.cli("agent", "start", "--metrics", f"127.0.0.1:{port}")
+    ran = agent.cli("agent", "start", "--metrics", f"127.0.0.1:{port}", **{INTERVAL_ENV: "0.2"})
     assert ran.returncode == 0, ran.stderr
     base = f"http://127.0.0.1:{port}"
 
@@ -123,6 +124,23 @@ def test_the_agent_serves_its_metrics_when_asked(ledger: str) -> None:
     assert samples["process_resident_memory_bytes", ()] > 1_000_000
     assert ("process_cpu_seconds_total", ()) in samples
     assert of(samples, "procledger_processes")[(("state", "running"),)] == 0
+    assert of(samples, "process_memory_usage_bytes") == {}  # no child yet
+
+    started = agent.cli("run", "--background", "--name", "napper", "--", "sleep", "600")
+    assert started.returncode == 0, started.stderr
+    process_id = started.stdout.strip()
+    procs.add(agent.record(process_id).os_pid)
+    child = (("name", "napper"), ("process_id", process_id))
+
+    def sampled() -> Samples | None:
+        now = scrape(base, token=None)
+        return now if ("process_memory_usage_bytes", child) in now else None
+
+    samples = wait_until(sampled, 30, "the child's resources on the agent's /metrics")
+    assert samples["process_memory_usage_bytes", child] > 100_000  # a sleep's RSS
+    assert samples["process_thread_count", child] == 1
+    assert samples["process_open_file_descriptor_count", child] >= 3
+    assert ("process_cpu_time_seconds_total", child) in samples
 
 
 def test_a_metrics_address_is_host_and_port_loopback_by_default() -> None:

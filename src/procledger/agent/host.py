@@ -184,7 +184,8 @@ class AgentHost:
             self._watch_signals()
             await self._take_over(supervisor)
             self._ready.set()
-            serve_metrics(self.registry)  # once the socket's lock says this agent is the one
+            # once the socket's lock says this agent is the one
+            serve_metrics(self.registry, self._sampler)
             bringing = asyncio.ensure_future(self._bring_back())
             self._loop.add_reader(self._follower.fileno(), self._on_output)
             ticking = asyncio.ensure_future(self._tick_held())
@@ -729,21 +730,25 @@ METRICS_ENV: Final = "PROCLEDGER_AGENT_METRICS"
 environment, because the anchor starts the agent with a fixed command line."""
 
 
-def serve_metrics(registry: ProcessRegistry) -> None:
+def serve_metrics(registry: ProcessRegistry, sampler: ResourceSampler) -> None:
     """Serve ``/metrics`` where ``$PROCLEDGER_AGENT_METRICS`` says, on a thread of its own
-    (docs/design.md §18.5). An address that cannot be served is logged, not fatal: the
-    processes the agent supervises matter more than their metrics."""
+    (docs/design.md §18.5): the ledger's, and what each running child uses (``sampler``).
+    An address that cannot be served is logged, not fatal: the processes the agent
+    supervises matter more than their metrics."""
     where = os.environ.get(METRICS_ENV)
     if not where:
         return
     # Only an agent asked for metrics carries prometheus_client (the agent lives for days).
     from prometheus_client import start_http_server  # noqa: PLC0415
 
+    from procledger.agent.child_metrics import ChildResourcesCollector  # noqa: PLC0415
     from procledger.application.metrics import metrics_address, metrics_registry  # noqa: PLC0415
 
     try:
         host, port = metrics_address(where)
-        start_http_server(port, host, registry=metrics_registry(registry))
+        collectors = metrics_registry(registry)
+        collectors.register(ChildResourcesCollector(sampler, registry))
+        start_http_server(port, host, registry=collectors)
     except (OptionError, OSError) as error:
         log.error("not serving metrics on %s: %s", where, error)
         return

@@ -251,12 +251,7 @@ class AsyncSupervisor:
             ValueError: ``on_exit`` is neither ``"stop"`` nor ``"leave"``, or ``threads`` < 1.
             TypeError: ``watch`` was given (the event loop is the watcher here).
         """
-        if on_exit not in ("stop", "leave"):
-            raise ValueError(f"on_exit must be 'stop' or 'leave', not {on_exit!r}")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(f"threads must be an int >= 1, not {threads!r}")
-        if "watch" in options:
-            raise TypeError("AsyncSupervisor watches its children itself: no 'watch' option")
+        _check_options(on_exit, threads, options)
         self.registry = registry
         self.output_dir: Path | None = options.get("output_dir")
         self.limiter = CapacityLimiter(threads)
@@ -525,6 +520,15 @@ class AsyncSupervisor:
                 self.supervisor.stop, handle.sync, stop_mode, grace_s
             )
         return record
+
+
+def _check_options(on_exit: OnExit, threads: int, options: dict[str, Any]) -> None:
+    if on_exit not in ("stop", "leave"):
+        raise ValueError(f"on_exit must be 'stop' or 'leave', not {on_exit!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be an int >= 1, not {threads!r}")
+    if "watch" in options:
+        raise TypeError("AsyncSupervisor watches its children itself: no 'watch' option")
 
 
 def _step(steps: Generator[float | None, bool, bool], exited: bool | None) -> tuple[bool, Any]:

@@ -452,41 +452,6 @@ KILL_SETTLE_S: Final = 1.0
 process stuck in uninterruptible sleep must not hang its owner)."""
 
 
-def set_child_subreaper(enabled: bool) -> bool:
-    """Mark this process a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``), or unmark it:
-    orphaned descendants then re-parent to us instead of init, so a stop can still reap them.
-    False where the platform has no such thing or refuses."""
-    if sys.platform != "linux":
-        return False
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, int(enabled), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def is_child_subreaper() -> bool:
-    """Whether this process is a child subreaper now (Linux; False elsewhere)."""
-    if sys.platform != "linux":
-        return False
-    import ctypes
-
-    value = ctypes.c_int(0)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    return bool(value.value)
-
-
-_PR_SET_CHILD_SUBREAPER: Final = 36
-_PR_GET_CHILD_SUBREAPER: Final = 37
-
-
 def proc_stat(pid: int) -> tuple[str, int] | None:
     """``(state, starttime)`` of ``pid`` from ``/proc/<pid>/stat`` (state ``Z``: a zombie);
     ``None`` if there is no such process or ``/proc`` cannot say."""
