@@ -1,5 +1,5 @@
 """Counts per status above the processes list, and resources in the web view (docs/design.md
-§16.6): the counts over the whole ledger, rendered with the page and kept live by its stream;
+§16.4): the counts over the whole ledger, rendered with the page and kept live by its stream;
 an ended run's resources (the record's) and a running one's live sample (the host agent's) on
 its page. Real servers, real children, headless Chromium; waits are Playwright's, bounded.
 """
@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -195,6 +196,28 @@ def test_the_counts_cover_the_whole_ledger_at_load_and_link_to_their_list(
 def test_the_counts_follow_a_process_starting_and_stopping_without_a_reload(
     page: Any, ledger: str, procs: Processes
 ) -> None:
+    counts_follow_a_start_and_a_stop(page, ledger, procs)
+
+
+@pytest.mark.postgres
+class TestOnPostgreSQL:
+    @pytest.fixture
+    def ledger(self, postgres_schema_url: str) -> str:
+        return postgres_schema_url
+
+    def test_the_counts_follow_and_the_header_masks_the_password(
+        self, page: Any, ledger: str, procs: Processes
+    ) -> None:
+        header = page.locator("header .ledger")
+        expect(header).to_contain_text("postgresql://")
+        if urlsplit(ledger).password:
+            expect(header).to_contain_text(":***@")
+        counts_follow_a_start_and_a_stop(page, ledger, procs)
+
+
+def counts_follow_a_start_and_a_stop(page: Any, ledger: str, procs: Processes) -> None:
+    """A finished `true`, then a `sleep` started in the background and stopped: the counts
+    move with each, without a reload."""
     assert run_cli("run", "--", "true", url=ledger).returncode == 0
     expect(count(page, "completed")).to_have_text("1")
     expect(count(page, "running")).to_have_text("0")

@@ -90,7 +90,7 @@ async def processes(request: Request) -> Response:
     await hub.ready.wait()
     query = list_query(request.query_params)
     head = hub.head  # before the read: a change in between comes again, re-applied by id
-    stream = {"cursor": head, "counts": "1"}
+    stream = {"counts": "1", "cursor": head}
     scan = await to_thread.run_sync(query.page, request.app.state.registry)
     chosen = scan.records
     params = request.query_params
@@ -118,7 +118,7 @@ async def processes(request: Request) -> Response:
 
 
 def count_links(counts: StatusCounts | None) -> list[dict[str, Any]]:
-    """The counts above the list (docs/design.md §16.6), each linking to the list of its
+    """The counts above the list (docs/design.md §16.4), each linking to the list of its
     status; ``n`` is ``None`` while the counts are not known yet (the stream sends them)."""
     known = counts.counts() if counts is not None else {}
     return [

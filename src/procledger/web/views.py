@@ -185,7 +185,7 @@ def _integer(text: str, name: str) -> int:
 class StatusCounts:
     """How many rows the processes list shows for each status, over the whole ledger: what the
     counts above the table say, each linking to the list filtered by its status (docs/design.md
-    §16.6). A row is a process, or a service (its first id): a service counts once under each
+    §16.4). A row is a process, or a service (its first id): a service counts once under each
     status any of its attempts has, as the filtered list shows it once -- so a crash-looping
     service with a running attempt counts under ``running`` and ``failed``.
 
