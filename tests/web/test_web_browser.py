@@ -3,7 +3,8 @@ against ``procledger serve`` and children started through the CLI. Waits are Pla
 each bounded; nothing sleeps to synchronise.
 
 ``PROCLEDGER_WRITE_SCREENSHOT=1`` also writes the processes page to ``docs/web-processes.png``
-(the README's screenshot); otherwise it goes to the test's temporary folder.
+(the README's screenshot); otherwise it goes to the test's temporary folder. Its ledger lies in
+a folder of a tidy name, which is what the page's header shows of it (``…/example/ledger.db``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from playwright.sync_api import expect
 
 from _shared import Processes, is_dead, run_cli, wait_until
@@ -22,6 +24,14 @@ from .conftest import Server, background, crash_loop
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 EVIL = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> str:
+    """The ledger of every test here, in a folder named as an example's would be."""
+    folder = tmp_path / "example"
+    folder.mkdir()
+    return f"sqlite:///{folder}/ledger.db"
 
 
 def row(page: Any, process_id: str) -> Any:
@@ -47,6 +57,10 @@ def test_a_new_process_appears_live_and_turns_exited(
     run_cli("run", "--", "sh", "-c", "echo hello from a supervised child", url=ledger)
     expect(page.locator("#processes tbody tr")).to_have_count(5)
     expect(row(page, named["id"])).to_contain_text("web")  # the web view shows names
+    for status, n in (("any", 5), ("running", 2), ("completed", 2), ("failed", 1)):
+        expect(page.locator(f'#counts a[data-status="{status}"] .n')).to_have_text(str(n))
+    expect(page.locator("header .ledger")).to_have_text("…/example/ledger.db")
+    expect(page.locator("header .ledger")).to_have_attribute("title", ledger)
     shot = page.screenshot(path=str(tmp_path / "web-processes.png"), full_page=True)
     assert shot.startswith(b"\x89PNG")
     if os.environ.get("PROCLEDGER_WRITE_SCREENSHOT") == "1":

@@ -40,6 +40,7 @@ __all__ = [
     "ensure_agent",
     "ledger_key",
     "ping",
+    "resource_samples",
     "tell_of_stop",
     "unit_text",
 ]
@@ -105,6 +106,29 @@ def tell_of_stop(key: str | None, process_id: str) -> bool:
 
 STOP_WORD_TIMEOUT_S: Final = 2.0
 """How long a `stop` waits for the agent to take its word (it answers in a millisecond)."""
+
+
+SAMPLES_TIMEOUT_S: Final = 2.0
+"""The agent answers a ``resources`` op from memory in a millisecond; a busy machine may take
+longer."""
+
+
+def resource_samples(
+    key: str | None, process_ids: list[str], timeout: float = SAMPLES_TIMEOUT_S
+) -> dict[str, dict[str, Any]]:
+    """The latest sample this host's agent of the ledger ``key`` (a store key; None: in
+    memory, which has none) holds of each of ``process_ids`` -- its ``resources`` op
+    (docs/design.md §18.10); ``{}`` when no agent answers. Never raises: a sample is a
+    glimpse, and `ps --resources` and the web view show none rather than fail."""
+    if key is None or not process_ids:
+        return {}
+    try:
+        places = AgentPlaces.of(key, create=False)
+        answer = ask(places, {"op": "resources", "process_ids": process_ids}, timeout=timeout)
+    except (ProcledgerError, OSError):
+        return {}
+    samples = answer.get("samples") if isinstance(answer, dict) else None
+    return samples if isinstance(samples, dict) else {}
 
 
 def agent_argv() -> list[str]:

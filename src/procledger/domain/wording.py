@@ -235,3 +235,24 @@ def _input_details(payload: Mapping[str, Any]) -> list[str]:
 
 def _decoded(data: str) -> str:
     return base64.b64decode(data).decode("utf-8", errors="backslashreplace")
+
+
+def size_text(size: int) -> str:
+    """Bytes as people read them: ``812K``, ``201.3M``, ``1.2G``."""
+    if size < 1024**2:
+        return f"{size // 1024}K"
+    if size < 1024**3:
+        return f"{size / 1024**2:.1f}M"
+    return f"{size / 1024**3:.1f}G"
+
+
+def resources_line(used: Document) -> str:
+    """What an ended run's tree used, as the agent saw it (docs/design.md §18.10): ``show``'s
+    line and the web's, the record's ``resources`` as its JSON document."""
+    line = f"CPU {used['cpu_s']:.2f} s, peak RSS {size_text(used['peak_rss_bytes'])}"
+    if used.get("open_files") is None:  # never sampled: what the kernel counted at its exit
+        return f"{line} (counted at exit)"
+    return (
+        f"{line}, {used['open_files']} open files, {used['threads']} threads "
+        f"(last sampled {local_time(used['sampled_at_ms'])})"
+    )

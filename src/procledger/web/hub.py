@@ -7,6 +7,10 @@ changes after its cursor and waits for more. A cursor older than what is kept (a
 reconnects after a restart, or one that fell far behind) is served from the ledger itself,
 page by page, until it reaches the kept window. Since the feed never skips, a stream that
 resumes from its ``Last-Event-ID`` sees every change after it, in order, exactly once.
+
+The hub also keeps the counts per status above the processes list (``StatusCounts``): read
+once from the whole feed when the server starts, in the background, then kept up to date from
+the changes it reads anyway -- so counting costs nothing per page or per stream.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from anyio import to_thread
 
-from procledger.web.views import row_json
+from procledger.web.views import StatusCounts, row_json
 from procledger.web.wake import LedgerWake
 
 if TYPE_CHECKING:
@@ -81,15 +85,25 @@ class FeedHub:
         self._seqs: list[int] = []
         self._tick = asyncio.Event()
         self.ready = asyncio.Event()
+        self._counts = StatusCounts()
+        self._counted = False
+
+    @property
+    def counts(self) -> StatusCounts | None:
+        """The counts per status of the whole ledger; ``None`` until the first reading of the
+        feed is over (a large ledger's takes a moment after the server starts)."""
+        return self._counts if self._counted else None
 
     async def run(self) -> None:
         """Read the feed whenever it may have changed, until cancelled; a store error is
         logged and retried, never fatal."""
         wake = await LedgerWake.open(self.registry)
         logger.info("the web view follows the ledger by %s", wake.how)
+        counting: asyncio.Task[None] | None = None
         try:
             self.base = self.head = await to_thread.run_sync(feed_head, self.registry)
             self.ready.set()
+            counting = asyncio.create_task(self._count_all())
             while True:
                 try:
                     full = await self._poll(wake)
@@ -100,13 +114,40 @@ class FeedHub:
                 if not full:
                     await wake.wait()
         finally:
+            if counting is not None:
+                counting.cancel()
             wake.close()
+
+    async def _count_all(self) -> None:
+        """The counts' first reading: every record, along the feed from its start (each record
+        once, at its latest change), a page at a time; then the streams are told."""
+        cursor = 0
+        while True:
+            try:
+                page = await to_thread.run_sync(self.registry.scan_changes, cursor, PAGE)
+            except Exception:
+                logger.exception("counting the ledger's processes failed; retrying in a second")
+                await asyncio.sleep(1.0)
+                continue
+            for record in page.records:
+                self._counts.add(record)
+            cursor = max(cursor, int(page.cursor))
+            if len(page.records) + len(page.damaged) < PAGE:
+                break
+        self._counted = True
+        self._wake_streams()
+
+    def _wake_streams(self) -> None:
+        self._tick.set()
+        self._tick = asyncio.Event()
 
     async def _poll(self, wake: LedgerWake) -> bool:
         page = await to_thread.run_sync(self.registry.scan_changes, self.head, PAGE)
         for damaged in page.damaged:
             logger.warning("process %s changed but its record cannot be read (see verify)", damaged)
         if page.records:
+            for record in page.records:
+                self._counts.add(record)
             fresh = [Change.of(record) for record in page.records]
             self._changes.extend(fresh)
             self._seqs.extend(change.seq for change in fresh)
@@ -117,14 +158,14 @@ class FeedHub:
             del self._changes[:cut], self._seqs[:cut]
         if page.records or page.damaged:
             wake.changed()
-            self._tick.set()
-            self._tick = asyncio.Event()
+            self._wake_streams()
         return len(page.records) + len(page.damaged) >= PAGE
 
     async def follow(self, cursor: int, idle_s: float = 15.0) -> AsyncIterator[list[Change]]:
         """Batches of the changes after ``cursor``, in feed order, for as long as the caller
         iterates; an empty batch after ``idle_s`` without any (a stream sends a keep-alive,
-        which is how it learns that its client went away)."""
+        which is how it learns that its client went away) or when the hub's news held no
+        change (the counts became known: a stream sends them)."""
         await self.ready.wait()
         while True:
             if cursor < self.base:
@@ -137,6 +178,9 @@ class FeedHub:
                         await asyncio.wait_for(tick.wait(), idle_s)
                     except TimeoutError:
                         yield []
+                        continue
+                    if not self._seqs or self._seqs[-1] <= cursor:
+                        yield []  # news but no change (the counts became known)
                     continue
                 cursor = batch[-1].seq
             if batch:

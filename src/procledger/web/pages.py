@@ -9,6 +9,7 @@ what happened by a fixed word (``?said=stopped``), never by echoing text from th
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +22,22 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from procledger.domain.attempts import first_attempt_id, restart_may_follow
-from procledger.domain.wording import event_details, local_time, outcome, service_lines
-from procledger.web.views import STATUSES, list_query, row, scoped
+from procledger.domain.wording import (
+    event_details,
+    local_time,
+    outcome,
+    resources_line,
+    service_lines,
+)
+from procledger.web.views import (
+    STATUSES,
+    StatusCounts,
+    ledger_label,
+    list_query,
+    live_resources_line,
+    row,
+    scoped,
+)
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -34,6 +49,8 @@ TEMPLATES = Environment(
     autoescape=select_autoescape(default=True, default_for_string=True),
     auto_reload=False,
 )
+LIVE_SAMPLE_TIMEOUT_S = 1.0
+"""How long a process page waits for the agent's sample (it answers from memory at once)."""
 OUTPUT_ATTEMPTS = 20
 """A service's page follows the output of at most its newest 20 attempts (the API and `logs`
 give every one): a crash loop of thousands would otherwise open a stream for each."""
@@ -49,11 +66,21 @@ SAID = {
 
 
 def html(request: Request, template: str, code: int = 200, **values: Any) -> HTMLResponse:
-    """A template rendered with what every page shows: the CSRF token and the ledger."""
+    """A template rendered with what every page shows: the CSRF token and the ledger (short,
+    with its whole URL as the header's title)."""
+    whole = request.app.state.ledger_name
+    location = request.app.state.registry.location
+    short = ledger_label(
+        location.masked, location.sqlite_path, default=location.default, home=_home()
+    )
     page = TEMPLATES.get_template(template).render(
-        csrf=request.state.csrf, ledger=request.app.state.ledger_name, **values
+        csrf=request.state.csrf, ledger=short, ledger_url=whole, **values
     )
     return HTMLResponse(page, status_code=code)
+
+
+def _home() -> str:
+    return os.path.expanduser("~")
 
 
 async def processes(request: Request) -> Response:
@@ -63,6 +90,7 @@ async def processes(request: Request) -> Response:
     await hub.ready.wait()
     query = list_query(request.query_params)
     head = hub.head  # before the read: a change in between comes again, re-applied by id
+    stream = {"counts": "1", "cursor": head}
     scan = await to_thread.run_sync(query.page, request.app.state.registry)
     chosen = scan.records
     params = request.query_params
@@ -84,8 +112,24 @@ async def processes(request: Request) -> Response:
         limit=query.limit,
         first_page=query.before is None,
         next_url=next_url,
-        stream_url="/stream/changes?" + urlencode({**query.params, "cursor": head}),
+        counts=count_links(hub.counts),
+        stream_url="/stream/changes?" + urlencode({**query.params, **stream}),
     )
+
+
+def count_links(counts: StatusCounts | None) -> list[dict[str, Any]]:
+    """The counts above the list (docs/design.md §16.4), each linking to the list of its
+    status; ``n`` is ``None`` while the counts are not known yet (the stream sends them)."""
+    known = counts.counts() if counts is not None else {}
+    return [
+        {
+            "status": status,
+            "label": "all" if status == "any" else status,
+            "n": known.get(status),
+            "href": "/" if status == "any" else "/?" + urlencode({"status": status}),
+        }
+        for status in STATUSES
+    ]
 
 
 @dataclass(frozen=True)
@@ -120,6 +164,7 @@ async def process(request: Request) -> Response:
     head = hub.head  # before the read, as for the list
     view = await to_thread.run_sync(load_view, registry, request.path_params["pid"])
     record, first = view.record, (view.attempts[0] if view.attempts else None)
+    sample = await to_thread.run_sync(live_sample, registry, record)
     numbers = {a.id: a.attempt for a in view.attempts} if view.whole else {}
     follows = {"service": first.id} if first is not None else {"process": record.id}
     return html(
@@ -127,7 +172,7 @@ async def process(request: Request) -> Response:
         "process.html",
         record=record,
         row=row(record),
-        summary=summary(record, view.attempts),
+        summary=summary(record, view.attempts) + resources(record, sample),
         events=[event_row(e, numbers.get(e.process_id)) for e in view.events],
         whole=view.whole,
         attempts=attempts([e for e in view.events if e.process_id == record.id]),
@@ -138,6 +183,29 @@ async def process(request: Request) -> Response:
         said=SAID.get(request.query_params.get("said", "")),
         stream_url="/stream/changes?" + urlencode({**follows, "cursor": head}),
     )
+
+
+def live_sample(registry: Any, record: ProcessRecord) -> dict[str, Any] | None:
+    """The latest sample this host's agent holds of a running child's tree (its ``resources``
+    op, as ``ps --resources`` asks it); ``None`` when it ended, has no child yet, or no agent
+    answers: the page then shows nothing live rather than a guess."""
+    if record.is_terminal or record.os is None:
+        return None
+    from procledger.agent.launch import resource_samples
+    from procledger.application.outbox import store_key
+
+    key = store_key(registry.location)
+    return resource_samples(key, [record.id], timeout=LIVE_SAMPLE_TIMEOUT_S).get(record.id)
+
+
+def resources(record: ProcessRecord, sample: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The resources row of the summary: what an ended run used (the record's, as ``show``
+    says it), else the agent's live sample of a running one; none without either."""
+    if record.resources is not None:
+        return [("resources", resources_line(record.resources.model_dump(mode="json")))]
+    if sample:
+        return [("resources", "now: " + live_resources_line(sample))]
+    return []
 
 
 def over(view: View) -> bool:

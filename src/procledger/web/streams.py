@@ -5,7 +5,9 @@ browser sends, else the ``cursor`` the page was rendered at -- each event's id b
 change's position, so a reconnect resumes exactly after the last change the page applied.
 With list filters, a change that leaves the list says so (``match: false``); with
 ``process=ID``, only that process's changes are sent; with ``service=ID`` (a service's first
-id), those of every attempt of that service, so its page sees each new attempt come.
+id), those of every attempt of that service, so its page sees each new attempt come. With
+``counts=1`` (the processes list's), a ``counts`` event -- every status's count over the
+whole ledger -- when the stream opens and after each batch that changed them.
 
 ``/processes/{id}/output/stream``: the captured output from the offsets in ``Last-Event-ID``
 (``stdout,stderr``), chunk by chunk in arrival order, until the process has ended and all of
@@ -15,7 +17,7 @@ it was sent; then an ``end`` event, on which the page closes the stream.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING
 
 import orjson
@@ -23,13 +25,13 @@ from anyio import to_thread
 from starlette.responses import StreamingResponse
 
 from procledger.domain.attempts import first_attempt_id
-from procledger.web.views import list_query
+from procledger.web.views import counts_json, list_query
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
     from procledger.application.registry import ProcessRegistry
-    from procledger.web.hub import Change
+    from procledger.web.hub import Change, FeedHub
 
 OUTPUT_POLL_S = 0.05
 """How often an output stream looks for new bytes: the bound on a line's delay."""
@@ -76,12 +78,30 @@ def changes(request: Request) -> StreamingResponse:
             out.append(event("row", data, str(change.seq)))
         return "".join(out)
 
+    counts = _counts_sender(hub) if request.query_params.get("counts") == "1" else lambda: ""
+
     async def body() -> AsyncIterator[str]:
-        yield RETRY
+        yield RETRY + counts()
         async for batch in hub.follow(cursor):
-            yield render(batch) or ": keep-alive\n\n"
+            yield (render(batch) + counts()) or ": keep-alive\n\n"
 
     return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def _counts_sender(hub: FeedHub) -> Callable[[], str]:
+    """A ``counts`` event when the hub's counts are known and differ from those this stream
+    last sent (no id: ``Last-Event-ID`` stays the last change's), else nothing."""
+    sent = -1
+
+    def counts() -> str:
+        nonlocal sent
+        known = hub.counts
+        if known is None or known.version == sent:
+            return ""
+        sent = known.version
+        return event("counts", counts_json(known))
+
+    return counts
 
 
 def output(request: Request, process_id: str) -> StreamingResponse:

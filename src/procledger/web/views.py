@@ -6,7 +6,9 @@ writes it with ``textContent``, never as HTML, so nothing a process says can bec
 
 from __future__ import annotations
 
+import os
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,8 +17,14 @@ import orjson
 
 from procledger.domain.attempts import first_attempt_id
 from procledger.domain.service import age_ms
-from procledger.domain.vocabulary import ProcessState
-from procledger.domain.wording import command_text, listed_outcome, local_time, shown_state
+from procledger.domain.vocabulary import ProcessState, ProcessStatus
+from procledger.domain.wording import (
+    command_text,
+    listed_outcome,
+    local_time,
+    shown_state,
+    size_text,
+)
 
 if TYPE_CHECKING:
     from procledger import ProcessListFilter, ProcessScan
@@ -25,7 +33,7 @@ if TYPE_CHECKING:
 
 PAGE_SIZE = 50
 """Rows per page of the processes list: the first page of a large ledger stays fast."""
-STATUSES = ("any", "running", "completed", "failed", "cancelled", "abandoned")
+STATUSES = ("any", *(status.value for status in ProcessStatus))
 
 
 class QueryError(ValueError):
@@ -172,3 +180,87 @@ def _integer(text: str, name: str) -> int:
         return int(text)
     except ValueError:
         raise QueryError(f"{name} must be an integer, not {text!r}") from None
+
+
+class StatusCounts:
+    """How many rows the processes list shows for each status, over the whole ledger: what the
+    counts above the table say, each linking to the list filtered by its status (docs/design.md
+    §16.4). A row is a process, or a service (its first id): a service counts once under each
+    status any of its attempts has, as the filtered list shows it once -- so a crash-looping
+    service with a running attempt counts under ``running`` and ``failed``.
+
+    Kept up to date one changed record at a time (``add``, O(1)), from the change feed the hub
+    reads anyway; a record's older copy never replaces a newer one, so the first reading of the
+    whole feed and the live changes may arrive in any order. ``version`` grows when a count
+    changes: a stream sends the counts only then."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[int, str, str]] = {}  # id -> (change_seq, row, status)
+        self._pairs: Counter[tuple[str, str]] = Counter()  # (status, row) -> its records
+        self._rows: Counter[str] = Counter()  # row -> its records
+        self._counts: Counter[str] = Counter()  # status -> rows with a record of it
+        self.version = 0
+
+    def add(self, record: ProcessRecord) -> None:
+        """Count ``record`` at its change, in place of the copy held of it (if older)."""
+        held = self._held.get(record.id)
+        if held is not None and held[0] >= record.change_seq:
+            return
+        key, status = first_attempt_id(record), record.status.value
+        if held is not None and held[1:] == (key, status):  # most changes: the same status
+            self._held[record.id] = (record.change_seq, key, status)
+            return
+        before = self.counts()
+        if held is not None:
+            self._forget(held[1], held[2])
+        self._held[record.id] = (record.change_seq, key, status)
+        self._rows[key] += 1
+        self._pairs[status, key] += 1
+        if self._pairs[status, key] == 1:
+            self._counts[status] += 1
+        if self.counts() != before:
+            self.version += 1
+
+    def _forget(self, key: str, status: str) -> None:
+        self._rows[key] -= 1
+        if not self._rows[key]:
+            del self._rows[key]
+        self._pairs[status, key] -= 1
+        if not self._pairs[status, key]:
+            del self._pairs[status, key]
+            self._counts[status] -= 1
+
+    def counts(self) -> dict[str, int]:
+        """``{"any": rows, STATUS: rows, ...}``: every status the filter offers, in its order."""
+        return {"any": len(self._rows)} | {s.value: self._counts[s.value] for s in ProcessStatus}
+
+
+def counts_json(counts: StatusCounts | None) -> str:
+    """The counts as the page's script reads them; ``null`` while they are not known yet."""
+    return "null" if counts is None else orjson.dumps(counts.counts()).decode()
+
+
+def ledger_label(masked: str, sqlite_path: str, *, default: bool, home: str) -> str:
+    """The ledger as the page's header names it: short, since it heads every page (its whole
+    URL is the header's title). A SQLite file by its folder and name -- ``~`` for the home
+    folder, ``…/`` for what lies above its folder -- the per-user default as such, PostgreSQL
+    by its URL (no password)."""
+    if default:
+        return "the default ledger"
+    if not sqlite_path or sqlite_path.startswith("file:") or ":memory:" in sqlite_path:
+        return masked
+    path = os.path.abspath(sqlite_path)
+    if home and path.startswith(home.rstrip("/") + "/"):
+        path = "~" + path[len(home.rstrip("/")) :]
+    parts = path.split("/")
+    return path if len(parts) <= 3 else "…/" + "/".join(parts[-2:])
+
+
+def live_resources_line(sample: Mapping[str, Any]) -> str:
+    """The agent's latest sample of a running child's tree (its ``resources`` op), as a line of
+    the process page: what it uses now, and its peak so far."""
+    return (
+        f"CPU {sample['cpu_s']:.2f} s, RSS {size_text(int(sample['rss_bytes']))} "
+        f"(peak {size_text(int(sample['peak_rss_bytes']))}), {sample['open_files']} open "
+        f"files, {sample['threads']} threads (sampled {local_time(sample['sampled_at_ms'])})"
+    )

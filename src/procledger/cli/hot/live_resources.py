@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["RESOURCE_HEADER", "live_samples", "resource_cells"]
+from procledger.domain.wording import size_text
+
+__all__ = ["RESOURCE_HEADER", "live_samples", "resource_cells", "size_text"]
 
 RESOURCE_HEADER: Final = ("CPU", "RSS", "FILES", "THREADS")
-ASK_TIMEOUT_S: Final = 2.0
-"""The agent answers from memory in a millisecond; a busy machine may take longer."""
 _NONE: Final = ("-", "-", "-", "-")
 
 
@@ -20,18 +20,14 @@ def live_samples(url: str | None, process_ids: list[str]) -> dict[str, dict[str,
     agent answers (or the ledger cannot have one: in memory)."""
     if not process_ids:
         return {}
-    from procledger.agent.launch import ask, ledger_key
-    from procledger.agent.places import AgentPlaces
+    from procledger.agent.launch import ledger_key, resource_samples
     from procledger.domain.errors import ProcledgerError
 
     try:
-        places = AgentPlaces.of(ledger_key(url), create=False)
-        order = {"op": "resources", "process_ids": process_ids}
-        answer = ask(places, order, timeout=ASK_TIMEOUT_S)
-    except (ProcledgerError, OSError):
+        key = ledger_key(url)
+    except ProcledgerError:
         return {}
-    samples = answer.get("samples") if isinstance(answer, dict) else None
-    return samples if isinstance(samples, dict) else {}
+    return resource_samples(key, process_ids)
 
 
 def resource_cells(sample: dict[str, Any] | None) -> tuple[str, str, str, str]:
@@ -44,12 +40,3 @@ def resource_cells(sample: dict[str, Any] | None) -> tuple[str, str, str, str]:
         str(sample["open_files"]),
         str(sample["threads"]),
     )
-
-
-def size_text(size: int) -> str:
-    """Bytes as people read them: ``812K``, ``201.3M``, ``1.2G``."""
-    if size < 1024**2:
-        return f"{size // 1024}K"
-    if size < 1024**3:
-        return f"{size / 1024**2:.1f}M"
-    return f"{size / 1024**3:.1f}G"

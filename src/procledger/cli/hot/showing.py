@@ -16,10 +16,9 @@ from typing import Any
 from procledger.application.document_reads import Document, LedgerReads
 from procledger.cli._format import command_text, local_time, outcome, write_table
 from procledger.cli.hot import marks as marking
-from procledger.cli.hot.live_resources import size_text
 from procledger.cli.hot.opening import reading
 from procledger.cli.lines import write_json
-from procledger.domain.wording import event_details, service_lines, shell_word
+from procledger.domain.wording import event_details, resources_line, service_lines, shell_word
 
 __all__ = ["resolve", "scoped", "show"]
 
@@ -170,17 +169,6 @@ def _hint(record: Document, mark: str, holder: Any) -> str:
     else:
         what = f"its child is gone too: procledger abandon {record['id']} records it given up"
     return f"its supervisor is gone, so nothing will record how it ends: {what}"
-
-
-def resources_line(used: Document) -> str:
-    """What the ended run's tree used, as the agent saw it (docs/design.md §18.10)."""
-    line = f"CPU {used['cpu_s']:.2f} s, peak RSS {size_text(used['peak_rss_bytes'])}"
-    if used.get("open_files") is None:  # never sampled: what the kernel counted at its exit
-        return f"{line} (counted at exit)"
-    return (
-        f"{line}, {used['open_files']} open files, {used['threads']} threads "
-        f"(last sampled {local_time(used['sampled_at_ms'])})"
-    )
 
 
 def output_line(output: Document) -> str:

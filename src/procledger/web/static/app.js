@@ -104,6 +104,16 @@
     }
   }
 
+  // The counts per status over the whole ledger, which the server sends when they change.
+  function showCounts(counts) {
+    for (const link of document.querySelectorAll("#counts a[data-status]")) {
+      const n = counts[link.dataset.status];
+      if (typeof n !== "number") continue;
+      link.querySelector(".n").textContent = String(n);
+      link.classList.toggle("zero", n === 0);
+    }
+  }
+
   function processesPage(table) {
     const body = table.tBodies[0];
     const firstPage = table.dataset.firstPage === "true";
@@ -129,7 +139,7 @@
       }
       if (empty) empty.hidden = body.rows.length > 0;
     };
-    follow(table.dataset.stream, { row: onRow });
+    follow(table.dataset.stream, { row: onRow, counts: showCounts });
     tickAges();
     setInterval(tickAges, 1000);
     setInterval(tickBackoffs, 250);
