@@ -236,6 +236,24 @@ def counts_follow_a_start_and_a_stop(page: Any, ledger: str, procs: Processes) -
     wait_until(lambda: is_dead(child), what="the sleep to end")
 
 
+def test_records_pruned_leave_the_counts_without_a_reload(page: Any, ledger: str) -> None:
+    """A prune writes nothing to the feed: the hub, woken by the write, reads that there was
+    one and which counted records are gone."""
+    for code in (0, 0, 3):
+        assert run_cli("run", "--", "sh", "-c", f"exit {code}", url=ledger).returncode == code
+    expect(count(page, "completed")).to_have_text("2", timeout=10_000)
+    expect(count(page, "failed")).to_have_text("1")
+    registry = open_registry(ledger)
+    try:
+        report = registry.prune_terminal(registry.now_ms() + 1, {"status": "completed"})
+    finally:
+        registry.close()
+    assert len(report.processes) == 2
+    expect(count(page, "completed")).to_have_text("0", timeout=10_000)
+    expect(count(page, "failed")).to_have_text("1")
+    expect(count(page, "any")).to_have_text("1")
+
+
 def test_a_page_of_a_server_started_on_a_full_ledger_learns_its_counts(
     browser: Any, ledger: str, procs: Processes
 ) -> None:

@@ -114,10 +114,8 @@ class LedgerCollector(Collector):
         if prunes == self._prunes:
             return
         ids = list(self._seen)
-        held: set[str] = set()
-        for start in range(0, len(ids), FEED_PAGE):
-            held.update(self._registry.change_seqs(ids[start : start + FEED_PAGE]))
-        for gone in set(ids) - held:
+        held = self._registry.change_seqs(ids)  # in batches, in one transaction
+        for gone in set(ids) - held.keys():
             self._pruned.append(self._seen.pop(gone))
         self._prunes = prunes
 

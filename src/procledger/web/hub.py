@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ class FeedHub:
         self.ready = asyncio.Event()
         self._counts = StatusCounts()
         self._counted = False
+        self._prunes = 0  # the ledger's prunes when the counts last looked for pruned records
 
     @property
     def counts(self) -> StatusCounts | None:
@@ -102,6 +104,7 @@ class FeedHub:
         counting: asyncio.Task[None] | None = None
         try:
             self.base = self.head = await to_thread.run_sync(feed_head, self.registry)
+            self._prunes = await to_thread.run_sync(self.registry.prunes_so_far)
             self.ready.set()
             counting = asyncio.create_task(self._count_all())
             while True:
@@ -120,8 +123,9 @@ class FeedHub:
 
     async def _count_all(self) -> None:
         """The counts' first reading: every record, along the feed from its start (each record
-        once, at its latest change), a page at a time; then the streams are told."""
-        cursor = 0
+        once, at its latest change), a page at a time; then the streams are told. A prune
+        made meanwhile may have deleted records after their page was read: looked for again."""
+        cursor, prunes = 0, self._prunes
         while True:
             try:
                 page = await to_thread.run_sync(self.registry.scan_changes, cursor, PAGE)
@@ -134,6 +138,9 @@ class FeedHub:
             cursor = max(cursor, int(page.cursor))
             if len(page.records) + len(page.damaged) < PAGE:
                 break
+        self._prunes = min(self._prunes, prunes)
+        with contextlib.suppress(Exception):  # the next wake looks again
+            await self._forget_pruned()
         self._counted = True
         self._wake_streams()
 
@@ -156,10 +163,24 @@ class FeedHub:
             cut = len(self._changes) - self.keep
             self.base = self._seqs[cut - 1]
             del self._changes[:cut], self._seqs[:cut]
-        if page.records or page.damaged:
+        pruned = await self._forget_pruned()
+        if page.records or page.damaged or pruned:
             wake.changed()
             self._wake_streams()
         return len(page.records) + len(page.damaged) >= PAGE
+
+    async def _forget_pruned(self) -> bool:
+        """A prune writes nothing to the feed: at each wake, one indexed read says whether
+        there was one, and only then are the counted records looked for (in batches)."""
+        prunes = await to_thread.run_sync(self.registry.prunes_so_far)
+        if prunes == self._prunes:
+            return False
+        held = await to_thread.run_sync(self.registry.change_seqs, self._counts.ids())
+        gone = [process_id for process_id in self._counts.ids() if process_id not in held]
+        for process_id in gone:
+            self._counts.discard(process_id)
+        self._prunes = prunes
+        return bool(gone)
 
     async def follow(self, cursor: int, idle_s: float = 15.0) -> AsyncIterator[list[Change]]:
         """Batches of the changes after ``cursor``, in feed order, for as long as the caller

@@ -221,6 +221,20 @@ class StatusCounts:
         if self.counts() != before:
             self.version += 1
 
+    def ids(self) -> list[str]:
+        """The records counted."""
+        return list(self._held)
+
+    def discard(self, process_id: str) -> None:
+        """Count ``process_id`` no more: the ledger pruned it."""
+        held = self._held.pop(process_id, None)
+        if held is None:
+            return
+        before = self.counts()
+        self._forget(held[1], held[2])
+        if self.counts() != before:
+            self.version += 1
+
     def _forget(self, key: str, status: str) -> None:
         self._rows[key] -= 1
         if not self._rows[key]:
