@@ -215,6 +215,9 @@ class TestOnPostgreSQL:
             expect(header).to_contain_text(":***@")
         counts_follow_a_start_and_a_stop(page, ledger, procs)
 
+    def test_records_pruned_leave_the_counts(self, page: Any, ledger: str) -> None:
+        pruned_records_leave_the_counts(page, ledger)
+
 
 def counts_follow_a_start_and_a_stop(page: Any, ledger: str, procs: Processes) -> None:
     """A finished `true`, then a `sleep` started in the background and stopped: the counts
@@ -237,7 +240,11 @@ def counts_follow_a_start_and_a_stop(page: Any, ledger: str, procs: Processes) -
 
 
 def test_records_pruned_leave_the_counts_without_a_reload(page: Any, ledger: str) -> None:
-    """A prune writes nothing to the feed: the hub, woken by the write, reads that there was
+    pruned_records_leave_the_counts(page, ledger)
+
+
+def pruned_records_leave_the_counts(page: Any, ledger: str) -> None:
+    """A prune writes nothing to the feed: the hub, woken by its write, reads that there was
     one and which counted records are gone."""
     for code in (0, 0, 3):
         assert run_cli("run", "--", "sh", "-c", f"exit {code}", url=ledger).returncode == code
