@@ -121,6 +121,8 @@ def test_a_run_too_short_to_sample_has_what_the_kernel_counted(tmp_path: Path) -
     assert "peak RSS 1" in line, line
     if used.open_files is None:  # never sampled: said so
         assert line.endswith("(counted at exit)"), line
+    history = next(row for row in shown.stdout.splitlines() if "\tresources_used\t" in row)
+    assert "peak_rss=1" in history, history
 
 
 def test_without_an_agent_the_resource_columns_say_dash(tmp_path: Path) -> None:

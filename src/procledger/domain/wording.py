@@ -221,7 +221,8 @@ def event_details(event: ProcessEvent | Document, *, with_payload: bool = False)
 
 def _input_details(payload: Mapping[str, Any]) -> list[str]:
     """An ``input_sent``'s size and bytes (shown escaped, or ``redacted``); a
-    ``waiting_for_input``'s kind and last line (docs/design.md §20)."""
+    ``waiting_for_input``'s kind and last line (docs/design.md §20); what a
+    ``resources_used`` counted."""
     if "command_id" in payload and "size" in payload:
         data = payload.get("data")
         sent = "redacted" if data is None else shell_word(_decoded(data))
@@ -230,6 +231,8 @@ def _input_details(payload: Mapping[str, Any]) -> list[str]:
         )
     if "last_line" in payload and "kind" in payload:
         return [f"kind={payload['kind']}", f"last_line={shell_word(str(payload['last_line']))}"]
+    if "peak_rss_bytes" in payload and "cpu_s" in payload:  # resources_used (§18.10)
+        return [f"cpu_s={payload['cpu_s']}", f"peak_rss={size_text(payload['peak_rss_bytes'])}"]
     return []
 
 
