@@ -287,6 +287,30 @@ async def test_a_failing_output_consumer_fails_the_run(
     assert "no more, thanks" in record.diagnostic  # and the fixture finds no child left
 
 
+async def test_a_run_failing_as_the_block_ends_does_not_hold_the_block(
+    registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
+) -> None:
+    """The loop stops watching a child whose consumer failed (its settle stops the tree); a
+    shutdown stopping that tree meanwhile used to wait for an exit the loop would never see
+    again, and the block never ended."""
+    met: list[bytes] = []
+
+    def refuse(chunk: bytes) -> None:
+        met.append(chunk)
+        raise RuntimeError("no more, thanks")
+
+    stubborn = ["sh", "-c", "trap '' TERM; echo hi; exec sleep 600"]  # the settle takes a grace
+    with anyio.fail_after(60):
+        async with AsyncSupervisor(registry, owner=owner, stop=StopPolicy(grace_s=0.5)) as sup:
+            handle = await sup.start(stubborn, stdout=refuse)
+            child = await child_of(handle, procs)
+            while not met:
+                await anyio.sleep(0.01)
+    record = registry.get(handle.process_id)
+    assert (record.state, record.reason) == ("failed", "failed")
+    assert is_dead(child)
+
+
 async def test_leaving_the_block_stops_many_children_without_a_thread_each(
     registry: ProcessRegistry, owner: LeaseOwner, procs: Processes
 ) -> None:

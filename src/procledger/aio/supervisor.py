@@ -75,7 +75,7 @@ class _Watched:
     done: anyio.Event = field(default_factory=anyio.Event)
     left: bool = False  # handed to an owner thread (``on_exit="leave"``)
     record: ProcessRecord | None = None  # the terminal, as ``settle`` left it (if it did)
-    exited: anyio.Event = field(default_factory=anyio.Event)  # the loop saw the child exit
+    exited: anyio.Event = field(default_factory=anyio.Event)  # seen to exit, or no more watched
 
 
 @final
@@ -439,6 +439,7 @@ class AsyncSupervisor:
         children for weeks must not keep each child and record it ever watched)."""
         assert watched.handle is not None
         self._watched.pop(watched.handle.handle, None)
+        watched.exited.set()  # a stop waiting for the exit must not outwait the watching
         watched.done.set()
 
     def _settle_all(self, batch: list[_Watched]) -> list[ProcessRecord | None]:
