@@ -19,6 +19,7 @@ import pytest
 
 from _shared import Processes, run_cli, wait_until
 from procledger import (
+    NotFound,
     Originator,
     ProcessInput,
     ProcessRegistration,
@@ -94,6 +95,34 @@ def test_a_child_that_allocates_200_mib_shows_it_live_and_on_its_record_once_end
     assert "M," in line, line
     assert "resources_used" in agent.event_kinds(process_id)
     assert live_sample(agent, process_id) is None  # ended: no live sample
+
+
+def test_a_restarted_service_s_next_attempt_is_sampled_too(
+    agent: LiveAgent, procs: Processes, tmp_path: Path
+) -> None:
+    """A restart's attempt is started by the service, not by an awaited start: it runs on an
+    owner thread, and is sampled as the first attempt was."""
+    flag = tmp_path / "second"
+    script = f"[ -e {flag} ] && exec sleep 300; touch {flag}; exit 1"
+    ran = agent.cli(
+        "run", "--background", "--restart", "on-failure", "--name", "svc",
+        "--", "sh", "-c", script,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    second = f"{ran.stdout.strip()}.2"
+    record = wait_until(lambda: _running(agent, second), DEADLINE, "the second attempt to run")
+    procs.add(record.os_pid)
+    sample = wait_until(lambda: live_sample(agent, second), DEADLINE, "its sample")
+    assert sample["threads"] == 1
+    assert sample["rss_bytes"] > 0
+
+
+def _running(agent: LiveAgent, process_id: str) -> Any:
+    try:
+        record = agent.record(process_id)
+    except NotFound:  # not registered yet
+        return None
+    return record if record.os_pid is not None and not record.is_terminal else None
 
 
 SHORT = (

@@ -267,6 +267,7 @@ class AsyncSupervisor:
         self._on_reaped = on_reaped
         self._local = threading.local()
         self._watched: dict[str, _Watched] = {}
+        self._owned: dict[str, int] = {}  # restarts' attempts on owner threads: OS pid by id
         self._group: TaskGroup | None = None
         self.supervisor = Supervisor(registry, owner=owner, watch=self._hand_over, **options)
 
@@ -288,13 +289,15 @@ class AsyncSupervisor:
         return len(self._watched)
 
     def children(self) -> dict[str, int]:
-        """The process id and OS pid of each child this loop watches now (the host agent
-        samples their trees, docs/design.md §18.10)."""
-        return {
+        """The process id and OS pid of each child running here -- watched by this loop, or a
+        restart's attempt on an owner thread (the host agent samples their trees,
+        docs/design.md §18.10)."""
+        watched = {
             watched.handle.process_id: watched.child.pid
             for watched in list(self._watched.values())
             if watched.handle is not None
         }
+        return {**dict(self._owned), **watched}
 
     async def __aenter__(self) -> AsyncSupervisor:
         group = anyio.create_task_group()
@@ -371,7 +374,16 @@ class AsyncSupervisor:
         if getattr(self._local, "starting", False):
             self._local.watched[settle.handle] = _Watched(child, settle)
         else:
-            threading.Thread(target=settle, name="procledger-run", daemon=True).start()
+            self._owned[settle.process_id] = child.pid
+            owner = functools.partial(self._settle_owned, settle)
+            threading.Thread(target=owner, name="procledger-run", daemon=True).start()
+
+    def _settle_owned(self, settle: Settle) -> None:
+        """(An owner thread.) A restart's attempt, listed among ``children`` until settled."""
+        try:
+            settle()
+        finally:
+            self._owned.pop(settle.process_id, None)
 
     def _start_all_in_thread(
         self, calls: list[tuple[Sequence[str], dict[str, Any]]]
