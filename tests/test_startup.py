@@ -6,7 +6,6 @@ only catches a regression by an order of magnitude."""
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 import time
@@ -92,6 +91,8 @@ def test_version_starts_within_an_order_of_magnitude_of_the_bare_interpreter() -
     pairs = [
         (seconds([*CLI, "--version"]), seconds([sys.executable, "-c", "pass"])) for _ in range(7)
     ]
-    ours = statistics.median(p[0] for p in pairs)
-    bare = statistics.median(p[1] for p in pairs)
+    # The fastest of each: a loaded machine slows some runs (the median of seven was seen at
+    # 124 ms against 12 ms in CI), never speeds one up; a heavy import still shows in each.
+    ours = min(p[0] for p in pairs)
+    bare = min(p[1] for p in pairs)
     assert ours < 10 * bare, f"procledger --version {ours * 1e3:.0f} ms, python {bare * 1e3:.0f} ms"
