@@ -119,12 +119,12 @@ def test_a_restarted_service_is_one_row_of_attempts_with_its_backoffs_between(
     assert drawn[0]["text"] == "exit 3"
 
 
-def test_a_running_attempt_has_no_end_and_an_unnamed_process_is_labelled_by_its_id(
+def test_a_running_attempt_has_no_end_and_an_unnamed_process_is_labelled_by_its_command(
     base: ProcessRecord,
 ) -> None:
     drawn = span(base)
     assert (drawn["outcome"], drawn["start_ms"], drawn["end_ms"]) == ("running", T0, None)
-    assert (drawn["label"], drawn["service"], drawn["attempt"]) == ("base", "base", None)
+    assert (drawn["label"], drawn["service"], drawn["attempt"]) == ("/bin/sleep 1", "base", None)
     assert drawn["href"] == "/processes/base"
 
 

@@ -2,8 +2,8 @@
 Playwright, against ``procledger serve`` and children started through the CLI. Waits are
 Playwright's own, each bounded; nothing sleeps to synchronise.
 
-The ledger is ``sqlite:///ledger.db`` in the test's own folder (the test runs there), so the
-page's header names a plain ledger, not a temporary path. ``PROCLEDGER_WRITE_SCREENSHOT=1``
+The ledger is ``ledger.db`` in a folder named ``example``, so the page's header names it
+``…/example/ledger.db``, not a temporary path. ``PROCLEDGER_WRITE_SCREENSHOT=1``
 also writes the timeline to ``docs/web-timeline.png`` (the README's picture); otherwise it
 goes to the test's temporary folder.
 """
@@ -31,9 +31,11 @@ LOOPING = (
 
 
 @pytest.fixture
-def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.chdir(tmp_path)  # the server, the CLI and the agent all find it there
-    return "sqlite:///ledger.db"
+def ledger(tmp_path: Path) -> str:
+    """In a folder named as an example's would be: what the page's header shows of it."""
+    folder = tmp_path / "example"
+    folder.mkdir()
+    return f"sqlite:///{folder}/ledger.db"
 
 
 def timeline(page: Any, server: Server, window: str = "5m") -> None:

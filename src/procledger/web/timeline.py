@@ -20,7 +20,7 @@ from procledger.domain.attempts import first_attempt_id
 from procledger.domain.durations import parse_duration
 from procledger.domain.errors import NotFound, OptionError
 from procledger.domain.vocabulary import ProcessState
-from procledger.domain.wording import outcome
+from procledger.domain.wording import command_text, outcome
 from procledger.web.views import QueryError
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def span(record: ProcessRecord, stop_ms: int | None = None) -> dict[str, Any]:
         "id": record.id,
         "service": service,
         "attempt": record.attempt,
-        "label": record.name or service,
+        "label": record.name or command_text(record),  # what a person knows it by
         "href": f"/processes/{record.id}" + (".1" if record.attempt == 1 else ""),
         "outcome": outcome_class(record),
         "state": record.state.value,

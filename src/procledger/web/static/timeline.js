@@ -199,7 +199,7 @@
     const link = node("a", { href: "/processes/" + encodeURIComponent(first.service), class: "row-link" }, group);
     const text = node("text", { class: "row-label", x: 8, y: ROW_H / 2 + 4 }, link);
     text.textContent = first.label.length > 26 ? first.label.slice(0, 25) + "…" : first.label;
-    titled(text, first.label);
+    titled(text, first.label + " (" + first.service + ")");
   }
 
   function draw() {
