@@ -61,6 +61,9 @@ from pathlib import Path
 from typing import Final, Literal, NamedTuple
 
 __all__ = [
+    "IN_MODIFY",
+    "IN_MOVED_TO",
+    "IN_Q_OVERFLOW",
     "POLL_INTERVAL",
     "READ_MAX",
     "STREAMS",
@@ -71,6 +74,7 @@ __all__ = [
     "StreamFacts",
     "Update",
     "check_hole_punching",
+    "inotify_events",
     "inotify_on",
     "kept_from",
     "open_output_files",
@@ -99,9 +103,10 @@ _FILE_MODE: Final = 0o600
 _OPEN_FLAGS: Final = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
 _FALLOC_FL_KEEP_SIZE: Final = 0x01
 _FALLOC_FL_PUNCH_HOLE: Final = 0x02
-_IN_MODIFY: Final = 0x002
+IN_MODIFY: Final = 0x002
+IN_MOVED_TO: Final = 0x080
+IN_Q_OVERFLOW: Final = 0x4000
 _IN_CLOSE_WRITE: Final = 0x008
-_IN_Q_OVERFLOW: Final = 0x4000
 _IN_IGNORED: Final = 0x8000
 _IN_NONBLOCK: Final = os.O_NONBLOCK
 _IN_CLOEXEC: Final = os.O_CLOEXEC
@@ -170,6 +175,23 @@ def inotify_on(path: Path, mask: int) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def inotify_events(fd: int) -> list[tuple[int, int, bytes]]:
+    """Every event queued on a non-blocking inotify descriptor now, each as ``(watch, mask,
+    name)`` (``name`` empty for a watched file itself); never blocks."""
+    events: list[tuple[int, int, bytes]] = []
+    while True:
+        try:
+            raw = os.read(fd, 64 * 1024)
+        except BlockingIOError:
+            return events
+        at = 0
+        while at + _EVENT.size <= len(raw):
+            wd, mask, _cookie, length = _EVENT.unpack_from(raw, at)
+            name = raw[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
+            at += _EVENT.size + length
+            events.append((wd, mask, name))
 
 
 def punch_hole(fd: int, length: int) -> None:
@@ -280,7 +302,7 @@ class _Inotify:
 
     def add(self, key: Path) -> None:
         assert self._libc.inotify_add_watch is not None
-        mask = _IN_MODIFY | _IN_CLOSE_WRITE
+        mask = IN_MODIFY | _IN_CLOSE_WRITE
         wd = _check(self._libc.inotify_add_watch(self._fd, os.fsencode(key), mask), "watch", key)
         self._keys.setdefault(wd, set()).add(key)
         self._wd_of[key] = wd
@@ -299,20 +321,8 @@ class _Inotify:
         """The keys whose files changed since the last call (all of them after a queue
         overflow, which loses events); never blocks."""
         found: set[Path] = set()
-        while True:
-            try:
-                raw = os.read(self._fd, 64 * 1024)
-            except BlockingIOError:
-                return found
-            found |= self._parse(raw)
-
-    def _parse(self, raw: bytes) -> set[Path]:
-        found: set[Path] = set()
-        at = 0
-        while at + _EVENT.size <= len(raw):
-            wd, mask, _cookie, length = _EVENT.unpack_from(raw, at)
-            at += _EVENT.size + length
-            if mask & _IN_Q_OVERFLOW:
+        for wd, mask, _name in inotify_events(self._fd):
+            if mask & IN_Q_OVERFLOW:
                 found.update(self._wd_of)
             elif mask & _IN_IGNORED:  # the file is gone: the kernel dropped the watch
                 for key in self._keys.pop(wd, set()):

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from procledger.application.retention import PrunedSince
 from procledger.domain.errors import OptionError
 from procledger.domain.records import ProcessRecord
 from procledger.domain.vocabulary import ProcessState, ProcessStatus
@@ -74,18 +75,17 @@ class LedgerCollector(Collector):
     """The ledger's metrics, caught up with its change feed at every scrape.
 
     A record the ledger prunes leaves the gauges (they say what the ledger holds now) and
-    stays in the counters (they keep what happened). Pruning writes no change to the feed,
-    so each scrape asks how many prunes there have been -- one indexed read -- and only when
-    that grew, which of the records seen are gone.
+    stays in the counters (they keep what happened): each scrape asks ``PrunedSince`` which
+    of the records seen are gone (one indexed read unless there was a new prune).
     """
 
     def __init__(self, registry: ProcessRegistry) -> None:
         self._registry = registry
         self._lock = threading.Lock()  # two scrapes at once read the feed once each, in turn
         self._cursor = 0
-        self._prunes = 0
+        self._pruned = PrunedSince(registry)
         self._seen: dict[str, _Seen] = {}
-        self._pruned: list[_Seen] = []  # ended records the ledger no longer holds
+        self._gone: list[_Seen] = []  # ended records the ledger no longer holds
 
     def describe(self) -> list[Metric]:
         """Nothing up front: registering must not read the ledger."""
@@ -97,7 +97,7 @@ class LedgerCollector(Collector):
             self._catch_up()
             lag = max(0, self._registry.latest_change_seq() - self._cursor)
             held = list(self._seen.values())
-            happened = held + self._pruned
+            happened = held + self._gone
         yield from _process_gauges(held)
         yield _ends(happened)
         yield _restarts(happened)
@@ -110,14 +110,8 @@ class LedgerCollector(Collector):
         yield lag_gauge
 
     def _forget_pruned(self) -> None:
-        prunes = self._registry.prunes_so_far()
-        if prunes == self._prunes:
-            return
-        ids = list(self._seen)
-        held = self._registry.change_seqs(ids)  # in batches, in one transaction
-        for gone in set(ids) - held.keys():
-            self._pruned.append(self._seen.pop(gone))
-        self._prunes = prunes
+        for gone in self._pruned.gone(list(self._seen)):
+            self._gone.append(self._seen.pop(gone))
 
     def _catch_up(self) -> None:
         while True:

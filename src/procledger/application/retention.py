@@ -21,7 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from eventsourcing.domain import DomainEvent
 
@@ -67,9 +67,39 @@ class Changed(WriteConflict):
 
 def prunes_so_far(tx: Tx) -> int:
     """How many prunes the ledger has recorded (its retention stream's version): one indexed
-    read, so a reader that keeps records it has seen (the metrics) knows when to look again
-    for ones that are gone."""
+    read, so a reader that keeps records it has seen knows when to look again for ones that
+    are gone (``PrunedSince``)."""
     return event_rows.max_version(tx, RETENTION_ID)
+
+
+class _Ledger(Protocol):
+    def prunes_so_far(self) -> int: ...
+    def change_seqs(self, process_ids: Sequence[str]) -> dict[str, int]: ...
+
+
+class PrunedSince:
+    """Which of the records a reader keeps (the metrics' summaries, the web's counts) the
+    ledger has pruned since it last looked. A prune writes nothing to the change feed, so each
+    look reads how many prunes there have been (one indexed read) and, only when that grew,
+    which of the ids are still held (in batches, one transaction). Not thread-safe: one
+    reader's."""
+
+    def __init__(self, registry: _Ledger, prunes: int = 0) -> None:
+        self._registry = registry
+        self.prunes = prunes  # the prunes the last look had seen
+
+    def look_again_from(self, prunes: int) -> None:
+        """Count prunes from ``prunes`` on again: records read meanwhile may be gone too."""
+        self.prunes = min(self.prunes, prunes)
+
+    def gone(self, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` pruned since the last look (none without a new prune)."""
+        prunes = self._registry.prunes_so_far()
+        if prunes == self.prunes:
+            return []
+        held = self._registry.change_seqs(ids)
+        self.prunes = prunes
+        return [process_id for process_id in ids if process_id not in held]
 
 
 def prune_filter(filter: ProcessListFilter | Any | None) -> ProcessListFilter:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from anyio import to_thread
 
+from procledger.application.retention import PrunedSince
 from procledger.web.views import StatusCounts, row_json
 from procledger.web.wake import LedgerWake
 
@@ -88,7 +89,7 @@ class FeedHub:
         self.ready = asyncio.Event()
         self._counts = StatusCounts()
         self._counted = False
-        self._prunes = 0  # the ledger's prunes when the counts last looked for pruned records
+        self._pruned = PrunedSince(registry)  # records the counts hold that a prune deleted
 
     @property
     def counts(self) -> StatusCounts | None:
@@ -104,7 +105,7 @@ class FeedHub:
         counting: asyncio.Task[None] | None = None
         try:
             self.base = self.head = await to_thread.run_sync(feed_head, self.registry)
-            self._prunes = await to_thread.run_sync(self.registry.prunes_so_far)
+            self._pruned.prunes = await to_thread.run_sync(self.registry.prunes_so_far)
             self.ready.set()
             counting = asyncio.create_task(self._count_all())
             while True:
@@ -125,7 +126,7 @@ class FeedHub:
         """The counts' first reading: every record, along the feed from its start (each record
         once, at its latest change), a page at a time; then the streams are told. A prune
         made meanwhile may have deleted records after their page was read: looked for again."""
-        cursor, prunes = 0, self._prunes
+        cursor, prunes = 0, self._pruned.prunes
         while True:
             try:
                 page = await to_thread.run_sync(self.registry.scan_changes, cursor, PAGE)
@@ -138,7 +139,7 @@ class FeedHub:
             cursor = max(cursor, int(page.cursor))
             if len(page.records) + len(page.damaged) < PAGE:
                 break
-        self._prunes = min(self._prunes, prunes)
+        self._pruned.look_again_from(prunes)
         with contextlib.suppress(Exception):  # the next wake looks again
             await self._forget_pruned()
         self._counted = True
@@ -170,16 +171,11 @@ class FeedHub:
         return len(page.records) + len(page.damaged) >= PAGE
 
     async def _forget_pruned(self) -> bool:
-        """A prune writes nothing to the feed: at each wake, one indexed read says whether
-        there was one, and only then are the counted records looked for (in batches)."""
-        prunes = await to_thread.run_sync(self.registry.prunes_so_far)
-        if prunes == self._prunes:
-            return False
-        held = await to_thread.run_sync(self.registry.change_seqs, self._counts.ids())
-        gone = [process_id for process_id in self._counts.ids() if process_id not in held]
+        """The counted records a prune deleted leave the counts (a prune writes nothing to
+        the feed): one indexed read at each wake unless there was one."""
+        gone = await to_thread.run_sync(self._pruned.gone, self._counts.ids())
         for process_id in gone:
             self._counts.discard(process_id)
-        self._prunes = prunes
         return bool(gone)
 
     async def follow(self, cursor: int, idle_s: float = 15.0) -> AsyncIterator[list[Change]]:

@@ -26,13 +26,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from anyio import to_thread
 
-from procledger.adapters.direct_output import inotify_on
+from procledger.adapters.direct_output import (
+    IN_MODIFY,
+    IN_MOVED_TO,
+    IN_Q_OVERFLOW,
+    inotify_events,
+    inotify_on,
+)
 
 if TYPE_CHECKING:
     from procledger.application.changes import ChangeListener
@@ -46,11 +51,6 @@ LISTEN_CHECK_S: Final = 5.0
 INOTIFY_CHECK_S: Final = 2.0
 SETTLE_S: Final = 0.4
 
-_IN_MODIFY: Final = 0x2
-_IN_MOVED_TO: Final = 0x80
-_IN_Q_OVERFLOW: Final = 0x4000
-_EVENT: Final = struct.Struct("iIII")
-
 
 class FolderWatch:
     """inotify on the folder of a SQLite database: readable when the database, its ``-wal``
@@ -60,30 +60,17 @@ class FolderWatch:
 
     def __init__(self, database: Path) -> None:
         self._names = {os.fsencode(database.name + tail) for tail in ("", "-wal", "-journal")}
-        self._fd = inotify_on(database.parent, _IN_MODIFY | _IN_MOVED_TO)
+        self._fd = inotify_on(database.parent, IN_MODIFY | IN_MOVED_TO)
 
     def fileno(self) -> int:
         return self._fd
 
     def drain(self) -> bool:
         """Consume the events so far (never blocks); whether any was about the database."""
-        relevant = False
-        while True:
-            try:
-                raw = os.read(self._fd, 64 * 1024)
-            except BlockingIOError:
-                return relevant
-            relevant = relevant or self._about_database(raw)
-
-    def _about_database(self, raw: bytes) -> bool:
-        at = 0
-        while at + _EVENT.size <= len(raw):
-            _wd, mask, _cookie, length = _EVENT.unpack_from(raw, at)
-            name = raw[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
-            at += _EVENT.size + length
-            if mask & _IN_Q_OVERFLOW or name in self._names:
-                return True
-        return False
+        return any(
+            mask & IN_Q_OVERFLOW or name in self._names
+            for _wd, mask, name in inotify_events(self._fd)
+        )
 
     def close(self) -> None:
         os.close(self._fd)

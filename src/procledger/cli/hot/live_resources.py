@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from procledger.domain.wording import size_text
 
-__all__ = ["RESOURCE_HEADER", "live_samples", "resource_cells", "size_text"]
+__all__ = ["RESOURCE_HEADER", "live_samples", "resource_cells"]
 
 RESOURCE_HEADER: Final = ("CPU", "RSS", "FILES", "THREADS")
 _NONE: Final = ("-", "-", "-", "-")
