@@ -3,6 +3,7 @@
 // as HTML. window.procledger.seen lists the id of every change applied, for the tests.
 "use strict";
 (function () {
+  // The page's state for the tests (``seen``), and what the timeline's script shares.
   const state = { seen: [] };
   window.procledger = state;
   const live = document.getElementById("live");
@@ -44,6 +45,9 @@
     if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor(s / 60) % 60).padStart(2, "0") + "m";
     return Math.floor(s / 86400) + "d" + String(Math.floor(s / 3600) % 24).padStart(2, "0") + "h";
   }
+
+  state.follow = follow;
+  state.span = span;
 
   // A service's attempt waiting out its backoff counts down to its start (the server wrote
   // the row when it changed; nothing changes in the ledger while it waits).

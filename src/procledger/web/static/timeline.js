@@ -16,13 +16,9 @@
     .map((s) => s * 1000);
   const state = { spans: new Map(), loads: 0, batches: 0, offset: 0, windowMs: 3600000 };
   window.procledgerTimeline = state;
-  const live = document.getElementById("live");
-
-  function indicate(word) {
-    if (!live) return;
-    live.dataset.state = word;
-    live.textContent = word === "live" ? "● live" : word + "…";
-  }
+  // The live indicator's stream and `ps`'s way of writing a stretch of time: app.js's
+  // (base.html loads it first, on every page).
+  const { follow: stream, span } = window.procledger;
 
   function node(name, attrs, parent) {
     const made = document.createElementNS(SVG, name);
@@ -40,17 +36,6 @@
   function clock(ms, seconds) {
     const d = new Date(ms);
     return pad(d.getHours()) + ":" + pad(d.getMinutes()) + (seconds ? ":" + pad(d.getSeconds()) : "");
-  }
-
-  // A stretch of time as `ps` writes it (wording.span): 1.2s, 29s, 4m05s, 2h03m, 3d04h.
-  function span(ms) {
-    ms = Math.max(0, ms);
-    if (ms < 10000) return (ms / 1000).toFixed(1) + "s";
-    const s = Math.floor(ms / 1000);
-    if (s < 60) return s + "s";
-    if (s < 3600) return Math.floor(s / 60) + "m" + pad(s % 60) + "s";
-    if (s < 86400) return Math.floor(s / 3600) + "h" + pad(Math.floor(s / 60) % 60) + "m";
-    return Math.floor(s / 86400) + "d" + pad(Math.floor(s / 3600) % 24) + "h";
   }
 
   function say(text) {
@@ -107,14 +92,11 @@
         if (pending.size && !timer) timer = setTimeout(refresh, 150);
       }
     }
-    const source = new EventSource("/stream/changes?cursor=" + encodeURIComponent(cursor));
-    source.onopen = () => indicate("live");
-    source.onerror = () =>
-      indicate(source.readyState === EventSource.CLOSED ? "disconnected: open the token URL" : "reconnecting");
-    source.addEventListener("row", (event) => {
-      const change = JSON.parse(event.data);
-      pending.add(change.match ? change.row.id : change.id);
-      if (!timer) timer = setTimeout(refresh, 100);
+    stream("/stream/changes?cursor=" + encodeURIComponent(cursor), {
+      row: (change) => {
+        pending.add(change.match ? change.row.id : change.id);
+        if (!timer) timer = setTimeout(refresh, 100);
+      },
     });
   }
 
